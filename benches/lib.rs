@@ -1,0 +1,2 @@
+//! Criterion benchmarks of uniagent live in this package's `[[bench]]` targets; run them with
+//! `cargo bench -p uniagent-benches`.

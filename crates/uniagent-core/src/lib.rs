@@ -1,0 +1,28 @@
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+
+pub mod config;
+mod error;
+mod message;
+mod model;
+pub mod openai;
+mod retry;
+mod reward;
+pub mod rollout;
+mod sampling;
+pub mod sandbox;
+mod task;
+#[cfg(feature = "test-utils")]
+pub mod testing;
+mod tool;
+
+pub use error::{BoxError, Error, ErrorKind, LengthLimitKind, Result};
+pub use message::{FunctionCall, FunctionSpec, Message, Role, ToolCall, ToolSpec};
+pub use model::{AssistantTurn, ChatModel, FinishReason, ModelCapabilities};
+pub use retry::{duration_secs, opt_duration_secs, RetryConfig};
+pub use reward::{RewardContext, RewardOutcome, RewardSpec};
+pub use rollout::{AgentLoopOutput, LengthLimits, RolloutCache, TokenSource};
+pub use sampling::SamplingParams;
+pub use sandbox::{Capabilities, Deployment, DeploymentExt};
+pub use task::Task;
+pub use tool::{EpisodeSignal, Tool, ToolContext, ToolOutput, ToolStatus};

@@ -1,0 +1,7 @@
+//! The token-level record of one trajectory and its verl-compatible export.
+
+mod cache;
+mod output;
+
+pub use cache::{LengthLimits, Provenance, RolloutCache, TokenSource, TokenTrace};
+pub use output::{AgentLoopMetrics, AgentLoopOutput};

@@ -1,0 +1,19 @@
+//! Scripted implementations of the core traits, for tests (feature `test-utils`).
+//!
+//! They are real implementations with deterministic behaviour, not mocks that assert on call
+//! order: a [`ScriptedChatModel`] replays assistant turns and records what it was asked, a
+//! [`ScriptedDeployment`] is an in-memory sandbox with scripted command results, and a
+//! [`RecordingTool`] answers with a function of its arguments and records every call.
+
+mod deployment;
+mod model;
+mod tool;
+
+pub use deployment::{ScriptedDeployment, ScriptedReply};
+pub use model::{ModelRequest, ScriptedChatModel, ScriptedTurn};
+pub use tool::{RecordedCall, RecordingTool};
+
+/// Locks a mutex, recovering the data if a panicking test poisoned it.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

@@ -1,0 +1,338 @@
+//! Deployment configuration: a tagged enum picks the backend (`type: host | docker | remote |
+//! faas`).
+//!
+//! Every backend's configuration parses whatever cargo features are enabled, so one config file
+//! works for every build; [`DeploymentConfig::validate`] then fails with
+//! [`Error::FeatureDisabled`] naming the feature when the backend is not compiled in.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use uniagent_core::{duration_secs, opt_duration_secs, Error, Result, RetryConfig};
+
+/// Which sandbox backend to use, and its settings.
+///
+/// ```
+/// use uniagent_core::config::{parse, ConfigFormat};
+/// use uniagent_envs::DeploymentConfig;
+///
+/// let cfg: DeploymentConfig = parse("type = \"host\"\nstartup_timeout = 5.0\n", ConfigFormat::Toml).unwrap();
+/// assert_eq!(cfg.backend(), "host");
+/// // Typos are rejected with the key's name.
+/// let err = parse::<DeploymentConfig>("type: docker\nimgae: debian\n", ConfigFormat::Yaml).unwrap_err();
+/// assert!(err.to_string().contains("imgae"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum DeploymentConfig {
+    /// The sandbox server as a child process on this machine.
+    Host(HostConfig),
+    /// A local container started through the Docker Engine API (feature `docker`).
+    Docker(DockerConfig),
+    /// An already running sandbox server at a URL.
+    Remote(RemoteConfig),
+    /// Sandboxes created and deleted by an HTTP control plane (feature `faas`).
+    Faas(FaasConfig),
+}
+
+impl Default for DeploymentConfig {
+    fn default() -> Self {
+        Self::Host(HostConfig::default())
+    }
+}
+
+impl DeploymentConfig {
+    /// The backend name as written in `type`.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Self::Host(_) => "host",
+            Self::Docker(_) => "docker",
+            Self::Remote(_) => "remote",
+            Self::Faas(_) => "faas",
+        }
+    }
+
+    /// Checks that the backend is compiled in and that values are in range.
+    pub fn validate(&self) -> Result<()> {
+        let feature_off = |feature: &str| Error::FeatureDisabled {
+            backend: self.backend().into(),
+            feature: feature.into(),
+            krate: "uniagent-envs".into(),
+        };
+        match self {
+            Self::Host(c) => check_positive("host.startup_timeout", c.startup_timeout),
+            Self::Docker(c) => {
+                if !cfg!(feature = "docker") {
+                    return Err(feature_off("docker"));
+                }
+                if c.image.trim().is_empty() {
+                    return Err(config_error("docker.image must name a local image"));
+                }
+                if c.cpus.is_some_and(|cpus| !(cpus > 0.0 && cpus.is_finite())) {
+                    return Err(config_error("docker.cpus must be a positive number"));
+                }
+                check_positive("docker.startup_timeout", c.startup_timeout)
+            }
+            Self::Remote(c) => {
+                check_url("remote.url", &c.url)?;
+                check_positive("remote.timeout", c.timeout)
+            }
+            Self::Faas(c) => {
+                if !cfg!(feature = "faas") {
+                    return Err(feature_off("faas"));
+                }
+                check_url("faas.control_url", &c.control_url)?;
+                check_positive("faas.timeout", c.timeout)
+            }
+        }
+    }
+}
+
+fn config_error(message: impl Into<String>) -> Error {
+    Error::Config { message: message.into(), source: None }
+}
+
+fn check_positive(key: &str, d: Duration) -> Result<()> {
+    if d.is_zero() {
+        return Err(config_error(format!("{key} must be greater than 0")));
+    }
+    Ok(())
+}
+
+fn check_url(key: &str, url: &str) -> Result<()> {
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(config_error(format!("{key} must be an http:// or https:// URL, got `{url}`")));
+    }
+    Ok(())
+}
+
+/// Settings of the `host` backend.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HostConfig {
+    /// Path of the `uniagent-sandbox` binary; by default it is looked up next to the current
+    /// executable and then on `PATH`.
+    pub server_binary: Option<PathBuf>,
+    /// Where fresh work directories are created (default: the system temp dir).
+    pub work_root: Option<PathBuf>,
+    /// Keep the work directory after stop (for debugging).
+    pub keep_work_dir: bool,
+    /// How long to wait for the server to answer `is_alive`, seconds.
+    #[serde(with = "duration_secs")]
+    pub startup_timeout: Duration,
+    /// Extra environment variables for the server and its shells.
+    pub env: BTreeMap<String, String>,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        Self {
+            server_binary: None,
+            work_root: None,
+            keep_work_dir: false,
+            startup_timeout: Duration::from_secs(10),
+            env: BTreeMap::new(),
+        }
+    }
+}
+
+/// Network access of a container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkMode {
+    /// No network at all; the server is reached through the Docker API's port publishing.
+    #[default]
+    None,
+    /// Docker's default bridge network.
+    Bridge,
+    /// The host's network namespace.
+    Host,
+}
+
+/// Settings of the `docker` backend.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DockerConfig {
+    /// Local image to start.
+    pub image: String,
+    /// Pull the image when missing (off: this project builds images locally).
+    pub pull: bool,
+    /// Network access.
+    pub network: NetworkMode,
+    /// Memory limit in bytes.
+    pub memory_bytes: Option<u64>,
+    /// CPU quota in cores.
+    pub cpus: Option<f64>,
+    /// Maximum number of processes.
+    pub pids_limit: Option<i64>,
+    /// Mount the root file system read-only (the work dir stays writable).
+    pub read_only_root: bool,
+    /// Working directory inside the container.
+    pub work_dir: String,
+    /// The sandbox is stopped after this long, whatever it is doing.
+    #[serde(with = "opt_duration_secs")]
+    pub lifetime: Option<Duration>,
+    /// How long to wait for the server to answer `is_alive`, seconds.
+    #[serde(with = "duration_secs")]
+    pub startup_timeout: Duration,
+    /// Maximum concurrent container starts.
+    pub max_concurrent_starts: usize,
+}
+
+impl Default for DockerConfig {
+    fn default() -> Self {
+        Self {
+            image: String::new(),
+            pull: false,
+            network: NetworkMode::None,
+            memory_bytes: Some(2 << 30),
+            cpus: Some(1.0),
+            pids_limit: Some(512),
+            read_only_root: false,
+            work_dir: "/work".into(),
+            lifetime: Some(Duration::from_secs(3600)),
+            startup_timeout: Duration::from_secs(30),
+            max_concurrent_starts: 8,
+        }
+    }
+}
+
+/// Settings of the `remote` backend.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RemoteConfig {
+    /// Base URL of the server, e.g. `http://127.0.0.1:8000`.
+    pub url: String,
+    /// Token sent as `X-API-Key`.
+    pub auth_token: Option<String>,
+    /// Environment variable holding the token (preferred over writing it in the file).
+    pub auth_token_env: Option<String>,
+    /// Transport timeout for requests without a command timeout, seconds.
+    #[serde(with = "duration_secs")]
+    pub timeout: Duration,
+    /// Retries of transient connection failures.
+    pub retry: RetryConfig,
+}
+
+impl Default for RemoteConfig {
+    fn default() -> Self {
+        Self {
+            url: String::new(),
+            auth_token: None,
+            auth_token_env: None,
+            timeout: Duration::from_secs(60),
+            retry: RetryConfig::default(),
+        }
+    }
+}
+
+/// Settings of the `faas` backend.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FaasConfig {
+    /// Base URL of the control plane that creates and deletes sandboxes.
+    pub control_url: String,
+    /// Environment variable holding the control plane's API key.
+    pub api_key_env: Option<String>,
+    /// Image or template the control plane starts.
+    pub image: String,
+    /// Transport timeout, seconds.
+    #[serde(with = "duration_secs")]
+    pub timeout: Duration,
+    /// Retries of transient failures.
+    pub retry: RetryConfig,
+}
+
+impl Default for FaasConfig {
+    fn default() -> Self {
+        Self {
+            control_url: String::new(),
+            api_key_env: None,
+            image: String::new(),
+            timeout: Duration::from_secs(60),
+            retry: RetryConfig::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use uniagent_core::config::{parse, to_string, ConfigFormat};
+
+    use super::*;
+
+    fn samples() -> Vec<DeploymentConfig> {
+        vec![
+            DeploymentConfig::Host(HostConfig { keep_work_dir: true, ..HostConfig::default() }),
+            DeploymentConfig::Docker(DockerConfig {
+                image: "uniagent-sandbox:debian".into(),
+                cpus: Some(0.5),
+                lifetime: None,
+                ..DockerConfig::default()
+            }),
+            DeploymentConfig::Remote(RemoteConfig {
+                url: "http://127.0.0.1:8000".into(),
+                auth_token: Some("t".into()),
+                ..RemoteConfig::default()
+            }),
+            DeploymentConfig::Faas(FaasConfig {
+                control_url: "https://faas.example/api".into(),
+                image: "img".into(),
+                ..FaasConfig::default()
+            }),
+        ]
+    }
+
+    #[test]
+    fn every_backend_round_trips_through_yaml_toml_and_json() {
+        for cfg in samples() {
+            for format in [ConfigFormat::Yaml, ConfigFormat::Toml, ConfigFormat::Json] {
+                let text = to_string(&cfg, format).unwrap();
+                let back: DeploymentConfig = parse(&text, format).unwrap();
+                assert_eq!(back, cfg, "{format:?}:\n{text}");
+            }
+        }
+    }
+
+    #[test]
+    fn misspelled_keys_and_unknown_backends_are_named() {
+        let err = parse::<DeploymentConfig>("type: remote\nulr: http://x\n", ConfigFormat::Yaml).unwrap_err();
+        assert!(err.to_string().contains("ulr"), "{err}");
+        let err = parse::<DeploymentConfig>("type = \"kubernetes\"\n", ConfigFormat::Toml).unwrap_err();
+        assert!(err.to_string().contains("kubernetes"), "{err}");
+        let err = parse::<DeploymentConfig>("type: docker\nretry:\n  max_attempts: 2\n", ConfigFormat::Yaml)
+            .unwrap_err();
+        assert!(err.to_string().contains("retry"), "{err}");
+        let err = parse::<DeploymentConfig>(
+            "type: remote\nurl: http://x\nretry:\n  max_attemps: 2\n",
+            ConfigFormat::Yaml,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("max_attemps"), "{err}");
+    }
+
+    #[test]
+    fn a_backend_without_its_feature_parses_but_fails_validation_naming_the_feature() {
+        let cfg: DeploymentConfig = parse("type: faas\ncontrol_url: https://x\n", ConfigFormat::Yaml).unwrap();
+        let result = cfg.validate();
+        if cfg!(feature = "faas") {
+            assert!(result.is_ok());
+        } else {
+            let err = result.unwrap_err();
+            assert!(matches!(&err, Error::FeatureDisabled { feature, .. } if feature == "faas"));
+            assert!(err.to_string().contains("`faas`"));
+        }
+        let cfg: DeploymentConfig = parse("type: docker\nimage: x\n", ConfigFormat::Yaml).unwrap();
+        assert_eq!(cfg.validate().is_ok(), cfg!(feature = "docker"));
+    }
+
+    #[test]
+    fn validation_rejects_bad_values() {
+        let cfg: DeploymentConfig = parse("type: remote\nurl: ftp://x\n", ConfigFormat::Yaml).unwrap();
+        assert!(cfg.validate().unwrap_err().to_string().contains("remote.url"));
+        let cfg: DeploymentConfig = parse("type: host\nstartup_timeout: 0\n", ConfigFormat::Yaml).unwrap();
+        assert!(cfg.validate().unwrap_err().to_string().contains("startup_timeout"));
+    }
+}

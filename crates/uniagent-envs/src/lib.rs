@@ -1,0 +1,5 @@
+#![doc = include_str!("../README.md")]
+
+pub mod config;
+
+pub use config::{DeploymentConfig, DockerConfig, FaasConfig, HostConfig, NetworkMode, RemoteConfig};
