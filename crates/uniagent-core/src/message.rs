@@ -10,7 +10,7 @@
 //!
 //! Fields this crate does not model are kept in `extra` and written back unchanged.
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
 /// Who wrote a message.
@@ -172,22 +172,38 @@ fn function_type() -> String {
 impl ToolCall {
     /// A function call with parsed arguments.
     pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: Value) -> Self {
-        Self { id: id.into(), kind: function_type(), function: FunctionCall { name: name.into(), arguments } }
+        Self { id: id.into(), kind: function_type(), function: FunctionCall::new(name, arguments) }
     }
 }
 
 /// The function part of a [`ToolCall`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// The wire text of `arguments` is remembered, so a message read from JSON is written back byte
+/// for byte (spacing, key order, escapes), as long as `arguments` was not changed in between.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(from = "WireFunctionCall", into = "WireFunctionCall")]
 pub struct FunctionCall {
     /// Function (tool) name.
     pub name: String,
     /// Parsed arguments. On the wire: a JSON string. A wire string that is not a JSON object is
     /// kept verbatim as `Value::String(raw)` and written back unchanged.
-    #[serde(serialize_with = "serialize_arguments", deserialize_with = "deserialize_arguments")]
     pub arguments: Value,
+    /// The wire text `arguments` was parsed from, if any.
+    wire: Option<String>,
+}
+
+impl PartialEq for FunctionCall {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name && self.arguments == other.arguments
+    }
 }
 
 impl FunctionCall {
+    /// A call with parsed arguments.
+    pub fn new(name: impl Into<String>, arguments: Value) -> Self {
+        Self { name: name.into(), arguments, wire: None }
+    }
+
     /// The arguments as a JSON object, or a message the model can be shown when they are not one.
     pub fn arguments_object(&self) -> Result<&Map<String, Value>, String> {
         match &self.arguments {
@@ -199,25 +215,60 @@ impl FunctionCall {
             other => Err(format!("the arguments of `{}` are not a JSON object: {other}", self.name)),
         }
     }
-}
 
-fn serialize_arguments<S: Serializer>(v: &Value, s: S) -> Result<S::Ok, S::Error> {
-    match v {
-        // Raw text that did not parse as an object is written back exactly as received.
-        Value::String(raw) => s.serialize_str(raw),
-        other => s.serialize_str(&other.to_string()),
+    /// The arguments as written on the wire: the original text when it still matches, otherwise
+    /// compact JSON (raw text for arguments that never parsed).
+    pub fn arguments_wire(&self) -> String {
+        if let Some(wire) = &self.wire {
+            let still_matches = match &self.arguments {
+                Value::String(raw) => raw == wire,
+                parsed => serde_json::from_str::<Value>(wire).is_ok_and(|v| &v == parsed),
+            };
+            if still_matches {
+                return wire.clone();
+            }
+        }
+        match &self.arguments {
+            // Raw text that did not parse as an object is written back exactly as received.
+            Value::String(raw) => raw.clone(),
+            other => other.to_string(),
+        }
     }
 }
 
-fn deserialize_arguments<'de, D: Deserializer<'de>>(d: D) -> Result<Value, D::Error> {
+#[derive(Serialize, Deserialize)]
+struct WireFunctionCall {
+    name: String,
+    #[serde(serialize_with = "serialize_arguments", deserialize_with = "deserialize_arguments")]
+    arguments: (Value, Option<String>),
+}
+
+impl From<WireFunctionCall> for FunctionCall {
+    fn from(w: WireFunctionCall) -> Self {
+        Self { name: w.name, arguments: w.arguments.0, wire: w.arguments.1 }
+    }
+}
+
+impl From<FunctionCall> for WireFunctionCall {
+    fn from(f: FunctionCall) -> Self {
+        let wire = f.arguments_wire();
+        Self { name: f.name, arguments: (Value::String(wire), None) }
+    }
+}
+
+fn serialize_arguments<S: serde::Serializer>(v: &(Value, Option<String>), s: S) -> Result<S::Ok, S::Error> {
+    v.0.serialize(s)
+}
+
+fn deserialize_arguments<'de, D: Deserializer<'de>>(d: D) -> Result<(Value, Option<String>), D::Error> {
     match Value::deserialize(d)? {
         Value::String(raw) => match serde_json::from_str::<Value>(&raw) {
-            Ok(v @ Value::Object(_)) => Ok(v),
-            _ => Ok(Value::String(raw)),
+            Ok(v @ Value::Object(_)) => Ok((v, Some(raw))),
+            _ => Ok((Value::String(raw.clone()), Some(raw))),
         },
         // Some servers and templates pass arguments already parsed.
-        v @ Value::Object(_) => Ok(v),
-        Value::Null => Ok(Value::Object(Map::new())),
+        v @ Value::Object(_) => Ok((v, None)),
+        Value::Null => Ok((Value::Object(Map::new()), None)),
         other => Err(serde::de::Error::custom(format!(
             "tool call `arguments` must be a JSON string or object, got {other}"
         ))),

@@ -84,8 +84,8 @@ pub struct Choice {
     /// `stop`, `length`, `tool_calls`, ...
     #[serde(default)]
     pub finish_reason: Option<String>,
-    /// Per-token log-probabilities, when requested.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Per-token log-probabilities, when requested (`null` otherwise, as OpenAI writes it).
+    #[serde(default)]
     pub logprobs: Option<Value>,
     /// Other fields (e.g. vLLM's `stop_reason`).
     #[serde(flatten)]
