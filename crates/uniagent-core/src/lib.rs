@@ -1,8 +1,10 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
+pub mod agent;
 pub mod config;
 mod error;
+mod generator;
 mod message;
 mod model;
 pub mod openai;
@@ -17,6 +19,7 @@ pub mod testing;
 mod tool;
 
 pub use error::{BoxError, Error, ErrorKind, LengthLimitKind, Result};
+pub use generator::{GenerateOutput, GenerateRequest, TokenGenerator};
 pub use message::{FunctionCall, FunctionSpec, Message, Role, ToolCall, ToolSpec};
 pub use model::{AssistantTurn, ChatModel, FinishReason, ModelCapabilities};
 pub use retry::{duration_secs, opt_duration_secs, RetryConfig};
