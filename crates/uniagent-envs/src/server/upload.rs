@@ -1,0 +1,144 @@
+//! `/upload`: a multipart form with `file`, `target_path` and `unzip`, staged to disk as it
+//! streams in, then moved to `target_path` or extracted there as a zip archive.
+//!
+//! Decoding ([`read_form`]) is separate from placing ([`place`]) so the decoder can be fuzzed
+//! without touching arbitrary paths.
+
+use std::path::{Path, PathBuf};
+
+use axum::extract::Multipart;
+use serde_json::json;
+use tokio::io::AsyncWriteExt;
+
+use super::errors::{class, ServerError};
+use super::validate::parse_bool_str;
+
+/// A decoded upload: the staged file and where it goes.
+#[derive(Debug)]
+pub struct UploadForm {
+    /// The staged bytes of the `file` part.
+    pub staged: PathBuf,
+    /// The `target_path` field.
+    pub target_path: String,
+    /// The `unzip` field (default false).
+    pub unzip: bool,
+}
+
+fn bad_body() -> ServerError {
+    ServerError::Http {
+        status: axum::http::StatusCode::BAD_REQUEST,
+        detail: "There was an error parsing the body".into(),
+    }
+}
+
+/// Reads the multipart form, streaming the `file` part into a new file in `staging_dir`.
+/// Missing fields give FastAPI's 422 items; a malformed body gives 400.
+pub async fn read_form(
+    mut multipart: Multipart,
+    staging_dir: &Path,
+) -> Result<UploadForm, ServerError> {
+    let mut staged = None;
+    let mut target_path = None;
+    let mut unzip_raw: Option<String> = None;
+    while let Some(mut field) = multipart.next_field().await.map_err(|_| bad_body())? {
+        match field.name().unwrap_or_default() {
+            "file" if field.file_name().is_some() || staged.is_none() => {
+                tokio::fs::create_dir_all(staging_dir)
+                    .await
+                    .map_err(|e| ServerError::os_error(&e, &staging_dir.to_string_lossy()))?;
+                let path = staging_dir.join(format!("upload-{:016x}", fastrand::u64(..)));
+                let mut file = tokio::fs::File::create(&path)
+                    .await
+                    .map_err(|e| ServerError::os_error(&e, &path.to_string_lossy()))?;
+                let copied = async {
+                    while let Some(chunk) = field.chunk().await.map_err(|_| bad_body())? {
+                        file.write_all(&chunk)
+                            .await
+                            .map_err(|e| ServerError::os_error(&e, &path.to_string_lossy()))?;
+                    }
+                    file.flush()
+                        .await
+                        .map_err(|e| ServerError::os_error(&e, &path.to_string_lossy()))
+                }
+                .await;
+                if let Err(e) = copied {
+                    let _ = tokio::fs::remove_file(&path).await;
+                    return Err(e);
+                }
+                if let Some(old) = staged.replace(path) {
+                    let _ = tokio::fs::remove_file(old).await;
+                }
+            }
+            "target_path" => target_path = Some(field.text().await.map_err(|_| bad_body())?),
+            "unzip" => unzip_raw = Some(field.text().await.map_err(|_| bad_body())?),
+            _ => {}
+        }
+    }
+    let mut errors = Vec::new();
+    if staged.is_none() {
+        errors.push(json!({"type": "missing", "loc": ["body", "file"], "msg": "Field required", "input": null}));
+    }
+    if target_path.is_none() {
+        errors.push(json!({"type": "missing", "loc": ["body", "target_path"], "msg": "Field required", "input": null}));
+    }
+    let unzip = match unzip_raw.as_deref().map(parse_bool_str) {
+        None => false,
+        Some(Some(b)) => b,
+        Some(None) => {
+            errors.push(json!({"type": "bool_parsing", "loc": ["body", "unzip"],
+                "msg": "Input should be a valid boolean, unable to interpret input", "input": unzip_raw}));
+            false
+        }
+    };
+    match (staged, target_path) {
+        (Some(staged), Some(target_path)) if errors.is_empty() => Ok(UploadForm {
+            staged,
+            target_path,
+            unzip,
+        }),
+        (staged, _) => {
+            if let Some(s) = staged {
+                let _ = tokio::fs::remove_file(s).await;
+            }
+            Err(ServerError::Validation(errors))
+        }
+    }
+}
+
+/// Moves the staged file to `target_path` (into it, as `temp_file_transfer`, when it is an
+/// existing directory), or extracts it as a zip archive into `target_path` with `unzip`.
+pub fn place(form: &UploadForm) -> Result<(), ServerError> {
+    let result = place_inner(form);
+    let _ = std::fs::remove_file(&form.staged);
+    result
+}
+
+fn place_inner(form: &UploadForm) -> Result<(), ServerError> {
+    let target = Path::new(&form.target_path);
+    if let Some(parent) = target.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| ServerError::os_error(&e, &parent.to_string_lossy()))?;
+    }
+    if form.unzip {
+        let file = std::fs::File::open(&form.staged)
+            .map_err(|e| ServerError::os_error(&e, &form.staged.to_string_lossy()))?;
+        let mut archive = zip::ZipArchive::new(file)
+            .map_err(|_| ServerError::exception(class::BAD_ZIP, "File is not a zip file"))?;
+        std::fs::create_dir_all(target)
+            .map_err(|e| ServerError::os_error(&e, &form.target_path))?;
+        return archive.extract(target).map_err(|e| match e {
+            zip::result::ZipError::Io(io) => ServerError::os_error(&io, &form.target_path),
+            other => ServerError::exception(class::BAD_ZIP, other.to_string()),
+        });
+    }
+    let destination = if target.is_dir() {
+        target.join("temp_file_transfer")
+    } else {
+        target.to_path_buf()
+    };
+    let shown = destination.to_string_lossy().into_owned();
+    if std::fs::rename(&form.staged, &destination).is_err() {
+        std::fs::copy(&form.staged, &destination).map_err(|e| ServerError::os_error(&e, &shown))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,544 @@
+//! Request-body validation with SWE-ReX's (pydantic 2, lax mode) rules and FastAPI's 422 error
+//! shape: required discriminators (`session_type`, `action_type`), unknown fields ignored, lax
+//! coercion (`"5"` → `5.0`, `1` → `true`), one `{type, loc, msg, input, ctx?}` item per problem.
+//!
+//! A body that passes is normalised (coerced values, only known fields) and then deserialised
+//! into the shared protocol types of `uniagent_core::sandbox`.
+
+use serde::de::DeserializeOwned;
+use serde_json::{json, Map, Value};
+
+use super::errors::ServerError;
+
+/// The type of one field, with pydantic's lax coercions.
+#[derive(Debug, Clone, Copy)]
+pub enum Kind {
+    /// `str`: strings only.
+    Str,
+    /// `str | None`.
+    OptStr,
+    /// `bool`: booleans, 0/1, and the strings pydantic accepts (`"true"`, `"off"`...).
+    Bool,
+    /// `float`: numbers, numeric strings, booleans.
+    Float,
+    /// `float | None`.
+    OptFloat,
+    /// `int`: integers, integral floats, integer strings, booleans. Negative values become 0
+    /// (the only `int` field, `n_retry`, counts attempts).
+    Count,
+    /// `list[str]`.
+    StrList,
+    /// `dict[str, str] | None`.
+    OptStrMap,
+    /// `Literal[...]` of strings.
+    Literal(&'static [&'static str]),
+    /// `str | list[str]`.
+    StrOrList,
+}
+
+/// One field of a model.
+#[derive(Debug, Clone, Copy)]
+pub struct Field {
+    /// JSON name.
+    pub name: &'static str,
+    /// Type.
+    pub kind: Kind,
+    /// Whether the field has no default.
+    pub required: bool,
+}
+
+const fn opt(name: &'static str, kind: Kind) -> Field {
+    Field {
+        name,
+        kind,
+        required: false,
+    }
+}
+
+const fn req(name: &'static str, kind: Kind) -> Field {
+    Field {
+        name,
+        kind,
+        required: true,
+    }
+}
+
+/// A model: its fields, and the discriminator it must carry, if any (`(field, allowed tags)`).
+#[derive(Debug, Clone, Copy)]
+pub struct Model {
+    /// Discriminator field and the variants it selects: `(tag value, fields)`.
+    pub tag: Option<(&'static str, &'static [(&'static str, &'static [Field])])>,
+    /// Fields of an untagged model.
+    pub fields: &'static [Field],
+}
+
+const CREATE_SESSION_FIELDS: &[Field] = &[
+    opt("session", Kind::Str),
+    opt("startup_source", Kind::StrList),
+    opt("startup_timeout", Kind::Float),
+];
+const CLOSE_SESSION_FIELDS: &[Field] = &[opt("session", Kind::Str)];
+const BASH_ACTION_FIELDS: &[Field] = &[
+    req("command", Kind::Str),
+    opt("session", Kind::Str),
+    opt("timeout", Kind::OptFloat),
+    opt("check", Kind::Literal(&["raise", "silent", "ignore"])),
+    opt("error_msg", Kind::Str),
+    opt("is_interactive_command", Kind::Bool),
+    opt("is_interactive_quit", Kind::Bool),
+    opt("expect", Kind::StrList),
+];
+const INTERRUPT_FIELDS: &[Field] = &[
+    opt("session", Kind::Str),
+    opt("timeout", Kind::Float),
+    opt("n_retry", Kind::Count),
+    opt("expect", Kind::StrList),
+];
+
+/// `CreateBashSessionRequest` (tag `session_type: bash`).
+pub const CREATE_SESSION: Model = Model {
+    tag: Some(("session_type", &[("bash", CREATE_SESSION_FIELDS)])),
+    fields: &[],
+};
+/// `CloseBashSessionRequest` (tag `session_type: bash`).
+pub const CLOSE_SESSION: Model = Model {
+    tag: Some(("session_type", &[("bash", CLOSE_SESSION_FIELDS)])),
+    fields: &[],
+};
+/// `BashAction | BashInterruptAction` (tag `action_type`).
+pub const ACTION: Model = Model {
+    tag: Some((
+        "action_type",
+        &[
+            ("bash", BASH_ACTION_FIELDS),
+            ("bash_interrupt", INTERRUPT_FIELDS),
+        ],
+    )),
+    fields: &[],
+};
+/// `Command`.
+pub const COMMAND: Model = Model {
+    tag: None,
+    fields: &[
+        req("command", Kind::StrOrList),
+        opt("shell", Kind::Bool),
+        opt("timeout", Kind::OptFloat),
+        opt("check", Kind::Bool),
+        opt("error_msg", Kind::Str),
+        opt("env", Kind::OptStrMap),
+        opt("cwd", Kind::OptStr),
+        opt("merge_output_streams", Kind::Bool),
+    ],
+};
+/// `ReadFileRequest`.
+pub const READ_FILE: Model = Model {
+    tag: None,
+    fields: &[
+        req("path", Kind::Str),
+        opt("encoding", Kind::OptStr),
+        opt("errors", Kind::OptStr),
+    ],
+};
+/// `WriteFileRequest`.
+pub const WRITE_FILE: Model = Model {
+    tag: None,
+    fields: &[req("content", Kind::Str), req("path", Kind::Str)],
+};
+
+/// Parses and validates a JSON request body against `model`, then deserialises it into `T`.
+///
+/// ```
+/// use uniagent_core::sandbox::Action;
+/// use uniagent_envs::server::validate::{parse_body, ACTION};
+///
+/// let action: Action = parse_body(br#"{"action_type":"bash","command":"ls","timeout":"5"}"#, &ACTION).unwrap();
+/// let Action::Bash(bash) = action else { unreachable!() };
+/// assert_eq!(bash.timeout, Some(5.0));
+/// assert!(parse_body::<Action>(br#"{"command":"ls"}"#, &ACTION).is_err()); // tag missing
+/// ```
+pub fn parse_body<T: DeserializeOwned>(body: &[u8], model: &Model) -> Result<T, ServerError> {
+    let value = parse_json(body)?;
+    let normalised = validate(&value, model)?;
+    serde_json::from_value(normalised).map_err(|e| {
+        ServerError::invalid(
+            json!({"type": "value_error", "loc": ["body"], "msg": e.to_string(), "input": value}),
+        )
+    })
+}
+
+/// Parses a body as JSON with FastAPI's errors for a missing body and for invalid JSON.
+pub fn parse_json(body: &[u8]) -> Result<Value, ServerError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ServerError::invalid(
+            json!({"type": "missing", "loc": ["body"], "msg": "Field required", "input": null}),
+        ));
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        let position = byte_offset(body, e.line(), e.column());
+        ServerError::invalid(json!({
+            "type": "json_invalid", "loc": ["body", position], "msg": "JSON decode error",
+            "input": {}, "ctx": {"error": e.to_string()}
+        }))
+    })
+}
+
+fn byte_offset(body: &[u8], line: usize, column: usize) -> usize {
+    let mut offset = 0;
+    for (i, l) in body.split(|b| *b == b'\n').enumerate() {
+        if i + 1 == line {
+            return offset + column.saturating_sub(1);
+        }
+        offset += l.len() + 1;
+    }
+    offset.min(body.len())
+}
+
+/// Validates `value` against `model`; returns the normalised object or all errors found.
+pub fn validate(value: &Value, model: &Model) -> Result<Value, ServerError> {
+    let Some(object) = value.as_object() else {
+        return Err(ServerError::invalid(json!({
+            "type": "model_attributes_type", "loc": ["body"],
+            "msg": "Input should be a valid dictionary or object to extract fields from", "input": value
+        })));
+    };
+    let mut errors = Vec::new();
+    let mut out = Map::new();
+    match model.tag {
+        None => check_fields(
+            object,
+            model.fields,
+            &[json!("body")],
+            &mut out,
+            &mut errors,
+        ),
+        Some((tag_field, variants)) => {
+            let expected = variants
+                .iter()
+                .map(|(t, _)| format!("'{t}'"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let discriminator = format!("'{tag_field}'");
+            match object.get(tag_field).and_then(Value::as_str) {
+                None if !object.contains_key(tag_field) => errors.push(json!({
+                    "type": "union_tag_not_found", "loc": ["body"],
+                    "msg": format!("Unable to extract tag using discriminator {discriminator}"),
+                    "input": value, "ctx": {"discriminator": discriminator}
+                })),
+                found => {
+                    let tag = found.map_or_else(|| object[tag_field].to_string(), str::to_owned);
+                    match variants.iter().find(|(t, _)| found == Some(*t)) {
+                        Some((t, fields)) => {
+                            out.insert(tag_field.to_owned(), Value::String((*t).to_owned()));
+                            check_fields(object, fields, &[json!("body"), json!(t)], &mut out, &mut errors);
+                        }
+                        None => errors.push(json!({
+                            "type": "union_tag_invalid", "loc": ["body"],
+                            "msg": format!("Input tag '{tag}' found using {discriminator} does not match any of the expected tags: {expected}"),
+                            "input": value,
+                            "ctx": {"discriminator": discriminator, "tag": tag, "expected_tags": expected}
+                        })),
+                    }
+                }
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(Value::Object(out))
+    } else {
+        Err(ServerError::Validation(errors))
+    }
+}
+
+fn check_fields(
+    object: &Map<String, Value>,
+    fields: &[Field],
+    loc: &[Value],
+    out: &mut Map<String, Value>,
+    errors: &mut Vec<Value>,
+) {
+    for field in fields {
+        let mut here = loc.to_vec();
+        here.push(json!(field.name));
+        match object.get(field.name) {
+            None if field.required => errors.push(json!({
+                "type": "missing", "loc": here, "msg": "Field required", "input": Value::Object(object.clone())
+            })),
+            None => {}
+            Some(v) => match coerce(v, field.kind, &here) {
+                Ok(v) => {
+                    out.insert(field.name.to_owned(), v);
+                }
+                Err(mut e) => errors.append(&mut e),
+            },
+        }
+    }
+}
+
+fn err(kind: &str, loc: &[Value], msg: &str, input: &Value) -> Vec<Value> {
+    vec![json!({"type": kind, "loc": loc, "msg": msg, "input": input})]
+}
+
+fn coerce(v: &Value, kind: Kind, loc: &[Value]) -> Result<Value, Vec<Value>> {
+    match kind {
+        Kind::Str => match v {
+            Value::String(_) => Ok(v.clone()),
+            _ => Err(err("string_type", loc, "Input should be a valid string", v)),
+        },
+        Kind::OptStr => match v {
+            Value::Null => Ok(Value::Null),
+            _ => coerce(v, Kind::Str, loc),
+        },
+        Kind::Bool => coerce_bool(v).map(Value::Bool).ok_or_else(|| match v {
+            Value::String(_) | Value::Number(_) => err(
+                "bool_parsing",
+                loc,
+                "Input should be a valid boolean, unable to interpret input",
+                v,
+            ),
+            _ => err("bool_type", loc, "Input should be a valid boolean", v),
+        }),
+        Kind::Float => match v {
+            Value::Number(n) => Ok(json!(n.as_f64().unwrap_or(0.0))),
+            Value::Bool(b) => Ok(json!(if *b { 1.0 } else { 0.0 })),
+            Value::String(s) => match s.trim().parse::<f64>() {
+                Ok(f) => Ok(json!(f)),
+                Err(_) => Err(err(
+                    "float_parsing",
+                    loc,
+                    "Input should be a valid number, unable to parse string as a number",
+                    v,
+                )),
+            },
+            _ => Err(err("float_type", loc, "Input should be a valid number", v)),
+        },
+        Kind::OptFloat => match v {
+            Value::Null => Ok(Value::Null),
+            _ => coerce(v, Kind::Float, loc),
+        },
+        Kind::Count => {
+            let n: i64 =
+                match v {
+                    Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+                        (Some(i), _) => i,
+                        (None, Some(f)) if f.fract() == 0.0 && f.abs() < 9e15 => f as i64,
+                        (None, Some(_)) => return Err(err(
+                            "int_from_float",
+                            loc,
+                            "Input should be a valid integer, got a number with a fractional part",
+                            v,
+                        )),
+                        _ => {
+                            return Err(err(
+                                "int_parsing",
+                                loc,
+                                "Input should be a valid integer",
+                                v,
+                            ))
+                        }
+                    },
+                    Value::Bool(b) => i64::from(*b),
+                    Value::String(s) => match s.trim().parse::<i64>() {
+                        Ok(i) => i,
+                        Err(_) => return Err(err(
+                            "int_parsing",
+                            loc,
+                            "Input should be a valid integer, unable to parse string as an integer",
+                            v,
+                        )),
+                    },
+                    _ => return Err(err("int_type", loc, "Input should be a valid integer", v)),
+                };
+            Ok(json!(n.clamp(0, i64::from(u32::MAX))))
+        }
+        Kind::StrList => match v {
+            Value::Array(items) => {
+                let mut errors = Vec::new();
+                for (i, item) in items.iter().enumerate() {
+                    if !item.is_string() {
+                        let mut here = loc.to_vec();
+                        here.push(json!(i));
+                        errors.extend(err(
+                            "string_type",
+                            &here,
+                            "Input should be a valid string",
+                            item,
+                        ));
+                    }
+                }
+                if errors.is_empty() {
+                    Ok(v.clone())
+                } else {
+                    Err(errors)
+                }
+            }
+            _ => Err(err("list_type", loc, "Input should be a valid list", v)),
+        },
+        Kind::OptStrMap => match v {
+            Value::Null => Ok(Value::Null),
+            Value::Object(map) => {
+                let mut errors = Vec::new();
+                for (key, item) in map {
+                    if !item.is_string() {
+                        let mut here = loc.to_vec();
+                        here.push(json!(key));
+                        errors.extend(err(
+                            "string_type",
+                            &here,
+                            "Input should be a valid string",
+                            item,
+                        ));
+                    }
+                }
+                if errors.is_empty() {
+                    Ok(v.clone())
+                } else {
+                    Err(errors)
+                }
+            }
+            _ => Err(err(
+                "dict_type",
+                loc,
+                "Input should be a valid dictionary",
+                v,
+            )),
+        },
+        Kind::Literal(allowed) => match v.as_str() {
+            Some(s) if allowed.contains(&s) => Ok(v.clone()),
+            _ => {
+                let quoted: Vec<String> = allowed.iter().map(|a| format!("'{a}'")).collect();
+                let expected = match quoted.split_last() {
+                    Some((last, rest)) if !rest.is_empty() => {
+                        format!("{} or {last}", rest.join(", "))
+                    }
+                    _ => quoted.join(""),
+                };
+                Err(vec![json!({
+                    "type": "literal_error", "loc": loc, "msg": format!("Input should be {expected}"),
+                    "input": v, "ctx": {"expected": expected}
+                })])
+            }
+        },
+        Kind::StrOrList => match v {
+            Value::String(_) => Ok(v.clone()),
+            Value::Array(_) => {
+                let mut here = loc.to_vec();
+                here.push(json!("list[str]"));
+                coerce(v, Kind::StrList, &here)
+            }
+            _ => {
+                let mut as_str = loc.to_vec();
+                as_str.push(json!("str"));
+                let mut as_list = loc.to_vec();
+                as_list.push(json!("list[str]"));
+                let mut errors = err("string_type", &as_str, "Input should be a valid string", v);
+                errors.extend(err(
+                    "list_type",
+                    &as_list,
+                    "Input should be a valid list",
+                    v,
+                ));
+                Err(errors)
+            }
+        },
+    }
+}
+
+/// pydantic's lax boolean parsing.
+pub fn coerce_bool(v: &Value) -> Option<bool> {
+    match v {
+        Value::Bool(b) => Some(*b),
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if f == 0.0 => Some(false),
+            Some(f) if f == 1.0 => Some(true),
+            _ => None,
+        },
+        Value::String(s) => parse_bool_str(s),
+        _ => None,
+    }
+}
+
+/// The strings pydantic accepts as booleans (case-insensitive).
+pub fn parse_bool_str(s: &str) -> Option<bool> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "0" | "off" | "f" | "false" | "n" | "no" => Some(false),
+        "1" | "on" | "t" | "true" | "y" | "yes" => Some(true),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use uniagent_core::sandbox::{Command, CreateSessionRequest};
+
+    use super::*;
+
+    fn detail(e: ServerError) -> Vec<Value> {
+        match e {
+            ServerError::Validation(items) => items,
+            other => panic!("expected a validation error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn create_session_requires_the_tag_even_for_an_empty_object() {
+        let items = detail(parse_body::<CreateSessionRequest>(b"{}", &CREATE_SESSION).unwrap_err());
+        assert_eq!(items[0]["type"], "union_tag_not_found");
+        assert_eq!(items[0]["ctx"]["discriminator"], "'session_type'");
+    }
+
+    #[test]
+    fn invalid_tags_list_the_expected_ones() {
+        let items = detail(
+            parse_body::<uniagent_core::sandbox::Action>(br#"{"action_type":"zsh"}"#, &ACTION)
+                .unwrap_err(),
+        );
+        assert_eq!(items[0]["type"], "union_tag_invalid");
+        assert_eq!(items[0]["ctx"]["expected_tags"], "'bash', 'bash_interrupt'");
+    }
+
+    #[test]
+    fn field_errors_carry_the_variant_in_loc() {
+        let items = detail(
+            parse_body::<uniagent_core::sandbox::Action>(
+                br#"{"action_type":"bash","check":"loud","timeout":"x"}"#,
+                &ACTION,
+            )
+            .unwrap_err(),
+        );
+        let types: Vec<&str> = items.iter().filter_map(|i| i["type"].as_str()).collect();
+        assert_eq!(types, ["missing", "float_parsing", "literal_error"]);
+        assert_eq!(items[0]["loc"], json!(["body", "bash", "command"]));
+        assert_eq!(
+            items[2]["msg"],
+            "Input should be 'raise', 'silent' or 'ignore'"
+        );
+    }
+
+    #[test]
+    fn lax_coercions_apply() {
+        let c: Command = parse_body(
+            br#"{"command":["ls"],"shell":"yes","timeout":3,"check":0}"#,
+            &COMMAND,
+        )
+        .unwrap();
+        assert!(c.shell);
+        assert!(!c.check);
+        assert_eq!(c.timeout, Some(3.0));
+        let items = detail(parse_body::<Command>(br#"{"command":5}"#, &COMMAND).unwrap_err());
+        assert_eq!(items.len(), 2);
+        assert_eq!(items[1]["loc"], json!(["body", "command", "list[str]"]));
+    }
+
+    #[test]
+    fn missing_and_broken_bodies() {
+        assert_eq!(detail(parse_json(b"").unwrap_err())[0]["type"], "missing");
+        assert_eq!(
+            detail(parse_json(b"{\"a\":").unwrap_err())[0]["type"],
+            "json_invalid"
+        );
+        assert_eq!(
+            detail(validate(&json!([1]), &COMMAND).unwrap_err())[0]["type"],
+            "model_attributes_type"
+        );
+    }
+}
