@@ -11,6 +11,7 @@ pub mod openai;
 mod retry;
 mod reward;
 pub mod rollout;
+pub mod runner;
 mod sampling;
 pub mod sandbox;
 mod task;

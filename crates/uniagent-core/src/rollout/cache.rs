@@ -284,6 +284,51 @@ impl RolloutCache {
         Ok(())
     }
 
+    /// Tightens the length limits to the stricter of the current and `limits` (a `None` in
+    /// `limits` keeps the current value). Fails with [`Error::LengthLimit`] when the prompt
+    /// does not fit the new limits; the limits are changed either way.
+    pub fn restrict_limits(&mut self, limits: LengthLimits) -> Result<()> {
+        fn tighter(a: Option<usize>, b: Option<usize>) -> Option<usize> {
+            match (a, b) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
+        }
+        self.limits = LengthLimits {
+            max_prompt_len: tighter(self.limits.max_prompt_len, limits.max_prompt_len),
+            max_response_len: tighter(self.limits.max_response_len, limits.max_response_len),
+            max_model_len: tighter(self.limits.max_model_len, limits.max_model_len),
+        };
+        let Some(t) = &self.tokens else { return Ok(()) };
+        for (limit, allowed) in [
+            (LengthLimitKind::MaxPromptLen, self.limits.max_prompt_len),
+            (LengthLimitKind::MaxModelLen, self.limits.max_model_len),
+        ] {
+            if let Some(allowed) = allowed {
+                if t.prompt_ids.len() > allowed {
+                    return Err(Error::LengthLimit { limit, needed: t.prompt_ids.len(), allowed });
+                }
+            }
+        }
+        self.check_room(0)
+    }
+
+    /// Sets the mask of the tokens sampled in assistant turn `turn` (0-based) to 0 and their
+    /// logprobs to 0.0, keeping the tokens: a turn excluded from training (e.g. one cut by the
+    /// token budget). Returns how many tokens were masked.
+    pub fn mask_out_turn(&mut self, turn: u32) -> usize {
+        let Some(t) = &mut self.tokens else { return 0 };
+        let mut n = 0;
+        for ((m, lp), p) in t.response_mask.iter_mut().zip(&mut t.response_logprobs).zip(&t.provenance) {
+            if p.turn == turn && p.source == TokenSource::Sampled && *m == 1 {
+                *m = 0;
+                *lp = 0.0;
+                n += 1;
+            }
+        }
+        n
+    }
+
     /// Sets every mask entry to 0 (a trajectory excluded from training), keeping the tokens.
     pub fn mask_out(&mut self) {
         if let Some(t) = &mut self.tokens {

@@ -32,6 +32,7 @@ pub enum ScriptedReply {
 struct State {
     started: bool,
     stopped: bool,
+    fail_start: bool,
     sessions: BTreeSet<String>,
     files: BTreeMap<String, Vec<u8>>,
     log: Vec<String>,
@@ -82,6 +83,12 @@ impl ScriptedDeployment {
     /// Adds a file.
     pub fn with_file(self, path: &str, content: impl Into<Vec<u8>>) -> Self {
         lock(&self.state).files.insert(path.to_owned(), content.into());
+        self
+    }
+
+    /// `start` fails with a non-retryable sandbox error (for tests of start failures).
+    pub fn failing_start(self) -> Self {
+        lock(&self.state).fail_start = true;
         self
     }
 
@@ -148,6 +155,14 @@ impl Deployment for ScriptedDeployment {
     async fn start(&self) -> Result<()> {
         let mut s = lock(&self.state);
         s.log.push("start".into());
+        if s.fail_start {
+            return Err(Error::Sandbox {
+                backend: "scripted".into(),
+                message: "scripted start failure".into(),
+                retryable: false,
+                source: None,
+            });
+        }
         s.started = true;
         s.stopped = false;
         Ok(())

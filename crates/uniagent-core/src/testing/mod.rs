@@ -7,10 +7,14 @@
 
 mod deployment;
 mod model;
+mod token_model;
 mod tool;
 
 pub use deployment::{ScriptedDeployment, ScriptedReply};
 pub use model::{ModelRequest, ScriptedChatModel, ScriptedTurn};
+pub use token_model::{
+    char_ids, render_message, ScriptedTokenChatModel, END_OF_TURN, GENERATION_PROMPT, SCRIPTED_LOGPROB,
+};
 pub use tool::{RecordedCall, RecordingTool};
 
 /// Locks a mutex, recovering the data if a panicking test poisoned it.
