@@ -1,1 +1,7 @@
 #![doc = include_str!("../README.md")]
+
+#[cfg(feature = "tch")]
+pub mod model;
+
+#[cfg(feature = "tch")]
+pub mod generate;

@@ -1,0 +1,11 @@
+//! The generation engine: batched decoding with a KV cache, greedy / temperature / top-p /
+//! top-k sampling, stop ids, and logprobs under the unmodified distribution; implements
+//! [`TokenGenerator`](uniagent_core::TokenGenerator).
+
+mod batch;
+mod engine;
+mod sampler;
+
+pub use batch::generate_batch;
+pub use engine::{EngineConfig, TchEngine};
+pub use sampler::{sample_token, Sampled};

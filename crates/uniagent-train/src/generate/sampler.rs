@@ -1,0 +1,151 @@
+//! Choosing the next token from a row of logits.
+
+use uniagent_core::SamplingParams;
+
+/// A sampled token and its log-probability under the model's unmodified distribution.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sampled {
+    /// The chosen id.
+    pub token: u32,
+    /// `log_softmax(logits)[token]`: temperature 1, no top-p/top-k (vLLM's default
+    /// `raw_logprobs`).
+    pub logprob: f32,
+}
+
+/// Picks the next token from one row of float32 logits.
+///
+/// - temperature `0` (or `top_k == 1`): the arg-max (lowest id among ties);
+/// - otherwise: softmax of `logits / temperature`, restricted to the `top_k` most likely ids,
+///   then to the smallest set of most likely ids whose mass reaches `top_p`, renormalised, and
+///   sampled by inverse CDF with one uniform draw from `rng`.
+///
+/// The reported logprob is always that of the unmodified distribution, which is what the
+/// trainer recomputes; the sampling distribution (temperature, truncation) is a choice of the
+/// rollout, corrected for, if at all, by importance weights on the trainer side.
+///
+/// ```
+/// use uniagent_core::SamplingParams;
+/// use uniagent_train::generate::sample_token;
+/// let logits = [0.0f32, 2.0, 1.0];
+/// let mut rng = fastrand::Rng::with_seed(7);
+/// let s = sample_token(&logits, &SamplingParams::greedy(), &mut rng);
+/// assert_eq!(s.token, 1);
+/// let z = (0f32.exp() + 2f32.exp() + 1f32.exp()).ln();
+/// assert!((s.logprob - (2.0 - z)).abs() < 1e-6);
+/// ```
+pub fn sample_token(logits: &[f32], params: &SamplingParams, rng: &mut fastrand::Rng) -> Sampled {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let log_z = max + logits.iter().map(|&l| (l - max).exp()).sum::<f32>().ln();
+    let logprob_of = |token: usize| logits.get(token).map_or(f32::NEG_INFINITY, |&l| l - log_z);
+    let greedy = params.temperature <= 0.0 || params.top_k == Some(1);
+    let token = if greedy { argmax(logits) } else { draw(logits, max, params, rng) };
+    Sampled { token: token as u32, logprob: logprob_of(token) }
+}
+
+fn argmax(logits: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &l) in logits.iter().enumerate() {
+        if l > logits[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+fn draw(logits: &[f32], max: f32, params: &SamplingParams, rng: &mut fastrand::Rng) -> usize {
+    let inv_t = 1.0 / params.temperature;
+    // Unnormalised probabilities, in f64 for a stable cumulative sum.
+    let weights: Vec<f64> = logits.iter().map(|&l| ((f64::from(l) - f64::from(max)) * inv_t).exp()).collect();
+    let top_k = params.top_k.map_or(logits.len(), |k| (k as usize).min(logits.len()));
+    let truncate = top_k < logits.len() || params.top_p < 1.0;
+    if !truncate {
+        return inverse_cdf(weights.iter().copied().enumerate(), weights.iter().sum(), rng);
+    }
+    let mut order: Vec<usize> = (0..logits.len()).collect();
+    if top_k < order.len() {
+        order.select_nth_unstable_by(top_k, |&a, &b| weights[b].total_cmp(&weights[a]).then(a.cmp(&b)));
+        order.truncate(top_k);
+    }
+    order.sort_unstable_by(|&a, &b| weights[b].total_cmp(&weights[a]).then(a.cmp(&b)));
+    let kept_mass: f64 = order.iter().map(|&i| weights[i]).sum();
+    let mut keep = order.len();
+    if params.top_p < 1.0 {
+        let target = params.top_p * kept_mass;
+        let mut acc = 0.0;
+        for (n, &i) in order.iter().enumerate() {
+            acc += weights[i];
+            if acc >= target {
+                keep = n + 1;
+                break;
+            }
+        }
+    }
+    let kept = &order[..keep];
+    let mass = kept.iter().map(|&i| weights[i]).sum();
+    inverse_cdf(kept.iter().map(|&i| (i, weights[i])), mass, rng)
+}
+
+fn inverse_cdf(items: impl Iterator<Item = (usize, f64)>, mass: f64, rng: &mut fastrand::Rng) -> usize {
+    let target = rng.f64() * mass;
+    let mut acc = 0.0;
+    let mut last = 0;
+    for (i, w) in items {
+        if w <= 0.0 {
+            continue;
+        }
+        acc += w;
+        last = i;
+        if acc > target {
+            return i;
+        }
+    }
+    last
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(temperature: f64, top_p: f64, top_k: Option<u32>) -> SamplingParams {
+        SamplingParams { temperature, top_p, top_k, ..SamplingParams::default() }
+    }
+
+    #[test]
+    fn top_k_and_top_p_never_pick_outside_the_kept_set() {
+        let logits = [3.0f32, 2.9, 0.0, -1.0, 2.8, -5.0];
+        let mut rng = fastrand::Rng::with_seed(1);
+        for _ in 0..500 {
+            let t = sample_token(&logits, &params(1.0, 1.0, Some(2)), &mut rng).token;
+            assert!(t == 0 || t == 1, "top-k 2 picked {t}");
+            let t = sample_token(&logits, &params(1.0, 0.3, None), &mut rng).token;
+            assert!(t == 0 || t == 1, "top-p 0.3 picked {t}");
+        }
+    }
+
+    #[test]
+    fn frequencies_follow_the_tempered_distribution() {
+        let logits = [0.0f32, 1.0, 2.0];
+        let mut rng = fastrand::Rng::with_seed(3);
+        let n = 20_000;
+        let mut counts = [0usize; 3];
+        for _ in 0..n {
+            counts[sample_token(&logits, &params(0.5, 1.0, None), &mut rng).token as usize] += 1;
+        }
+        let w: Vec<f64> = [0.0f64, 2.0, 4.0].iter().map(|x| x.exp()).collect();
+        let z: f64 = w.iter().sum();
+        for i in 0..3 {
+            let p = counts[i] as f64 / n as f64;
+            assert!((p - w[i] / z).abs() < 0.02, "token {i}: {p} vs {}", w[i] / z);
+        }
+    }
+
+    #[test]
+    fn logprob_ignores_temperature_and_truncation() {
+        let logits = [0.5f32, 1.5, -0.5];
+        let z = logits.iter().map(|l| l.exp()).sum::<f32>().ln();
+        let mut rng = fastrand::Rng::with_seed(9);
+        let s = sample_token(&logits, &params(0.3, 0.5, Some(1)), &mut rng);
+        assert_eq!(s.token, 1);
+        assert!((s.logprob - (1.5 - z)).abs() < 1e-6);
+    }
+}

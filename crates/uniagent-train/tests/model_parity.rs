@@ -1,0 +1,116 @@
+//! Our Qwen2 forward pass against transformers' outputs on the tiny-qwen2 fixture.
+#![cfg(feature = "tch")]
+
+mod common;
+
+use tch::{Kind, Tensor};
+
+const TOL: f64 = 1e-4;
+
+fn max_abs_diff(ours: &[f64], theirs: &[f64]) -> f64 {
+    assert_eq!(ours.len(), theirs.len());
+    ours.iter().zip(theirs).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max)
+}
+
+#[test]
+fn logits_match_transformers_within_1e4() {
+    let model = common::tiny_model();
+    let reference = common::reference();
+    for seq in reference["sequences"].as_array().unwrap() {
+        let name = seq["name"].as_str().unwrap();
+        let ids = common::ids_of(&seq["input_ids"]);
+        let t = ids.len() as i64;
+        let input = Tensor::from_slice(&ids).unsqueeze(0);
+        let logits = tch::no_grad(|| model.forward(&input, None, None, None)).unwrap().squeeze_dim(0);
+        assert_eq!(logits.size(), [t, 151_936]);
+        let selected_ids = Tensor::from_slice(&common::ids_of(&seq["logits_selected_ids"]));
+        let logsumexp = logits.logsumexp([-1], false);
+        let argmax = logits.argmax(-1, false);
+        let logprobs = logits.log_softmax(-1, Kind::Float);
+        for pos in 0..t {
+            let row = logits.get(pos);
+            let first16: Vec<f64> = Vec::try_from(row.narrow(0, 0, 16).to_kind(Kind::Double)).unwrap();
+            let d = max_abs_diff(&first16, &common::floats_of(&seq["logits_first16"][pos as usize]));
+            assert!(d < TOL, "{name}[{pos}] logits_first16 differ by {d}");
+            let sel: Vec<f64> = Vec::try_from(row.index_select(0, &selected_ids).to_kind(Kind::Double)).unwrap();
+            let d = max_abs_diff(&sel, &common::floats_of(&seq["logits_selected"][pos as usize]));
+            assert!(d < TOL, "{name}[{pos}] logits_selected differ by {d}");
+            let lse = logsumexp.double_value(&[pos]);
+            let want = seq["logsumexp"][pos as usize].as_f64().unwrap();
+            assert!((lse - want).abs() < TOL, "{name}[{pos}] logsumexp {lse} vs {want}");
+            assert_eq!(argmax.int64_value(&[pos]), seq["argmax"][pos as usize].as_i64().unwrap(), "{name}[{pos}] argmax");
+            if pos + 1 < t {
+                let lp = logprobs.double_value(&[pos, ids[pos as usize + 1]]);
+                let want = seq["next_token_logprobs"][pos as usize].as_f64().unwrap();
+                assert!((lp - want).abs() < TOL, "{name}[{pos}] next-token logprob {lp} vs {want}");
+            }
+        }
+    }
+}
+
+#[test]
+fn kv_cache_matches_full_forward() {
+    let model = common::tiny_model();
+    let reference = common::reference();
+    let ids = common::ids_of(&reference["sequences"][0]["input_ids"]);
+    let full = tch::no_grad(|| model.forward(&Tensor::from_slice(&ids).unsqueeze(0), None, None, None)).unwrap();
+    // Prefill 10 tokens, then one at a time.
+    let mut cache = model.new_cache();
+    let mut pieces = vec![tch::no_grad(|| {
+        model.forward(&Tensor::from_slice(&ids[..10]).unsqueeze(0), None, None, Some(&mut cache))
+    })
+    .unwrap()];
+    for &id in &ids[10..] {
+        pieces.push(tch::no_grad(|| model.forward(&Tensor::from_slice(&[id]).unsqueeze(0), None, None, Some(&mut cache))).unwrap());
+    }
+    assert_eq!(cache.len(), ids.len());
+    let incremental = Tensor::cat(&pieces, 1);
+    let d = (&full - &incremental).abs().max().double_value(&[]);
+    assert!(d < 1e-5, "KV-cache logits differ from the full forward by {d}");
+}
+
+#[test]
+fn left_padded_batch_matches_single_rows() {
+    let model = common::tiny_model();
+    let a: Vec<i64> = vec![9707, 1879, 13, 358, 1079];
+    let b: Vec<i64> = vec![151644, 872, 198];
+    let pad = 151_643i64;
+    let rows = [[a.clone()].concat(), [vec![pad, pad], b.clone()].concat()];
+    let input = Tensor::stack(&[Tensor::from_slice(&rows[0]), Tensor::from_slice(&rows[1])], 0);
+    let mask = Tensor::from_slice2(&[[1i64, 1, 1, 1, 1], [0, 0, 1, 1, 1]]);
+    let positions = Tensor::from_slice2(&[[0i64, 1, 2, 3, 4], [0, 0, 0, 1, 2]]);
+    let batched = tch::no_grad(|| model.forward(&input, Some(&positions), Some(&mask), None)).unwrap();
+    let single_a = tch::no_grad(|| model.forward(&Tensor::from_slice(&a).unsqueeze(0), None, None, None)).unwrap();
+    let single_b = tch::no_grad(|| model.forward(&Tensor::from_slice(&b).unsqueeze(0), None, None, None)).unwrap();
+    let da = (batched.get(0) - single_a.get(0)).abs().max().double_value(&[]);
+    let db = (batched.get(1).narrow(0, 2, 3) - single_b.get(0)).abs().max().double_value(&[]);
+    assert!(da < 1e-5 && db < 1e-5, "batched rows differ from single rows: {da}, {db}");
+}
+
+#[test]
+fn bad_inputs_are_typed_errors() {
+    let model = common::tiny_model();
+    let too_big = Tensor::from_slice(&[151_936i64]).unsqueeze(0);
+    assert!(model.forward(&too_big, None, None, None).is_err());
+    let negative = Tensor::from_slice(&[-1i64]).unsqueeze(0);
+    assert!(model.forward(&negative, None, None, None).is_err());
+    let flat = Tensor::from_slice(&[1i64, 2]);
+    assert!(model.forward(&flat, None, None, None).is_err());
+    let ids = Tensor::from_slice(&[1i64, 2]).unsqueeze(0);
+    let bad_mask = Tensor::from_slice(&[1i64]).unsqueeze(0);
+    assert!(model.forward(&ids, None, Some(&bad_mask), None).is_err());
+    let missing = std::env::temp_dir().join("uniagent-no-such-model");
+    assert!(uniagent_train::model::Qwen2ForCausalLM::load(&missing, tch::Device::Cpu, uniagent_train::model::ModelDtype::F32).is_err());
+}
+
+#[test]
+fn bf16_forward_is_close_to_f32() {
+    let mut model = common::tiny_model();
+    let ids = Tensor::from_slice(&[9707i64, 1879, 13]).unsqueeze(0);
+    let f32_logits = tch::no_grad(|| model.forward(&ids, None, None, None)).unwrap();
+    model.set_dtype(uniagent_train::model::ModelDtype::Bf16);
+    let bf16_logits = tch::no_grad(|| model.forward(&ids, None, None, None)).unwrap();
+    assert_eq!(bf16_logits.kind(), Kind::BFloat16);
+    let d = (f32_logits - bf16_logits.to_kind(Kind::Float)).abs().max().double_value(&[]);
+    assert!(d < 0.25 && d > 0.0, "bf16 logits should be close to but not bit-equal with f32: {d}");
+}
