@@ -1,0 +1,126 @@
+//! Running one command in the trajectory's bash session, with timeouts turned into data and the
+//! session interrupted and checked afterwards.
+
+use std::time::Duration;
+
+use uniagent_core::sandbox::{Action, BashAction, BashInterruptAction, ExceptionClass};
+use uniagent_core::{Deployment, Error, Result};
+
+/// How a session command ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionOutcome {
+    /// It completed; the exit code is `None` when the server could not read it.
+    Completed {
+        /// stdout and stderr, interleaved as the terminal showed them.
+        output: String,
+        /// The exit code.
+        exit_code: Option<i32>,
+    },
+    /// It ran past its timeout; it was interrupted and the session answers again.
+    TimedOut,
+    /// The server refused it as bad bash syntax (`bash -n`); nothing ran.
+    Syntax {
+        /// What `bash -n` said.
+        details: String,
+    },
+}
+
+/// The text the interrupt probe echoes.
+const ALIVE_MARKER: &str = "uniagent-session-alive";
+
+/// Seconds as the protocol's float, at least a millisecond.
+pub fn timeout_secs(timeout: Duration) -> f64 {
+    timeout.as_secs_f64().max(0.001)
+}
+
+/// Runs `command` in `session` with `timeout` (exit code as data).
+///
+/// A timeout interrupts the session (Ctrl-C, then the server's harder fallbacks) and checks it
+/// answers again before returning [`SessionOutcome::TimedOut`]; a session that stays dead is an
+/// `Err` (the episode cannot continue). Other runtime exceptions are `Err` too.
+pub async fn run_in_session(
+    deployment: &dyn Deployment,
+    session: &str,
+    command: &str,
+    timeout: Duration,
+) -> Result<SessionOutcome> {
+    let action = Action::Bash(BashAction::new(
+        session,
+        command,
+        Some(timeout_secs(timeout)),
+    ));
+    match deployment.run_in_session(action).await {
+        Ok(obs) => Ok(SessionOutcome::Completed {
+            output: obs.output,
+            exit_code: obs.exit_code,
+        }),
+        Err(Error::Runtime { exception, .. })
+            if exception.class() == ExceptionClass::BashIncorrectSyntax =>
+        {
+            let field = |k: &str| {
+                exception
+                    .extra_info
+                    .get(k)
+                    .and_then(|v| v.as_str())
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            let details = format!("{}\n{}", field("bash_stdout"), field("bash_stderr"));
+            Ok(SessionOutcome::Syntax { details })
+        }
+        Err(Error::Runtime { exception, .. })
+            if exception.class() == ExceptionClass::CommandTimeout =>
+        {
+            recover(deployment, session).await?;
+            Ok(SessionOutcome::TimedOut)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Interrupts what runs in `session` and checks the shell answers again.
+pub async fn recover(deployment: &dyn Deployment, session: &str) -> Result<()> {
+    let interrupt = BashInterruptAction {
+        session: session.to_owned(),
+        timeout: 1.0,
+        n_retry: 3,
+        expect: Vec::new(),
+    };
+    let interrupted = deployment
+        .run_in_session(Action::Interrupt(interrupt))
+        .await;
+    let probe = Action::Bash(BashAction::new(
+        session,
+        format!("echo {ALIVE_MARKER}"),
+        Some(10.0),
+    ));
+    match deployment.run_in_session(probe).await {
+        Ok(obs) if obs.output.lines().any(|l| l.trim() == ALIVE_MARKER) => Ok(()),
+        probe => Err(Error::Sandbox {
+            backend: deployment.backend().to_owned(),
+            message: format!(
+                "session `{session}` did not recover after a timed-out command (interrupt: {}, probe: {})",
+                match &interrupted {
+                    Ok(_) => "ok".to_owned(),
+                    Err(e) => e.to_string(),
+                },
+                match &probe {
+                    Ok(obs) => format!("unexpected output {:?}", obs.output),
+                    Err(e) => e.to_string(),
+                }
+            ),
+            retryable: false,
+            source: None,
+        }),
+    }
+}
+
+/// Quotes `text` for a POSIX shell: single quotes, with each `'` written as `'\''`.
+///
+/// ```
+/// use uniagent_tools::shell_quote;
+/// assert_eq!(shell_quote("it's $HOME"), r#"'it'\''s $HOME'"#);
+/// ```
+pub fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
