@@ -2,12 +2,15 @@
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
 pub mod agent;
+#[cfg(feature = "codec")]
+pub mod codec;
 pub mod config;
 mod error;
 mod generator;
 mod message;
 mod model;
 pub mod openai;
+pub mod parsers;
 mod retry;
 mod reward;
 pub mod rollout;

@@ -106,6 +106,17 @@ pub struct RolloutCache {
     tokens: Option<TokenTrace>,
     limits: LengthLimits,
     assistant_turns: u32,
+    /// Extra chat-template variables (`enable_thinking`, ...) the codec renders with.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    template_kwargs: serde_json::Map<String, serde_json::Value>,
+    /// Whether the token stream still equals a full render of the messages (see
+    /// [`RolloutCache::append_only`]).
+    #[serde(default = "yes")]
+    append_only: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl RolloutCache {
@@ -118,6 +129,8 @@ impl RolloutCache {
             tokens: None,
             limits: LengthLimits::default(),
             assistant_turns: 0,
+            template_kwargs: serde_json::Map::new(),
+            append_only: true,
         }
     }
 
@@ -147,6 +160,8 @@ impl RolloutCache {
             tokens: Some(TokenTrace { prompt_ids, ..TokenTrace::default() }),
             limits,
             assistant_turns: 0,
+            template_kwargs: serde_json::Map::new(),
+            append_only: true,
         })
     }
 
@@ -173,6 +188,34 @@ impl RolloutCache {
     /// The length limits.
     pub fn limits(&self) -> LengthLimits {
         self.limits
+    }
+
+    /// Extra chat-template variables used by the codec for this trajectory.
+    pub fn template_kwargs(&self) -> &serde_json::Map<String, serde_json::Value> {
+        &self.template_kwargs
+    }
+
+    /// Sets the extra chat-template variables (done once by the codec's `start`).
+    pub fn set_template_kwargs(&mut self, kwargs: serde_json::Map<String, serde_json::Value>) {
+        self.template_kwargs = kwargs;
+    }
+
+    /// `true` while the token stream equals what the chat template renders for the messages
+    /// (the template is append-only for this conversation). `false` once an append showed
+    /// that the template rewrites earlier turns (e.g. Qwen3 dropping past reasoning): the
+    /// sampled tokens are kept regardless, so the stream then differs from a fresh render.
+    pub fn append_only(&self) -> bool {
+        self.append_only
+    }
+
+    /// Records that the stream no longer equals a full render (sticky).
+    pub fn mark_not_append_only(&mut self) {
+        self.append_only = false;
+    }
+
+    /// Fails with [`Error::LengthLimit`] if `extra` more response tokens would not fit.
+    pub fn check_room_for(&self, extra: usize) -> Result<()> {
+        self.check_room(extra)
     }
 
     /// Assistant turns appended so far.

@@ -1,0 +1,95 @@
+//! Golden tests: our renders and token ids equal `transformers`' on the Qwen2.5 and Qwen3
+//! fixtures (see `tests/fixtures/NOTICE` and the fixture README in the repository).
+#![cfg(feature = "codec")]
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+use uniagent_core::codec::{ChatInput, Codec};
+
+fn dir(family: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenizers").join(family)
+}
+
+fn load(family: &str, file: &str) -> Value {
+    let text = std::fs::read_to_string(dir(family).join(file)).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn input_of(case: &Value) -> ChatInput {
+    ChatInput {
+        messages: case["messages"].as_array().unwrap().clone(),
+        tools: case["tools"].as_array().cloned().unwrap_or_default(),
+        add_generation_prompt: case["add_generation_prompt"].as_bool().unwrap(),
+        template_kwargs: case["template_kwargs"].as_object().cloned().unwrap_or_default(),
+    }
+}
+
+fn check_templates(family: &str, expected_cases: usize) {
+    let codec = Codec::from_dir(dir(family)).unwrap();
+    let golden = load(family, "templates_golden.json");
+    let cases = golden["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), expected_cases);
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let input = input_of(case);
+        let text = codec.render(&input).unwrap_or_else(|e| panic!("{family}/{name}: {e}"));
+        assert_eq!(text, case["rendered"].as_str().unwrap(), "{family}/{name}: rendered text");
+        let ids: Vec<u64> = codec.render_ids(&input).unwrap().into_iter().map(u64::from).collect();
+        let want: Vec<u64> = case["token_ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+        assert_eq!(ids, want, "{family}/{name}: token ids");
+    }
+}
+
+fn check_encode(family: &str) {
+    let codec = Codec::from_dir(dir(family)).unwrap();
+    let golden = load(family, "encode_golden.json");
+    let cases = golden["cases"].as_array().unwrap();
+    assert!(cases.len() >= 50);
+    for case in cases {
+        let text = case["text"].as_str().unwrap();
+        let ids = codec.encode(text).unwrap();
+        let want: Vec<u32> = case["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+        assert_eq!(ids, want, "{family}: encode {text:?}");
+        assert_eq!(codec.decode(&ids, false).unwrap(), case["decoded"].as_str().unwrap(), "{family}: decode {text:?}");
+    }
+}
+
+#[test]
+fn qwen25_templates_match_transformers() {
+    check_templates("qwen2.5", 9);
+}
+
+#[test]
+fn qwen3_templates_match_transformers() {
+    check_templates("qwen3", 11);
+}
+
+#[test]
+fn qwen25_encode_matches_tokenizers() {
+    check_encode("qwen2.5");
+}
+
+#[test]
+fn qwen3_encode_matches_tokenizers() {
+    check_encode("qwen3");
+}
+
+#[test]
+fn special_tokens_and_generation_prompt_are_loaded() {
+    for family in ["qwen2.5", "qwen3"] {
+        let codec = Codec::from_dir(dir(family)).unwrap();
+        assert_eq!(codec.eos_token(), "<|im_end|>");
+        assert_eq!(codec.eos_token_id(), 151645);
+        assert_eq!(codec.stop_token_ids(), &[151645]);
+        assert_eq!(codec.generation_prompt(), "<|im_start|>assistant\n");
+    }
+}
+
+#[test]
+fn template_errors_are_typed_not_renders() {
+    let codec = Codec::from_dir(dir("qwen3")).unwrap();
+    // Qwen3 reads `messages[0]`: an empty conversation fails inside the template.
+    let err = codec.render(&ChatInput::default()).unwrap_err();
+    assert_eq!(err.kind(), uniagent_core::ErrorKind::InvalidInput, "{err}");
+}
