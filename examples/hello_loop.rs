@@ -1,30 +1,74 @@
-//! The smallest end-to-end run through the core traits: a scripted model calls a tool that runs
-//! a command in a sandbox, reads the observation and finishes with an answer, which a reward
-//! scores. It prints the conversation and the verl-compatible record.
+//! The smallest end-to-end run: a scripted model calls a tool that runs a command in a sandbox,
+//! reads the observation and finishes with an answer, which a reward scores — all driven by
+//! [`AgentInteraction`], the same loop that serves evaluation and RL rollouts. It prints the
+//! conversation, the exit reason and the verl-compatible record.
 //!
-//! The full interaction loop, real sandboxes and the closed-loop trainer replace each scripted
-//! part as they land; the shapes stay the same.
+//! Real sandboxes, tools and token-level models replace the scripted parts; the loop stays.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use serde_json::json;
-use uniagent_core::testing::{ScriptedChatModel, ScriptedDeployment, ScriptedTurn};
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use uniagent_core::agent::{AgentInteraction, LoopConfig, RolloutControl};
+use uniagent_core::sandbox::DeploymentExt;
+use uniagent_core::testing::{RecordingTool, ScriptedChatModel, ScriptedDeployment, ScriptedTurn};
 use uniagent_core::{
-    ChatModel, Deployment, DeploymentExt, EpisodeSignal, Message, RewardContext, RewardOutcome, SamplingParams,
-    Task, ToolCall,
+    Deployment, EpisodeSignal, Message, Result, RewardContext, RewardOutcome, RewardSpec, Task, Tool, ToolCall,
+    ToolContext, ToolOutput, ToolSpec,
 };
 
+/// Runs a command in the rollout's bash session.
+#[derive(Debug)]
+struct Bash;
+
+#[async_trait]
+impl Tool for Bash {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::function(
+            "execute_bash",
+            "Run a bash command in the sandbox.",
+            json!({"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}),
+        )
+    }
+
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
+        let Some(command) = args["command"].as_str() else {
+            return Ok(ToolOutput::failed("`command` must be a string"));
+        };
+        let obs =
+            ctx.require_deployment("execute_bash")?.bash(&ctx.session, command, ctx.timeout.as_secs_f64()).await?;
+        Ok(ToolOutput::success(format!("{}[exit code {}]", obs.output, obs.exit_code.unwrap_or(-1))))
+    }
+}
+
+/// 1.0 when the finish answer equals the task's `answer`.
+#[derive(Debug)]
+struct ExactAnswer;
+
+#[async_trait]
+impl RewardSpec for ExactAnswer {
+    fn name(&self) -> &str {
+        "exact_answer"
+    }
+
+    async fn score(&self, ctx: &RewardContext<'_>) -> Result<RewardOutcome> {
+        let expected = ctx.task.metadata.get("answer").and_then(Value::as_str);
+        let given = match ctx.signal {
+            Some(EpisodeSignal::Finish { answer }) => Some(answer.trim()),
+            _ => None,
+        };
+        Ok(RewardOutcome::binary(expected.is_some() && expected == given))
+    }
+}
+
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> uniagent_core::Result<()> {
+async fn main() -> Result<()> {
     let task = Arc::new(
         Task::new("hello-0", vec![Message::user("What number is stored in /data/answer.txt?")])
             .with_metadata("answer", json!("42")),
     );
-    let sandbox: Arc<dyn Deployment> = Arc::new(
-        ScriptedDeployment::new().on_command("cat /data/answer.txt", "42\n", 0),
-    );
-    sandbox.create_session(uniagent_core::sandbox::CreateSessionRequest::new("default")).await?;
+    let sandbox: Arc<dyn Deployment> =
+        Arc::new(ScriptedDeployment::new().on_command("cat /data/answer.txt", "42\n", 0));
     let model = ScriptedChatModel::new(vec![
         ScriptedTurn::Reply(Message::assistant_with_calls(
             Some("Let me read the file.".into()),
@@ -35,44 +79,20 @@ async fn main() -> uniagent_core::Result<()> {
             vec![ToolCall::new("call_1", "finish", json!({"answer": "42"}))],
         )),
     ]);
+    let finish = RecordingTool::new("finish", |args| {
+        let answer = args["answer"].as_str().unwrap_or_default().to_owned();
+        Ok(ToolOutput::success("Finished.").with_signal(EpisodeSignal::Finish { answer }))
+    });
 
-    let mut cache = model.start(&task.id, task.messages.clone(), vec![]).await?;
-    let mut signal = None;
-    while signal.is_none() {
-        let turn = model.query(&mut cache, &SamplingParams::default()).await?;
-        let mut observations = Vec::new();
-        for call in &turn.message.tool_calls {
-            let args = &call.function.arguments;
-            let content = match call.function.name.as_str() {
-                "execute_bash" => {
-                    let command = args["command"].as_str().unwrap_or_default();
-                    let obs = sandbox.bash("default", command, Duration::from_secs(10).as_secs_f64()).await?;
-                    format!("{}[exit code {}]", obs.output, obs.exit_code.unwrap_or(-1))
-                }
-                "finish" => {
-                    signal = Some(EpisodeSignal::Finish { answer: args["answer"].as_str().unwrap_or_default().into() });
-                    "Finished.".to_owned()
-                }
-                other => format!("unknown tool `{other}`"),
-            };
-            observations.push(Message::tool(call.id.clone(), content));
-        }
-        model.append(&mut cache, observations).await?;
-    }
-
-    let ctx = RewardContext { task: &task, messages: cache.messages(), signal: signal.as_ref(), deployment: Some(&sandbox) };
-    let expected = ctx.task.metadata["answer"].as_str();
-    let given = match ctx.signal {
-        Some(EpisodeSignal::Finish { answer }) => Some(answer.as_str()),
-        _ => None,
-    };
-    let reward = RewardOutcome::binary(expected == given);
+    let agent = AgentInteraction::new(Arc::new(model), vec![Arc::new(Bash), Arc::new(finish)], LoopConfig::default())?
+        .with_reward(Arc::new(ExactAnswer));
+    sandbox.start().await?;
+    let trajectory = agent.run(task, 0, Some(Arc::clone(&sandbox)), &RolloutControl::default()).await;
     sandbox.stop().await?;
 
-    let mut record = cache.to_agent_loop_output();
-    record.reward_score = Some(reward.score);
-    println!("{}", serde_json::to_string_pretty(cache.messages()).unwrap_or_default());
-    println!("{}", serde_json::to_string(&record).unwrap_or_default());
-    println!("reward: {} (success: {})", reward.score, reward.success);
+    println!("{}", serde_json::to_string_pretty(&trajectory.messages).unwrap_or_default());
+    println!("{}", serde_json::to_string(&trajectory.output).unwrap_or_default());
+    let reward = trajectory.reward.as_ref().map_or(f64::NAN, |r| r.score);
+    println!("exit: {} | reward: {reward} | success: {}", trajectory.exit_reason, trajectory.is_success());
     Ok(())
 }

@@ -1,0 +1,180 @@
+//! Load test of the interaction loop and the runner (a binary, not a timed test).
+//!
+//! Runs N concurrent rollouts (default 10,000) of a scripted token-level model that calls an
+//! in-process tool for `--turns - 1` turns and then finishes, so every microsecond measured is
+//! framework overhead: the loop, the rollout cache, the runner, the summary. Reports rollouts/s,
+//! peak RSS and per-turn overhead (process CPU time per turn and wall time per turn).
+//!
+//! ```text
+//! cargo run --release -p uniagent-examples --bin load-test -- --rollouts 10000 --turns 5
+//! ```
+//! Ctrl-C cancels the run cleanly; the summary still prints.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+use uniagent_core::agent::{AgentInteraction, CancelToken, ExitReason, LoopConfig, Trajectory};
+use uniagent_core::runner::{ProgressEvent, Runner, RunnerConfig, TrajectorySink};
+use uniagent_core::testing::{RecordingTool, ScriptedChatModel, ScriptedTokenChatModel, ScriptedTurn};
+use uniagent_core::{ChatModel, EpisodeSignal, Error, LengthLimits, Message, Result, Task, ToolCall, ToolOutput};
+
+struct Args {
+    rollouts: usize,
+    turns: usize,
+    message_level: bool,
+}
+
+fn parse_args() -> Result<Args> {
+    let mut args = Args { rollouts: 10_000, turns: 5, message_level: false };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut number = |name: &str| -> Result<usize> {
+            it.next()
+                .and_then(|v| v.parse().ok())
+                .filter(|&v: &usize| v > 0)
+                .ok_or_else(|| Error::invalid_input(format!("{name} needs a positive integer")))
+        };
+        match flag.as_str() {
+            "--rollouts" => args.rollouts = number("--rollouts")?,
+            "--turns" => args.turns = number("--turns")?,
+            "--message-level" => args.message_level = true,
+            other => {
+                return Err(Error::invalid_input(format!(
+                    "unknown argument `{other}` (use --rollouts N, --turns T, --message-level)"
+                )))
+            }
+        }
+    }
+    Ok(args)
+}
+
+/// Counts trajectories without keeping them.
+#[derive(Default)]
+struct CountingSink {
+    bytes: u64,
+}
+
+impl TrajectorySink for CountingSink {
+    fn write(&mut self, t: &Trajectory) -> Result<()> {
+        // Serialise like a JSONL sink would, so the cost is part of the measurement.
+        let line = serde_json::to_vec(t).map_err(|e| Error::internal(e.to_string()))?;
+        self.bytes += line.len() as u64 + 1;
+        Ok(())
+    }
+}
+
+/// Peak resident set size in KiB (`VmHWM`), where /proc is available.
+fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// CPU time of all threads of this process in nanoseconds (from /proc/self/task/*/schedstat).
+fn process_cpu_ns() -> Option<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir("/proc/self/task").ok()? {
+        let stat = std::fs::read_to_string(entry.ok()?.path().join("schedstat")).ok()?;
+        total += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(total)
+}
+
+fn script(turns: usize) -> Vec<ScriptedTurn> {
+    let mut script: Vec<ScriptedTurn> = (0..turns - 1)
+        .map(|i| {
+            ScriptedTurn::Reply(Message::assistant_with_calls(
+                Some(format!("step {i}")),
+                vec![ToolCall::new(format!("c{i}"), "echo", json!({"text": format!("observation {i}")}))],
+            ))
+        })
+        .collect();
+    script.push(ScriptedTurn::Reply(Message::assistant_with_calls(
+        None,
+        vec![ToolCall::new("done", "finish", json!({"answer": "ok"}))],
+    )));
+    script
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = parse_args()?;
+    let model: Arc<dyn ChatModel> = if args.message_level {
+        Arc::new(ScriptedChatModel::new(script(args.turns)).without_recording())
+    } else {
+        Arc::new(ScriptedTokenChatModel::new(script(args.turns), LengthLimits::default()))
+    };
+    let echo = RecordingTool::new("echo", |a| Ok(ToolOutput::success(a["text"].as_str().unwrap_or_default())));
+    let finish = RecordingTool::new("finish", |a| {
+        let answer = a["answer"].as_str().unwrap_or_default().to_owned();
+        Ok(ToolOutput::success("done").with_signal(EpisodeSignal::Finish { answer }))
+    });
+    let loop_cfg = LoopConfig { max_turns: args.turns as u32 + 1, ..LoopConfig::default() };
+    let agent = AgentInteraction::new(model, vec![Arc::new(echo), Arc::new(finish)], loop_cfg)?;
+    let runner_cfg = RunnerConfig {
+        max_concurrent_rollouts: args.rollouts,
+        max_concurrent_model_calls: args.rollouts,
+        ..RunnerConfig::default()
+    };
+
+    let bar = ProgressBar::new(args.rollouts as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let running = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let (pb, run_c, fail_c) = (bar.clone(), running.clone(), failed.clone());
+    let runner = Runner::new(agent, runner_cfg)?.with_progress(move |e| match e {
+        ProgressEvent::Started { .. } => {
+            run_c.fetch_add(1, Ordering::Relaxed);
+        }
+        ProgressEvent::Finished { exit_reason, .. } => {
+            run_c.fetch_sub(1, Ordering::Relaxed);
+            if !exit_reason.is_success_path() {
+                fail_c.fetch_add(1, Ordering::Relaxed);
+            }
+            pb.inc(1);
+            if pb.position() % 500 == 0 {
+                let (r, f) = (run_c.load(Ordering::Relaxed), fail_c.load(Ordering::Relaxed));
+                pb.set_message(format!("running {r} failed {f}"));
+            }
+        }
+    });
+
+    let cancel = CancelToken::new();
+    let on_ctrl_c = cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            on_ctrl_c.cancel();
+        }
+    });
+    let tasks: Vec<Task> =
+        (0..args.rollouts).map(|i| Task::new(format!("load-{i}"), vec![Message::user("count to five")])).collect();
+    let cpu0 = process_cpu_ns();
+    let t0 = Instant::now();
+    let mut sink = CountingSink::default();
+    let summary = runner.run(tasks, &cancel, &mut sink).await?;
+    let wall = t0.elapsed();
+    let cpu = process_cpu_ns().zip(cpu0).map(|(a, b)| a.saturating_sub(b));
+    bar.finish_and_clear();
+
+    let turns = summary.turns.total.max(1.0);
+    let report = json!({
+        "rollouts": summary.rollouts,
+        "finished": summary.exit_reasons[&ExitReason::Finished],
+        "cancelled": summary.exit_reasons[&ExitReason::Cancelled],
+        "turns_total": summary.turns.total,
+        "token_level": !args.message_level,
+        "wall_s": wall.as_secs_f64(),
+        "rollouts_per_s": summary.rollouts as f64 / wall.as_secs_f64(),
+        "peak_rss_mib": peak_rss_kib().map(|k| k as f64 / 1024.0),
+        "cpu_us_per_turn": cpu.map(|ns| ns as f64 / 1000.0 / turns),
+        "wall_us_per_turn": wall.as_secs_f64() * 1e6 / turns,
+        "jsonl_bytes": sink.bytes,
+    });
+    println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+    Ok(())
+}
