@@ -4,4 +4,7 @@
 pub mod model;
 
 #[cfg(feature = "tch")]
+pub mod rl;
+
+#[cfg(feature = "tch")]
 pub mod generate;
