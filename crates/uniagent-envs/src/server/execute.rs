@@ -57,7 +57,8 @@ pub async fn execute(
         cmd.current_dir(cwd);
     }
     let (merged_reader, merged_writer) = if command.merge_output_streams {
-        let (r, w) = std::io::pipe().map_err(|e| ServerError::os_error(&e, "pipe"))?;
+        let (r, w) = nix::unistd::pipe()
+            .map_err(|e| ServerError::os_error(&std::io::Error::from(e), "pipe"))?;
         (Some(r), Some(w))
     } else {
         (None, None)
@@ -82,8 +83,7 @@ pub async fn execute(
     let mut guard = GroupGuard { pgid, armed: true };
     let stdout_task: Box<dyn AsyncRead + Unpin + Send> = match merged_reader {
         Some(r) => {
-            let fd: std::os::fd::OwnedFd = r.into();
-            let pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(fd)
+            let pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(r)
                 .map_err(|e| ServerError::os_error(&e, "pipe"))?;
             Box::new(pipe)
         }

@@ -63,11 +63,14 @@ const fn req(name: &'static str, kind: Kind) -> Field {
     }
 }
 
+/// The variants of a tagged model: `(tag value, fields)`.
+pub type Variants = &'static [(&'static str, &'static [Field])];
+
 /// A model: its fields, and the discriminator it must carry, if any (`(field, allowed tags)`).
 #[derive(Debug, Clone, Copy)]
 pub struct Model {
     /// Discriminator field and the variants it selects: `(tag value, fields)`.
-    pub tag: Option<(&'static str, &'static [(&'static str, &'static [Field])])>,
+    pub tag: Option<(&'static str, Variants)>,
     /// Fields of an untagged model.
     pub fields: &'static [Field],
 }
@@ -448,8 +451,8 @@ pub fn coerce_bool(v: &Value) -> Option<bool> {
     match v {
         Value::Bool(b) => Some(*b),
         Value::Number(n) => match n.as_f64() {
-            Some(f) if f == 0.0 => Some(false),
-            Some(f) if f == 1.0 => Some(true),
+            Some(0.0) => Some(false),
+            Some(1.0) => Some(true),
             _ => None,
         },
         Value::String(s) => parse_bool_str(s),

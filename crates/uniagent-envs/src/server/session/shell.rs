@@ -67,6 +67,9 @@ struct Reader {
     buf: OutputBuffer,
     pending: Vec<u8>,
     eof: bool,
+    /// A command (or an interactive program) may still be running: the last wait did not end
+    /// with the prompt of the latest command.
+    busy: bool,
 }
 
 enum Ended {
@@ -161,6 +164,7 @@ impl BashSession {
                 buf: OutputBuffer::new(options.max_output_bytes, 4096),
                 pending: Vec::new(),
                 eof: false,
+                busy: true,
             }),
             child: std::sync::Mutex::new(Some(child)),
             dir,
@@ -286,11 +290,13 @@ impl BashSession {
             if let Some((start, end, index)) = expect {
                 let (out, rest) = reader.buf.take(start, end);
                 reader.pending = rest;
+                reader.busy = true;
                 return Ok((out, Ended::Expect { index }));
             }
             if let Some(p) = prompt {
                 let (out, rest) = reader.buf.take(p.start, p.end);
                 reader.pending = rest;
+                reader.busy = false;
                 return Ok((out, Ended::Prompt(p)));
             }
             search_from = reader.buf.bytes().len();
@@ -305,6 +311,7 @@ impl BashSession {
                         // Keep what arrived: it precedes whatever prompt comes later.
                         let (_, rest) = reader.buf.take(0, 0);
                         reader.pending = rest;
+                        reader.busy = true;
                         return Err(WaitError::Timeout);
                     }
                 },
@@ -510,6 +517,15 @@ impl BashSession {
         };
         if reader.eof {
             return Err(self.eof_error());
+        }
+        if !reader.busy {
+            // Nothing runs: the shell is at its prompt. The Ctrl-C sent above only produces a
+            // prompt of the current sequence number, which later commands skip as stale.
+            return Ok(observation(
+                String::new(),
+                Some(0),
+                PROMPT_EXPECT_STRING.to_owned(),
+            ));
         }
         for attempt in 0..=action.n_retry {
             if attempt > 0 {

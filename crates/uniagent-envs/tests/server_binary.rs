@@ -1,0 +1,102 @@
+//! The `uniagent-sandbox` binary as deployments start it: only `--host --port --auth-token`,
+//! `TERM` unset, an empty `HOME` and an empty working directory.
+
+#![cfg(feature = "server")]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[test]
+fn starts_fast_and_serves_sessions() {
+    let home = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_uniagent-sandbox"))
+        .args(["--host", "127.0.0.1", "--port", "0", "--auth-token", "T"])
+        .env_remove("TERM")
+        .env("HOME", home.path())
+        .current_dir(cwd.path())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line.trim().rsplit(' ').next().unwrap().to_owned();
+    assert!(url.starts_with("http://127.0.0.1:"), "{line}");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = reqwest::Client::new();
+    let alive = rt.block_on(async {
+        loop {
+            if let Ok(r) = client
+                .get(format!("{url}/is_alive"))
+                .header("X-API-Key", "T")
+                .send()
+                .await
+            {
+                break r.json::<serde_json::Value>().await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    });
+    let ready = started.elapsed();
+    assert_eq!(alive, serde_json::json!({"is_alive": true, "message": ""}));
+    assert!(ready < Duration::from_millis(900), "ready after {ready:?}");
+    let out = rt.block_on(async {
+        let post = |path: &str, body: serde_json::Value| {
+            client
+                .post(format!("{url}{path}"))
+                .header("X-API-Key", "T")
+                .json(&body)
+                .send()
+        };
+        post(
+            "/create_session",
+            serde_json::json!({"session_type": "bash"}),
+        )
+        .await
+        .unwrap();
+        post(
+            "/run_in_session",
+            serde_json::json!({"action_type": "bash", "command": "pwd; echo $TERM", "timeout": 5}),
+        )
+        .await
+        .unwrap()
+        .json::<serde_json::Value>()
+        .await
+        .unwrap()
+    });
+    assert_eq!(
+        out["output"],
+        format!("{}\ndumb\n", cwd.path().canonicalize().unwrap().display())
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn version_and_missing_token() {
+    let out = Command::new(env!("CARGO_BIN_EXE_uniagent-sandbox"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains(env!("CARGO_PKG_VERSION")));
+    let out = Command::new(env!("CARGO_BIN_EXE_uniagent-sandbox"))
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "--auth-token is required, as in swerex-remote"
+    );
+}

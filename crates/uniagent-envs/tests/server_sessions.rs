@@ -1,0 +1,350 @@
+//! Bash sessions over real HTTP: output and exit codes, persistence, check modes, syntax errors,
+//! timeouts and recovery, interrupts, output limits, non-UTF-8 output, lifecycle errors,
+//! interactive programs, concurrency and leaks.
+
+#![cfg(feature = "server")]
+
+mod server_common;
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use server_common::{class_path, message, pid_alive, TestServer};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn commands_outputs_and_state() {
+    let s = TestServer::start().await;
+    s.create("a").await;
+    assert_eq!(s.ok("a", "echo hi").await, ("hi\n".into(), json!(0)));
+    assert_eq!(s.ok("a", "cd /tmp").await.0, "");
+    assert_eq!(s.ok("a", "pwd").await.0, "/tmp\n");
+    s.ok("a", "export X=42").await;
+    assert_eq!(s.ok("a", "echo $X").await.0, "42\n");
+    assert_eq!(s.ok("a", "echo a\necho b").await.0, "a\nb\n");
+    assert_eq!(s.ok("a", "echo to-stderr 1>&2").await.0, "to-stderr\n");
+    assert_eq!(s.ok("a", "printf x").await.0, "x");
+    assert_eq!(s.ok("a", "f() { echo \"f:$1\"; }").await.0, "");
+    assert_eq!(s.ok("a", "f 7").await.0, "f:7\n");
+    assert_eq!(s.ok("a", "cat <<'EOF'\n$HOME\nEOF").await.0, "$HOME\n");
+    assert_eq!(
+        s.ok("a", "echo before SHELLPS1PREFIX after").await.0,
+        "before SHELLPS1PREFIX after\n"
+    );
+    assert_eq!(s.ok("a", "(exit 3)").await, ("".into(), json!(3)));
+    assert_eq!(s.ok("a", "false; echo $?").await.0, "1\n");
+    // Control bytes in the command are data, not terminal input.
+    assert_eq!(
+        s.ok("a", "printf '%s' 'a\u{3}b' | od -An -c | tr -s ' '")
+            .await
+            .0,
+        " a 003 b\n"
+    );
+    // A long single line (beyond the 4 KiB tty line limit) runs whole.
+    let long = format!("echo {}", "y".repeat(10_000));
+    assert_eq!(s.ok("a", &long).await.0.len(), 10_001);
+    // Escape sequences are removed, CRLF becomes LF, a lone CR stays.
+    assert_eq!(
+        s.ok("a", "printf '\\033[1mbold\\033[0m\\r\\nx\\ry'")
+            .await
+            .0,
+        "bold\nx\ry"
+    );
+    // Invalid UTF-8 comes back as \xNN escapes (Python's backslashreplace).
+    assert_eq!(
+        s.ok("a", "printf 'ok\\377\\376\\n'").await.0,
+        "ok\\xff\\xfe\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn check_modes_and_errors() {
+    let s = TestServer::start().await;
+    s.create("c").await;
+    let run = |check: &'static str, cmd: &'static str| {
+        s.post("/run_in_session", json!({"action_type": "bash", "session": "c", "command": cmd, "check": check, "error_msg": "probe-custom-msg"}))
+    };
+    let (st, b) = run("ignore", "(exit 3)").await;
+    assert_eq!((st, b["exit_code"].clone()), (200, json!(null)));
+    let (st, b) = run("silent", "(exit 3)").await;
+    assert_eq!((st, b["exit_code"].clone()), (200, json!(3)));
+    let (st, b) = run("raise", "(exit 3)").await;
+    assert_eq!(st, 511);
+    assert_eq!(class_path(&b), "swerex.exceptions.NonZeroExitCodeError");
+    assert_eq!(
+        message(&b),
+        "probe-custom-msg: Command '(exit 3)' failed with exit code 3. Here is the output:\n''"
+    );
+    let (st, b) = run("raise", "(a").await;
+    assert_eq!(st, 511);
+    assert_eq!(class_path(&b), "swerex.exceptions.BashIncorrectSyntaxError");
+    assert_eq!(
+        b["swerexception"]["extra_info"]["bash_stderr"],
+        "bash: line 2: syntax error: unexpected end of file\n"
+    );
+    // The session is untouched by the rejected command.
+    assert_eq!(s.ok("c", "echo still-here").await.0, "still-here\n");
+    let (st, b) = s.run("nope", "echo", None).await;
+    assert_eq!(
+        (st, class_path(&b)),
+        (511, "swerex.exceptions.SessionDoesNotExistError")
+    );
+    assert_eq!(message(&b), "session 'nope' does not exist");
+    let (st, b) = s
+        .post(
+            "/create_session",
+            json!({"session_type": "bash", "session": "c"}),
+        )
+        .await;
+    assert_eq!(
+        (st, class_path(&b)),
+        (511, "swerex.exceptions.SessionExistsError")
+    );
+    let (st, b) = s
+        .post(
+            "/run_in_session",
+            json!({"action_type": "bash", "session": "c", "command": "echo", "expect": ["("]}),
+        )
+        .await;
+    assert_eq!((st, class_path(&b)), (511, "re.error"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn timeouts_interrupt_and_leave_the_session_usable() {
+    let s = TestServer::start().await;
+    s.create("t").await;
+    let started = Instant::now();
+    let (st, b) = s.run("t", "sleep 5", Some(0.5)).await;
+    assert_eq!(st, 511);
+    assert_eq!(class_path(&b), "swerex.exceptions.CommandTimeoutError");
+    assert_eq!(
+        message(&b),
+        "timeout after 0.5 seconds while running command 'sleep 5'"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(s.ok("t", "echo recovered").await.0, "recovered\n");
+    // A child that ignores SIGINT is killed with its process group.
+    let (st, b) = s
+        .run("t", "sh -c 'trap \"\" INT; sleep 30'", Some(0.3))
+        .await;
+    assert_eq!(
+        (st, class_path(&b)),
+        (511, "swerex.exceptions.CommandTimeoutError")
+    );
+    assert_eq!(s.ok("t", "echo again").await.0, "again\n");
+    // SWE-agent's follow-up interrupt on an idle session answers at once.
+    let (st, b) = s
+        .post(
+            "/run_in_session",
+            json!({"action_type": "bash_interrupt", "session": "t"}),
+        )
+        .await;
+    assert_eq!(
+        (st, b["exit_code"].clone(), b["expect_string"].clone()),
+        (200, json!(0), json!("SHELLPS1PREFIX"))
+    );
+    assert_eq!(
+        s.ok("t", "echo after-interrupt").await.0,
+        "after-interrupt\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn interrupt_reaches_a_command_without_timeout() {
+    let s = TestServer::start().await;
+    s.create("i").await;
+    let long = {
+        let client = s.client.clone();
+        let url = s.url.clone();
+        tokio::spawn(async move {
+            client
+                .post(format!("{url}/run_in_session"))
+                .header("X-API-Key", server_common::TOKEN)
+                .json(&json!({"action_type": "bash", "session": "i", "command": "sleep 60", "check": "silent"}))
+                .send()
+                .await
+                .unwrap()
+                .json::<serde_json::Value>()
+                .await
+                .unwrap()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let (st, _) = s
+        .post(
+            "/run_in_session",
+            json!({"action_type": "bash_interrupt", "session": "i", "timeout": 2.0}),
+        )
+        .await;
+    assert_eq!(st, 200);
+    let long = long.await.unwrap();
+    assert_eq!(long["exit_code"], json!(130), "{long}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert_eq!(s.ok("i", "echo ok").await.0, "ok\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sessions_do_not_block_each_other() {
+    let s = TestServer::start().await;
+    s.create("slow").await;
+    s.create("fast").await;
+    let slow = {
+        let client = s.client.clone();
+        let url = s.url.clone();
+        tokio::spawn(async move {
+            client
+                .post(format!("{url}/run_in_session"))
+                .header("X-API-Key", server_common::TOKEN)
+                .json(&json!({"action_type": "bash", "session": "slow", "command": "sleep 2", "check": "silent"}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let t = Instant::now();
+    assert_eq!(s.get("/is_alive").await.0, 200);
+    assert_eq!(s.ok("fast", "echo hi").await.0, "hi\n");
+    let (st, _) = s
+        .post("/execute", json!({"command": "echo hi", "shell": true}))
+        .await;
+    assert_eq!(st, 200);
+    assert!(
+        t.elapsed() < Duration::from_millis(1000),
+        "blocked for {:?}",
+        t.elapsed()
+    );
+    assert_eq!(slow.await.unwrap().as_u16(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn output_limit_truncates_with_a_marker() {
+    let s = TestServer::start_with(|c| c.shell.max_output_bytes = 1000).await;
+    s.create("o").await;
+    let (out, code) = s.ok("o", "seq 1 100000; echo done").await;
+    assert_eq!(code, json!(0));
+    assert!(out.starts_with("1\n2\n3\n"), "{}", &out[..50]);
+    assert!(
+        out.contains("[uniagent-sandbox: output truncated, "),
+        "no marker"
+    );
+    assert!(out.ends_with("99999\n100000\ndone\n"));
+    assert!(out.len() < 20_000, "{}", out.len());
+    assert_eq!(s.ok("o", "echo small").await.0, "small\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lifecycle_close_exit_and_no_leaks() {
+    let s = TestServer::start().await;
+    s.create("l").await;
+    let (out, _) = s.ok("l", "sleep 300 & echo $!").await;
+    let bg: i32 = out.trim().parse().unwrap();
+    assert!(pid_alive(bg));
+    let (st, b) = s
+        .post(
+            "/close_session",
+            json!({"session_type": "bash", "session": "l"}),
+        )
+        .await;
+    assert_eq!((st, b), (200, json!({"session_type": "bash"})));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!pid_alive(bg), "background job {bg} survived close_session");
+    let (st, b) = s
+        .post(
+            "/close_session",
+            json!({"session_type": "bash", "session": "l"}),
+        )
+        .await;
+    assert_eq!(
+        (st, class_path(&b)),
+        (511, "swerex.exceptions.SessionDoesNotExistError")
+    );
+
+    // `exit` ends the shell: EOF now and later, until close_session.
+    s.create("e").await;
+    let (st, b) = s.run("e", "exit", Some(5.0)).await;
+    assert_eq!((st, class_path(&b)), (511, "pexpect.exceptions.EOF"));
+    let (st, b) = s.run("e", "echo", Some(5.0)).await;
+    assert_eq!((st, class_path(&b)), (511, "pexpect.exceptions.EOF"));
+    assert_eq!(
+        s.post(
+            "/close_session",
+            json!({"session_type": "bash", "session": "e"})
+        )
+        .await
+        .0,
+        200
+    );
+
+    // /close ends every shell but keeps the names.
+    s.create("x").await;
+    assert_eq!(s.post("/close", json!(null)).await, (200, json!({})));
+    let (st, b) = s.run("x", "echo", None).await;
+    assert_eq!(
+        (st, class_path(&b), message(&b)),
+        (511, "builtins.RuntimeError", "shell not initialized")
+    );
+    let (st, b) = s
+        .post(
+            "/create_session",
+            json!({"session_type": "bash", "session": "x"}),
+        )
+        .await;
+    assert_eq!(
+        (st, class_path(&b)),
+        (511, "swerex.exceptions.SessionExistsError")
+    );
+    assert_eq!(
+        s.post(
+            "/close_session",
+            json!({"session_type": "bash", "session": "x"})
+        )
+        .await
+        .0,
+        200
+    );
+    s.create("x").await;
+    assert_eq!(
+        s.get("/is_alive").await.1,
+        json!({"is_alive": true, "message": ""})
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn interactive_programs_and_startup_source() {
+    let s = TestServer::start().await;
+    let rc = s.scratch.path().join("rc.sh");
+    std::fs::write(&rc, "export FROM_RC=yes\nPS1='custom> '\n").unwrap();
+    let (st, _) = s
+        .post("/create_session", json!({"session_type": "bash", "session": "py", "startup_source": [rc.to_string_lossy()]}))
+        .await;
+    assert_eq!(st, 200);
+    assert_eq!(s.ok("py", "echo $FROM_RC").await.0, "yes\n");
+    let send = |cmd: &'static str, quit: bool, expect: Vec<&'static str>| {
+        s.post(
+            "/run_in_session",
+            json!({"action_type": "bash", "session": "py", "command": cmd, "timeout": 10,
+                   "is_interactive_command": !quit, "is_interactive_quit": quit, "expect": expect}),
+        )
+    };
+    let (st, b) = s.post("/run_in_session", json!({"action_type": "bash", "session": "py", "command": "python3 -i -q", "timeout": 10, "check": "silent", "expect": [">>> "]})).await;
+    assert_eq!(
+        (st, b["expect_string"].clone()),
+        (200, json!(">>> ")),
+        "{b}"
+    );
+    let (st, b) = send("print(6*7)", false, vec![">>> "]).await;
+    assert_eq!(
+        (st, b["output"].clone(), b["exit_code"].clone()),
+        (200, json!("42"), json!(0)),
+        "{b}"
+    );
+    let (st, b) = send("quit()", true, vec![]).await;
+    assert_eq!(st, 200, "{b}");
+    assert_eq!(s.ok("py", "echo back").await.0, "back\n");
+}
