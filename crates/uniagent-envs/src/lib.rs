@@ -1,6 +1,8 @@
 #![doc = include_str!("../README.md")]
 
 pub mod config;
+#[cfg(any(feature = "openai", feature = "vllm", feature = "sglang"))]
+pub mod models;
 #[cfg(feature = "server")]
 pub mod server;
 

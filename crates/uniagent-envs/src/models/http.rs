@@ -1,0 +1,141 @@
+//! The HTTP plumbing shared by the model backends: endpoint choice, timeouts, retries with
+//! backoff on retryable errors only, error mapping.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uniagent_core::{duration_secs, Error, Result, RetryConfig};
+
+use super::pool::EndpointPool;
+
+/// Connection settings of an HTTP model backend.
+///
+/// ```
+/// use uniagent_envs::models::HttpModelConfig;
+/// let cfg: HttpModelConfig = serde_json::from_str(
+///     r#"{"endpoints": ["http://gpu-0:8000", "http://gpu-1:8000"], "model": "Qwen/Qwen3-8B", "timeout": 300}"#,
+/// ).unwrap();
+/// assert_eq!(cfg.retry.max_attempts, 5);
+/// assert!(serde_json::from_str::<HttpModelConfig>(r#"{"endpoint": "x", "model": "m"}"#).is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpModelConfig {
+    /// Base URLs of equivalent servers. vLLM and SGLang: the server root
+    /// (`http://host:8000`); OpenAI-compatible chat: the API root including `/v1`.
+    pub endpoints: Vec<String>,
+    /// Model name sent with every request.
+    pub model: String,
+    /// Total time one HTTP request may take.
+    #[serde(default = "default_timeout", with = "duration_secs")]
+    pub timeout: Duration,
+    /// Retries of retryable failures (connection errors, HTTP 408/429/5xx).
+    #[serde(default)]
+    pub retry: RetryConfig,
+    /// Environment variable holding the API key (sent as a bearer token); unset or absent
+    /// variable: no `Authorization` header.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+}
+
+fn default_timeout() -> Duration {
+    Duration::from_secs(600)
+}
+
+impl HttpModelConfig {
+    /// A config for `endpoints` and `model` with default timeout and retries.
+    pub fn new(endpoints: Vec<String>, model: impl Into<String>) -> Self {
+        Self {
+            endpoints,
+            model: model.into(),
+            timeout: default_timeout(),
+            retry: RetryConfig::default(),
+            api_key_env: None,
+        }
+    }
+}
+
+/// A JSON-over-HTTP client bound to a pool of endpoints.
+#[derive(Debug)]
+pub(crate) struct HttpClient {
+    client: reqwest::Client,
+    pub(crate) pool: EndpointPool,
+    retry: RetryConfig,
+    timeout: Duration,
+    api_key: Option<String>,
+    backend: &'static str,
+}
+
+impl HttpClient {
+    pub(crate) fn new(config: &HttpModelConfig, backend: &'static str) -> Result<Self> {
+        if config.timeout.is_zero() {
+            return Err(Error::Config { message: format!("{backend}.timeout must be > 0"), source: None });
+        }
+        let client = reqwest::Client::builder().build().map_err(|e| Error::Config {
+            message: format!("{backend}: building the HTTP client failed: {e}"),
+            source: Some(Box::new(e)),
+        })?;
+        let api_key = config.api_key_env.as_deref().and_then(|var| std::env::var(var).ok()).filter(|k| !k.is_empty());
+        Ok(Self {
+            client,
+            pool: EndpointPool::new(config.endpoints.clone())?,
+            retry: config.retry.clone(),
+            timeout: config.timeout,
+            api_key,
+            backend,
+        })
+    }
+
+    fn model_error(&self, message: String, retryable: bool) -> Error {
+        Error::Model { backend: self.backend.to_owned(), message, retryable, source: None }
+    }
+
+    async fn attempt(&self, path: &str, body: &Value, session: Option<&str>) -> Result<Value> {
+        let lease = self.pool.acquire(session);
+        let url = format!("{}{path}", lease.base_url());
+        let mut request = self.client.post(&url).timeout(self.timeout).json(body);
+        if let Some(key) = &self.api_key {
+            request = request.bearer_auth(key);
+        }
+        let result = async {
+            let response = request.send().await.map_err(|e| self.transport_error(&url, e))?;
+            let status = response.status();
+            let text = response.text().await.map_err(|e| self.transport_error(&url, e))?;
+            if !status.is_success() {
+                let code = status.as_u16();
+                let retryable = matches!(code, 408 | 429) || status.is_server_error();
+                let snippet: String = text.chars().take(500).collect();
+                return Err(self.model_error(format!("HTTP {status} from {url}: {snippet}"), retryable));
+            }
+            serde_json::from_str(&text).map_err(|e| Error::Protocol {
+                message: format!("{}: {url} answered with invalid JSON: {e}", self.backend),
+            })
+        }
+        .await;
+        if let (Err(e), Some(s)) = (&result, session) {
+            if e.is_retryable() {
+                self.pool.forget(s);
+            }
+        }
+        result
+    }
+
+    fn transport_error(&self, url: &str, e: reqwest::Error) -> Error {
+        if e.is_timeout() {
+            // Not retried: the server may still be generating; repeating doubles its load.
+            return Error::Timeout { operation: format!("{} request to {url}", self.backend), after: self.timeout };
+        }
+        Error::Model {
+            backend: self.backend.to_owned(),
+            message: format!("request to {url} failed: {e}"),
+            retryable: true,
+            source: Some(Box::new(e)),
+        }
+    }
+
+    /// POSTs `body` to `path` on an endpoint chosen for `session`, retrying retryable failures.
+    pub(crate) async fn post_json(&self, path: &str, body: &Value, session: Option<&str>) -> Result<Value> {
+        self.retry.retry(|| self.attempt(path, body, session)).await
+    }
+}

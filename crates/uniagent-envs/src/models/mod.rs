@@ -1,0 +1,34 @@
+//! HTTP model backends (features `openai`, `vllm`, `sglang`). They live here, not in
+//! `uniagent-core`, so that core stays free of an HTTP client (see
+//! `docs/decisions/0002-model-backends-location.md`).
+//!
+//! - [`VllmGenerator`] and [`SglangGenerator`]: token-level [`TokenGenerator`]s for the
+//!   training path (wrap them in a token-level chat model with a codec);
+//! - [`OpenAiChatModel`]: an API-level [`ChatModel`] for evaluation;
+//! - all three share [`EndpointPool`] (several servers, least outstanding requests, sticky per
+//!   trajectory) and [`HttpModelConfig`] (timeouts, retries with backoff on retryable errors
+//!   only, API key from the environment).
+//!
+//! [`TokenGenerator`]: uniagent_core::TokenGenerator
+//! [`ChatModel`]: uniagent_core::ChatModel
+
+// `uniagent_core::Error` is large; every fallible function here returns it.
+#![allow(clippy::result_large_err)]
+
+mod http;
+#[cfg(feature = "openai")]
+mod openai;
+mod pool;
+#[cfg(feature = "sglang")]
+mod sglang;
+#[cfg(feature = "vllm")]
+mod vllm;
+
+pub use http::HttpModelConfig;
+#[cfg(feature = "openai")]
+pub use openai::{OpenAiChatModel, OpenAiConfig};
+pub use pool::{EndpointPool, Lease};
+#[cfg(feature = "sglang")]
+pub use sglang::SglangGenerator;
+#[cfg(feature = "vllm")]
+pub use vllm::VllmGenerator;

@@ -1,0 +1,119 @@
+//! [`SglangGenerator`]: token ids through SGLang's native `/generate`.
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use uniagent_core::{Error, FinishReason, GenerateOutput, GenerateRequest, Result, TokenGenerator};
+
+use super::http::{HttpClient, HttpModelConfig};
+
+/// A [`TokenGenerator`] over one or more SGLang servers.
+///
+/// Sends `input_ids` with `return_logprob: true` and reads the sampled ids and their logprobs
+/// from `meta_info.output_token_logprobs` (`[logprob, id, text]` triples); `output_ids`, when
+/// the server sends it, must agree. Stop tokens are kept (`no_stop_trim`), special tokens not
+/// skipped. `meta_info.weight_version` becomes the weight version when it is an integer.
+#[derive(Debug)]
+pub struct SglangGenerator {
+    http: HttpClient,
+}
+
+impl SglangGenerator {
+    /// A generator over the servers of `config` (`config.model` is not sent: SGLang serves one).
+    pub fn new(config: &HttpModelConfig) -> Result<Self> {
+        Ok(Self { http: HttpClient::new(config, "sglang")? })
+    }
+
+    /// The request body for `request` (public for inspection and tests).
+    pub fn request_body(&self, request: &GenerateRequest) -> Value {
+        let s = &request.sampling;
+        let mut sampling = json!({
+            "max_new_tokens": request.max_new_tokens,
+            "temperature": s.temperature,
+            "top_p": s.top_p,
+            "top_k": s.top_k.map_or(-1, i64::from),
+            "stop_token_ids": request.stop_token_ids,
+            "skip_special_tokens": false,
+            "no_stop_trim": true,
+        });
+        if let (Some(seed), Some(map)) = (s.seed, sampling.as_object_mut()) {
+            map.insert("sampling_seed".into(), json!(seed));
+        }
+        json!({"input_ids": request.prompt_ids, "sampling_params": sampling, "return_logprob": true})
+    }
+}
+
+fn protocol(message: impl Into<String>) -> Error {
+    Error::Protocol { message: format!("sglang: {}", message.into()) }
+}
+
+/// Parses a `/generate` response.
+pub(crate) fn parse_generate(body: &Value) -> Result<GenerateOutput> {
+    let meta = body.get("meta_info").ok_or_else(|| protocol("response has no meta_info"))?;
+    let triples =
+        meta["output_token_logprobs"].as_array().ok_or_else(|| protocol("meta_info has no output_token_logprobs"))?;
+    let mut token_ids = Vec::with_capacity(triples.len());
+    let mut logprobs = Vec::with_capacity(triples.len());
+    for t in triples {
+        let lp = t.get(0).and_then(Value::as_f64);
+        let id = t.get(1).and_then(Value::as_u64).and_then(|i| u32::try_from(i).ok());
+        match (lp, id) {
+            (Some(lp), Some(id)) => {
+                logprobs.push(lp as f32);
+                token_ids.push(id);
+            }
+            _ => return Err(protocol(format!("output_token_logprobs entry {t} is not [logprob, id, text]"))),
+        }
+    }
+    if let Some(ids) = body.get("output_ids").and_then(Value::as_array) {
+        let agree =
+            ids.len() == token_ids.len() && ids.iter().zip(&token_ids).all(|(a, b)| a.as_u64() == Some(u64::from(*b)));
+        if !agree {
+            return Err(protocol("`output_ids` disagrees with output_token_logprobs"));
+        }
+    }
+    let finish_reason = match meta["finish_reason"]["type"].as_str() {
+        Some("stop") => FinishReason::Stop,
+        Some("length") => FinishReason::Length,
+        Some("abort") => FinishReason::Abort,
+        Some(other) => FinishReason::Other(other.to_owned()),
+        None => FinishReason::Other("none".into()),
+    };
+    let weight_version = match &meta["weight_version"] {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => s.parse().ok(),
+        _ => None,
+    };
+    Ok(GenerateOutput { token_ids, logprobs, finish_reason, weight_version })
+}
+
+#[async_trait]
+impl TokenGenerator for SglangGenerator {
+    fn name(&self) -> &str {
+        "sglang"
+    }
+
+    async fn generate(&self, request: GenerateRequest) -> Result<GenerateOutput> {
+        if request.prompt_ids.is_empty() {
+            return Err(Error::invalid_input("sglang: empty prompt"));
+        }
+        if request.max_new_tokens == 0 {
+            return Ok(GenerateOutput {
+                token_ids: Vec::new(),
+                logprobs: Vec::new(),
+                finish_reason: FinishReason::Length,
+                weight_version: None,
+            });
+        }
+        let body = self.request_body(&request);
+        let response = self.http.post_json("/generate", &body, request.session_id.as_deref()).await?;
+        let out = parse_generate(&response)?;
+        if out.token_ids.len() > request.max_new_tokens {
+            return Err(protocol(format!(
+                "{} tokens returned, {} allowed",
+                out.token_ids.len(),
+                request.max_new_tokens
+            )));
+        }
+        Ok(out)
+    }
+}
