@@ -232,6 +232,9 @@ impl Codec {
             self.append_messages(cache, &[])?;
         }
         cache.append_sampled(ids, logprobs, weight_version)?;
+        if !self.is_canonical_after_generation_prompt(ids, cache.template_kwargs())? {
+            cache.mark_not_append_only();
+        }
         let stopped = ids.last().is_some_and(|id| self.stop_ids.contains(id));
         let body = if stopped { &ids[..ids.len() - 1] } else { ids };
         let text = self.decode(ids, false)?;
@@ -248,6 +251,21 @@ impl Codec {
         message.reasoning_content = reasoning;
         cache.push_message(message.clone());
         Ok(SampledTurn { message, text, stopped, tool_call_error })
+    }
+}
+
+impl Codec {
+    /// Whether `ids`, following the generation prompt, are what the tokenizer makes of their
+    /// text there. When not (the policy sampled a non-canonical split, or the text merges with
+    /// the end of the generation prompt, e.g. a leading newline after `assistant\n`), a full
+    /// render would tokenize the turn differently: the stream is no longer append-only.
+    /// The check costs one tokenization of the turn, independent of the conversation length.
+    fn is_canonical_after_generation_prompt(&self, ids: &[u32], kwargs: &Kwargs) -> Result<bool> {
+        let gp = if kwargs.is_empty() { self.generation_prompt.clone() } else { self.probe_generation_prompt_with(kwargs)? };
+        let gp_ids = self.encode(&gp)?;
+        let text = self.decode(ids, false)?;
+        let joined = self.encode(&format!("{gp}{text}"))?;
+        Ok(joined.len() == gp_ids.len() + ids.len() && joined.starts_with(&gp_ids) && joined.ends_with(ids))
     }
 }
 

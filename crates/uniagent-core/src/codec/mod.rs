@@ -164,9 +164,14 @@ impl Codec {
     /// The generation prompt: the render of one empty user turn with and without
     /// `add_generation_prompt`; the longer must extend the shorter.
     fn probe_generation_prompt(&self) -> Result<String> {
+        self.probe_generation_prompt_with(&Kwargs::new())
+    }
+
+    pub(crate) fn probe_generation_prompt_with(&self, kwargs: &Kwargs) -> Result<String> {
         let user = vec![serde_json::json!({"role": "user", "content": ""})];
-        let without = self.render(&ChatInput { messages: user.clone(), ..ChatInput::default() })?;
-        let with = self.render(&ChatInput { messages: user, add_generation_prompt: true, ..ChatInput::default() })?;
+        let base = ChatInput { messages: user, template_kwargs: kwargs.clone(), ..ChatInput::default() };
+        let without = self.render(&base)?;
+        let with = self.render(&ChatInput { add_generation_prompt: true, ..base })?;
         with.strip_prefix(without.as_str()).map(str::to_owned).ok_or_else(|| Error::Codec {
             message: "the generation prompt is not a suffix: rendering with add_generation_prompt changes earlier text"
                 .into(),

@@ -108,6 +108,6 @@ impl ChatTemplate {
             .map_err(|e| Error::Codec { message: format!("chat template missing: {e}"), source: Some(Box::new(e)) })?;
         template
             .render(JinjaValue::from(minijinja::value::Serde(&ctx)))
-            .map_err(|e| Error::Codec { message: format!("chat template failed: {e:#}"), source: Some(Box::new(e)) })
+            .map_err(|e| Error::Codec { message: format!("chat template failed: {e}"), source: Some(Box::new(e)) })
     }
 }
