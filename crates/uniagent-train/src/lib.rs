@@ -8,3 +8,5 @@ pub mod rl;
 
 #[cfg(feature = "tch")]
 pub mod generate;
+#[cfg(feature = "tch")]
+pub mod trainer;

@@ -8,6 +8,7 @@ mod weights;
 
 pub use config::Qwen2Config;
 pub use qwen2::{KvCache, Qwen2ForCausalLM};
+pub(crate) use layers::{DECAY_GROUP, NO_DECAY_GROUP};
 
 use serde::{Deserialize, Serialize};
 use tch::Kind;

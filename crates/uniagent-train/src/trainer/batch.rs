@@ -1,0 +1,145 @@
+//! A batch of trajectories and its padded tensor form.
+
+use tch::{Device, Kind, Tensor};
+use uniagent_core::{AgentLoopOutput, Error, Result};
+
+use crate::rl::{grpo_advantages, token_level_rewards, Groups, GRPO_EPSILON};
+
+/// Trajectories for one optimizer step (one mini-batch), with per-token advantages for RL.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainBatch {
+    /// The rollouts, as the loop produced them.
+    pub rows: Vec<AgentLoopOutput>,
+    /// `advantages[i][t]` for response token `t` of row `i` (RL mode; ignored by SFT). Rows
+    /// may be shorter than the response: missing entries count as 0.
+    pub advantages: Option<Vec<Vec<f32>>>,
+}
+
+impl TrainBatch {
+    /// A batch for SFT (no advantages).
+    pub fn sft(rows: Vec<AgentLoopOutput>) -> Self {
+        Self { rows, advantages: None }
+    }
+
+    /// A batch whose advantages are verl's GRPO outcome advantages: rows with equal `uids`
+    /// form a group, each row's score is its `reward_score` (missing = 0).
+    pub fn with_grpo(rows: Vec<AgentLoopOutput>, uids: &[String], norm_by_std: bool) -> Result<Self> {
+        if uids.len() != rows.len() {
+            return Err(Error::invalid_input(format!("{} uids for {} rows", uids.len(), rows.len())));
+        }
+        let padded = PaddedBatch::new(&rows, None, usize::MAX, Device::Cpu)?;
+        let scores: Vec<f32> = rows.iter().map(|r| r.reward_score.unwrap_or(0.0) as f32).collect();
+        let scores = Tensor::from_slice(&scores);
+        let rewards = token_level_rewards(&scores, &padded.response_mask).map_err(rl_error)?;
+        let adv = grpo_advantages(&rewards, &padded.response_mask, &Groups::from_uids(uids), norm_by_std, GRPO_EPSILON)
+            .map_err(rl_error)?;
+        let advantages = (0..rows.len() as i64)
+            .map(|i| Vec::<f32>::try_from(adv.get(i).to_kind(Kind::Float)))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(crate::model::tch_error("reading advantages"))?;
+        Ok(Self { rows, advantages: Some(advantages) })
+    }
+}
+
+pub(crate) fn rl_error(e: crate::rl::RlError) -> Error {
+    Error::invalid_input(format!("RL numerics: {e}"))
+}
+
+/// Right-padded tensors of a batch: `input_ids`/`attention_mask` `[B, L]` (prompt then
+/// response), and per response token `[B, R]`: the id, the mask, the index of the position
+/// whose logits predict it, the rollout logprob and the advantage.
+#[derive(Debug)]
+pub(crate) struct PaddedBatch {
+    pub(crate) input_ids: Tensor,
+    pub(crate) attention_mask: Tensor,
+    pub(crate) response_ids: Tensor,
+    pub(crate) response_mask: Tensor,
+    pub(crate) predict_index: Tensor,
+    pub(crate) rollout_logprobs: Tensor,
+    pub(crate) advantages: Tensor,
+}
+
+impl PaddedBatch {
+    pub(crate) fn new(
+        rows: &[AgentLoopOutput],
+        advantages: Option<&[Vec<f32>]>,
+        vocab: usize,
+        device: Device,
+    ) -> Result<Self> {
+        if rows.is_empty() {
+            return Err(Error::invalid_input("a training batch needs at least one row"));
+        }
+        let width = rows.iter().map(|r| r.prompt_ids.len() + r.response_ids.len()).max().unwrap_or(0);
+        let resp = rows.iter().map(|r| r.response_ids.len()).max().unwrap_or(0);
+        if resp == 0 {
+            return Err(Error::invalid_input("every row of the batch has an empty response"));
+        }
+        let (b, l, r) = (rows.len(), width, resp);
+        let mut ids = vec![0i64; b * l];
+        let mut attn = vec![0i64; b * l];
+        let mut rids = vec![0i64; b * r];
+        let mut rmask = vec![0f32; b * r];
+        let mut index = vec![0i64; b * r];
+        let mut old = vec![0f32; b * r];
+        let mut adv = vec![0f32; b * r];
+        for (i, row) in rows.iter().enumerate() {
+            if row.prompt_ids.is_empty() {
+                return Err(Error::invalid_input(format!("row {i}: empty prompt")));
+            }
+            if row.response_mask.len() != row.response_ids.len() {
+                return Err(Error::invalid_input(format!(
+                    "row {i}: {} response ids but {} mask entries",
+                    row.response_ids.len(),
+                    row.response_mask.len()
+                )));
+            }
+            if let Some(bad) = row.prompt_ids.iter().chain(&row.response_ids).find(|&&t| t as usize >= vocab) {
+                return Err(Error::invalid_input(format!("row {i}: token id {bad} is outside the vocabulary")));
+            }
+            let p = row.prompt_ids.len();
+            for (k, &t) in row.prompt_ids.iter().chain(&row.response_ids).enumerate() {
+                ids[i * l + k] = i64::from(t);
+                attn[i * l + k] = 1;
+            }
+            let logprobs = row.response_logprobs.as_deref();
+            let row_adv = advantages.and_then(|a| a.get(i));
+            for (t, &token) in row.response_ids.iter().enumerate() {
+                let at = i * r + t;
+                rids[at] = i64::from(token);
+                rmask[at] = if row.response_mask[t] != 0 { 1.0 } else { 0.0 };
+                index[at] = (p + t - 1) as i64;
+                old[at] = logprobs.and_then(|lp| lp.get(t)).copied().unwrap_or(0.0);
+                adv[at] = row_adv.and_then(|a| a.get(t)).copied().unwrap_or(0.0) * rmask[at];
+            }
+        }
+        let two = |v: Vec<i64>, w: usize| Tensor::from_slice(&v).view([b as i64, w as i64]).to_device(device);
+        let twof = |v: Vec<f32>| Tensor::from_slice(&v).view([b as i64, r as i64]).to_device(device);
+        Ok(Self {
+            input_ids: two(ids, l),
+            attention_mask: two(attn, l),
+            response_ids: two(rids, r),
+            response_mask: twof(rmask),
+            predict_index: two(index, r),
+            rollout_logprobs: twof(old),
+            advantages: twof(adv),
+        })
+    }
+
+    pub(crate) fn rows(&self) -> i64 {
+        self.input_ids.size()[0]
+    }
+
+    /// Rows `start..start + len` of every tensor.
+    pub(crate) fn slice(&self, start: i64, len: i64) -> PaddedBatch {
+        let s = |t: &Tensor| t.narrow(0, start, len);
+        PaddedBatch {
+            input_ids: s(&self.input_ids),
+            attention_mask: s(&self.attention_mask),
+            response_ids: s(&self.response_ids),
+            response_mask: s(&self.response_mask),
+            predict_index: s(&self.predict_index),
+            rollout_logprobs: s(&self.rollout_logprobs),
+            advantages: s(&self.advantages),
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! [`Trainer`]: one optimizer step over a mini-batch of trajectories.
+
+use std::path::Path;
+
+use tch::nn::{self, OptimizerConfig};
+use tch::{Kind, Tensor};
+use uniagent_core::{Error, Result};
+
+use super::batch::{rl_error, PaddedBatch, TrainBatch};
+use super::config::{OldLogProbSource, RlObjective, TrainMode, TrainerConfig};
+use super::logprob::{response_logits, token_logprobs};
+use crate::model::{tch_error, Qwen2ForCausalLM};
+use crate::rl::{agg_loss, entropy_from_logits, kl_penalty, policy_loss, GlobalBatchInfo, LossAggMode};
+
+/// What one step measured.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct StepMetrics {
+    /// The mini-batch loss (sum of the micro-batch losses, i.e. the loss of the whole batch).
+    pub loss: f64,
+    /// The policy-gradient part (RL) or the NLL (SFT).
+    pub pg_loss: f64,
+    /// The aggregated KL to the reference (0 when disabled).
+    pub kl: f64,
+    /// The aggregated entropy (computed only when its coefficient is non-zero).
+    pub entropy: f64,
+    /// Token-weighted mean of the loss's `pg_clipfrac` over micro-batches.
+    pub pg_clipfrac: f64,
+    /// Gradient L2 norm before clipping (0 from [`Trainer::accumulate_gradients`]).
+    pub grad_norm: f64,
+    /// Learning rate used by this step.
+    pub lr: f64,
+    /// Mask-1 response tokens in the batch.
+    pub tokens: i64,
+}
+
+/// A GRPO/GSPO/PPO (or SFT) trainer over a [`Qwen2ForCausalLM`] policy.
+///
+/// Each [`step`](Self::step): pads the batch, recomputes `old_log_prob` (or takes the rollout's),
+/// then for every micro-batch recomputes log-probs with gradients, builds verl's loss with the
+/// whole mini-batch's normalisers ([`GlobalBatchInfo::for_mini_batch`]) and back-propagates it,
+/// so the accumulated gradient equals that of one full-batch pass; then clips the gradient norm
+/// and takes an AdamW step (no weight decay on norms and biases) at the scheduled rate.
+///
+/// ```no_run
+/// use uniagent_train::model::{ModelDtype, Qwen2ForCausalLM};
+/// use uniagent_train::trainer::{TrainBatch, Trainer, TrainerConfig, TrainMode};
+/// # fn demo(rows: Vec<uniagent_core::AgentLoopOutput>) -> uniagent_core::Result<()> {
+/// let policy = Qwen2ForCausalLM::load("tiny-qwen2".as_ref(), tch::Device::Cpu, ModelDtype::F32)?;
+/// let config = TrainerConfig { mode: TrainMode::Sft, ..TrainerConfig::default() };
+/// let mut trainer = Trainer::new(policy, None, config)?;
+/// let metrics = trainer.step(&TrainBatch::sft(rows))?;
+/// trainer.save_checkpoint("ckpt/step-1".as_ref())?;
+/// # Ok(()) }
+/// ```
+pub struct Trainer {
+    policy: Qwen2ForCausalLM,
+    reference: Option<Qwen2ForCausalLM>,
+    optimizer: nn::Optimizer,
+    config: TrainerConfig,
+    steps_done: u64,
+}
+
+impl std::fmt::Debug for Trainer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trainer").field("config", &self.config).field("steps_done", &self.steps_done).finish()
+    }
+}
+
+impl Trainer {
+    /// A trainer for `policy`. `reference` (frozen here) is required when the objective has a
+    /// KL term.
+    pub fn new(policy: Qwen2ForCausalLM, reference: Option<Qwen2ForCausalLM>, config: TrainerConfig) -> Result<Self> {
+        if let TrainMode::Rl(RlObjective { kl: Some(_), .. }) = config.mode {
+            if reference.is_none() {
+                return Err(Error::invalid_input("a KL loss needs a reference policy"));
+            }
+        }
+        if config.micro_batch_size == 0 || !(config.temperature > 0.0) {
+            return Err(Error::invalid_input("micro_batch_size must be >= 1 and temperature > 0"));
+        }
+        let reference = reference.map(|mut r| {
+            r.var_store_mut().freeze();
+            r
+        });
+        let o = &config.optim;
+        let mut optimizer = nn::AdamW { beta1: o.beta1, beta2: o.beta2, wd: o.weight_decay, eps: o.eps, amsgrad: false }
+            .build(policy.var_store(), o.lr * o.schedule.multiplier(0))
+            .map_err(tch_error("building AdamW"))?;
+        optimizer.set_weight_decay_group(crate::model::DECAY_GROUP, o.weight_decay);
+        optimizer.set_weight_decay_group(crate::model::NO_DECAY_GROUP, 0.0);
+        Ok(Self { policy, reference, optimizer, config, steps_done: 0 })
+    }
+
+    /// The policy being trained.
+    pub fn policy(&self) -> &Qwen2ForCausalLM {
+        &self.policy
+    }
+
+    /// Optimizer steps taken.
+    pub fn steps_done(&self) -> u64 {
+        self.steps_done
+    }
+
+    /// The learning rate of the next step.
+    pub fn current_lr(&self) -> f64 {
+        self.config.optim.lr * self.config.optim.schedule.multiplier(self.steps_done)
+    }
+
+    /// One optimizer step on `batch` (one mini-batch).
+    pub fn step(&mut self, batch: &TrainBatch) -> Result<StepMetrics> {
+        let mut metrics = self.accumulate_gradients(batch)?;
+        metrics.grad_norm = self.clip_gradients();
+        metrics.lr = self.current_lr();
+        self.optimizer.set_lr(metrics.lr);
+        self.optimizer.step();
+        self.optimizer.zero_grad();
+        self.steps_done += 1;
+        Ok(metrics)
+    }
+
+    /// Zeroes the gradients and accumulates those of `batch` over its micro-batches, without
+    /// stepping (exposed so that gradients can be inspected).
+    pub fn accumulate_gradients(&mut self, batch: &TrainBatch) -> Result<StepMetrics> {
+        self.optimizer.zero_grad();
+        let vocab = self.policy.config().vocab_size;
+        let padded = PaddedBatch::new(&batch.rows, batch.advantages.as_deref(), vocab, self.policy.device())?;
+        let info = GlobalBatchInfo::for_mini_batch(&padded.response_mask).map_err(rl_error)?;
+        let tokens = info.batch_num_tokens.unwrap_or(0);
+        let temperature = self.config.temperature;
+        let old = match (self.config.mode, self.config.old_log_prob) {
+            (TrainMode::Rl(_), OldLogProbSource::Recompute) => Some(self.no_grad_logprobs(&self.policy, &padded)?),
+            (TrainMode::Rl(_), OldLogProbSource::Rollout) => Some(padded.rollout_logprobs.shallow_clone()),
+            (TrainMode::Sft, _) => None,
+        };
+        let reference = match (&self.reference, self.config.mode) {
+            (Some(r), TrainMode::Rl(RlObjective { kl: Some(_), .. })) => Some(self.no_grad_logprobs(r, &padded)?),
+            _ => None,
+        };
+        let mut m = StepMetrics { tokens, ..StepMetrics::default() };
+        let micro = self.config.micro_batch_size as i64;
+        let mut start = 0;
+        while start < padded.rows() {
+            let len = micro.min(padded.rows() - start);
+            let mb = padded.slice(start, len);
+            let logits = response_logits(&self.policy, &mb, temperature)?;
+            let logp = token_logprobs(&logits, &mb.response_ids);
+            let loss = match self.config.mode {
+                TrainMode::Sft => {
+                    let nll = agg_loss(&logp.neg(), &mb.response_mask, LossAggMode::TokenMean, &info).map_err(rl_error)?;
+                    m.pg_loss += nll.double_value(&[]);
+                    nll
+                }
+                TrainMode::Rl(objective) => {
+                    let slice = |t: &Option<Tensor>| t.as_ref().map(|t| t.narrow(0, start, len));
+                    let old_mb = slice(&old).unwrap_or_else(|| logp.detach());
+                    let out = policy_loss(
+                        objective.loss_mode,
+                        &old_mb,
+                        &logp,
+                        &mb.advantages,
+                        &mb.response_mask,
+                        &objective.clip,
+                        objective.agg,
+                        &info,
+                    )
+                    .map_err(rl_error)?;
+                    let mb_tokens = mb.response_mask.sum(Kind::Float).double_value(&[]);
+                    m.pg_clipfrac += out.pg_clipfrac * mb_tokens / (tokens.max(1) as f64);
+                    m.pg_loss += out.loss.double_value(&[]);
+                    let mut loss = out.loss;
+                    if let (Some(kl), Some(ref_mb)) = (objective.kl, slice(&reference)) {
+                        let per_token = kl_penalty(&logp, &ref_mb, kl.estimator).map_err(rl_error)?;
+                        let kl_loss = agg_loss(&per_token, &mb.response_mask, objective.agg, &info).map_err(rl_error)?;
+                        m.kl += kl_loss.double_value(&[]);
+                        loss = loss + kl_loss * kl.coef;
+                    }
+                    if objective.entropy_coeff != 0.0 {
+                        let entropy = entropy_from_logits(&logits).map_err(rl_error)?;
+                        let ent = agg_loss(&entropy, &mb.response_mask, objective.agg, &info).map_err(rl_error)?;
+                        m.entropy += ent.double_value(&[]);
+                        loss = loss - ent * objective.entropy_coeff;
+                    }
+                    loss
+                }
+            };
+            m.loss += loss.double_value(&[]);
+            loss.f_backward().map_err(tch_error("backward"))?;
+            start += len;
+        }
+        Ok(m)
+    }
+
+    /// Log-probs of the batch's response tokens under `model`, without gradients, micro-batched.
+    fn no_grad_logprobs(&self, model: &Qwen2ForCausalLM, padded: &PaddedBatch) -> Result<Tensor> {
+        let micro = self.config.micro_batch_size as i64;
+        let mut parts = Vec::new();
+        let mut start = 0;
+        while start < padded.rows() {
+            let len = micro.min(padded.rows() - start);
+            let mb = padded.slice(start, len);
+            let lp = tch::no_grad(|| {
+                response_logits(model, &mb, self.config.temperature).map(|l| token_logprobs(&l, &mb.response_ids))
+            })?;
+            parts.push(lp);
+            start += len;
+        }
+        Ok(Tensor::cat(&parts, 0))
+    }
+
+    /// Global L2 norm of the gradients; scales them to `max_grad_norm` when above it (the
+    /// `torch.nn.utils.clip_grad_norm_` rule: coefficient `max / (norm + 1e-6)`, capped at 1).
+    pub fn clip_gradients(&self) -> f64 {
+        let grads: Vec<Tensor> = self
+            .policy
+            .var_store()
+            .trainable_variables()
+            .iter()
+            .map(|v| v.grad())
+            .filter(|g| g.defined())
+            .collect();
+        if grads.is_empty() {
+            return 0.0;
+        }
+        let norm = tch::no_grad(|| {
+            let squares: Vec<Tensor> = grads.iter().map(|g| g.to_kind(Kind::Float).pow_tensor_scalar(2).sum(Kind::Float)).collect();
+            Tensor::stack(&squares, 0).sum(Kind::Float).sqrt().double_value(&[])
+        });
+        if let Some(max) = self.config.optim.max_grad_norm {
+            let coef = max / (norm + 1e-6);
+            if coef < 1.0 {
+                tch::no_grad(|| {
+                    for mut g in grads {
+                        let _ = g.g_mul_scalar_(coef);
+                    }
+                });
+            }
+        }
+        norm
+    }
+
+    /// The gradients accumulated so far, by parameter name (for tests and diagnostics).
+    pub fn gradients(&self) -> Vec<(String, Tensor)> {
+        let mut out: Vec<(String, Tensor)> = self
+            .policy
+            .var_store()
+            .variables()
+            .into_iter()
+            .map(|(name, v)| (name, v.grad()))
+            .filter(|(_, g)| g.defined())
+            .map(|(name, g)| (name, g.detach().copy()))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Writes the policy as a Hugging Face checkpoint (`config.json` + `model.safetensors`)
+    /// plus `trainer_state.json` (steps done, next learning rate). Optimizer moments are not
+    /// saved.
+    pub fn save_checkpoint(&self, dir: &Path) -> Result<()> {
+        self.policy.save_pretrained(dir)?;
+        let state = serde_json::json!({ "steps_done": self.steps_done, "next_lr": self.current_lr() });
+        let path = dir.join("trainer_state.json");
+        std::fs::write(&path, state.to_string()).map_err(|e| Error::io(format!("writing {}", path.display()), e))
+    }
+}
