@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use uniagent_core::{duration_secs, opt_duration_secs, Error, Result, RetryConfig};
+use uniagent_core::{duration_secs, opt_duration_secs, Deployment, Error, Result, RetryConfig};
 
 /// Which sandbox backend to use, and its settings.
 ///
@@ -62,7 +62,12 @@ impl DeploymentConfig {
             krate: "uniagent-envs".into(),
         };
         match self {
-            Self::Host(c) => check_positive("host.startup_timeout", c.startup_timeout),
+            Self::Host(c) => {
+                if !cfg!(feature = "host") {
+                    return Err(feature_off("host"));
+                }
+                check_positive("host.startup_timeout", c.startup_timeout)
+            }
             Self::Docker(c) => {
                 if !cfg!(feature = "docker") {
                     return Err(feature_off("docker"));
@@ -76,6 +81,9 @@ impl DeploymentConfig {
                 check_positive("docker.startup_timeout", c.startup_timeout)
             }
             Self::Remote(c) => {
+                if !cfg!(feature = "remote") {
+                    return Err(feature_off("remote"));
+                }
                 check_url("remote.url", &c.url)?;
                 check_positive("remote.timeout", c.timeout)
             }
@@ -86,6 +94,37 @@ impl DeploymentConfig {
                 check_url("faas.control_url", &c.control_url)?;
                 check_positive("faas.timeout", c.timeout)
             }
+        }
+    }
+
+    /// Validates the configuration and builds its (not yet started) deployment.
+    ///
+    /// A backend whose cargo feature is off fails with [`Error::FeatureDisabled`]; `docker` and
+    /// `faas` with their features on fail with [`Error::NotSupported`] until they are
+    /// implemented.
+    ///
+    /// ```
+    /// use uniagent_core::config::{parse, ConfigFormat};
+    /// use uniagent_core::Deployment;
+    /// use uniagent_envs::DeploymentConfig;
+    ///
+    /// let cfg: DeploymentConfig = parse("type: remote\nurl: http://127.0.0.1:8000\n", ConfigFormat::Yaml).unwrap();
+    /// let sandbox = cfg.build().unwrap();
+    /// assert_eq!(sandbox.backend(), "remote");
+    /// ```
+    pub fn build(&self) -> Result<Box<dyn Deployment>> {
+        self.validate()?;
+        match self {
+            #[cfg(feature = "host")]
+            Self::Host(c) => Ok(Box::new(crate::host::HostDeployment::new(c.clone()))),
+            #[cfg(feature = "remote")]
+            Self::Remote(c) => Ok(Box::new(crate::remote::RemoteDeployment::new(c.clone())?)),
+            Self::Docker(_) | Self::Faas(_) => Err(Error::not_supported(
+                "starting a sandbox (this backend is not implemented yet)",
+                self.backend(),
+            )),
+            #[allow(unreachable_patterns)]
+            _ => Err(Error::internal(format!("backend `{}` passed validation without its feature", self.backend()))),
         }
     }
 }
@@ -326,6 +365,23 @@ mod tests {
         }
         let cfg: DeploymentConfig = parse("type: docker\nimage: x\n", ConfigFormat::Yaml).unwrap();
         assert_eq!(cfg.validate().is_ok(), cfg!(feature = "docker"));
+    }
+
+    #[test]
+    fn build_picks_the_backend_or_names_what_is_missing() {
+        let host: DeploymentConfig = parse("type: host\n", ConfigFormat::Yaml).unwrap();
+        assert_eq!(host.build().map(|d| d.backend().to_owned()).ok().as_deref(), cfg!(feature = "host").then_some("host"));
+        let remote: DeploymentConfig = parse("type: remote\nurl: http://127.0.0.1:1\n", ConfigFormat::Yaml).unwrap();
+        assert_eq!(
+            remote.build().map(|d| d.backend().to_owned()).ok().as_deref(),
+            cfg!(feature = "remote").then_some("remote")
+        );
+        let missing: DeploymentConfig =
+            parse("type: remote\nurl: http://x\nauth_token_env: UNIAGENT_TEST_SURELY_UNSET_VAR\n", ConfigFormat::Yaml)
+                .unwrap();
+        if cfg!(feature = "remote") {
+            assert!(missing.build().unwrap_err().to_string().contains("UNIAGENT_TEST_SURELY_UNSET_VAR"));
+        }
     }
 
     #[test]

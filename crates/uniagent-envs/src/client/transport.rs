@@ -1,0 +1,210 @@
+//! One HTTP exchange with retries: idempotency keys, deadlines and error classification.
+
+use std::time::Duration;
+
+use reqwest::{Method, RequestBuilder};
+use serde::de::DeserializeOwned;
+use uniagent_core::{Error, Result, RetryConfig};
+
+use super::decode::decode_response;
+
+/// What to send; rebuilt for every attempt because multipart bodies are single-use.
+pub(crate) enum Body<'a> {
+    /// No body (`GET`, `POST /close`).
+    Empty,
+    /// A JSON document.
+    Json(&'a serde_json::Value),
+    /// `POST /upload`'s form.
+    Upload {
+        data: bytes::Bytes,
+        file_name: &'a str,
+        target_path: &'a str,
+        unzip: bool,
+    },
+}
+
+/// The connection to one server: base URL, token, pooled HTTP client and retry policy.
+pub(crate) struct Transport {
+    pub(crate) http: reqwest::Client,
+    pub(crate) base_url: String,
+    pub(crate) token: Option<String>,
+    pub(crate) backend: String,
+    pub(crate) retry: RetryConfig,
+}
+
+impl Transport {
+    /// Sends `body` to `path`, retrying connection failures with the same `X-Request-ID`, and
+    /// decodes the answer.
+    pub(crate) async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Body<'_>,
+        deadline: Option<Duration>,
+    ) -> Result<T> {
+        let request_id = request_id();
+        self.retry
+            .retry(|| async {
+                let (status, bytes) = self
+                    .exchange(method.clone(), path, &body, deadline, &request_id)
+                    .await?;
+                decode_response(&self.backend, status, &bytes)
+            })
+            .await
+    }
+
+    /// One attempt: the status and the whole body, or a classified transport error.
+    pub(crate) async fn exchange(
+        &self,
+        method: Method,
+        path: &str,
+        body: &Body<'_>,
+        deadline: Option<Duration>,
+        request_id: &str,
+    ) -> Result<(u16, bytes::Bytes)> {
+        let url = format!("{}{}", self.base_url, path);
+        let mut request = self
+            .http
+            .request(method.clone(), &url)
+            .header("X-Request-ID", request_id);
+        if let Some(token) = self.token.as_deref().filter(|t| !t.is_empty()) {
+            request = request.header("X-API-Key", token);
+        }
+        if let Some(deadline) = deadline {
+            request = request.timeout(deadline);
+        }
+        request = attach(request, body)?;
+        let operation = || format!("{method} {path}");
+        let response = request
+            .send()
+            .await
+            .map_err(|e| self.transport_error(&operation(), deadline, e))?;
+        let status = response.status().as_u16();
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| self.transport_error(&operation(), deadline, e))?;
+        Ok((status, bytes))
+    }
+
+    /// Classifies a failed exchange.
+    ///
+    /// A deadline that passed is [`Error::Timeout`] and never retried: the server may still be
+    /// running the command. Everything else below HTTP (refused, reset, closed mid-answer) is a
+    /// connection failure, retryable with the same idempotency key.
+    fn transport_error(
+        &self,
+        operation: &str,
+        deadline: Option<Duration>,
+        e: reqwest::Error,
+    ) -> Error {
+        if e.is_timeout() {
+            return Error::Timeout {
+                operation: format!("{operation} on {}", self.base_url),
+                after: deadline.unwrap_or_default(),
+            };
+        }
+        if e.is_builder() {
+            return Error::invalid_input(format!(
+                "{}: cannot build {operation}: {e}",
+                self.backend
+            ));
+        }
+        let what = if e.is_connect() {
+            "cannot connect to"
+        } else {
+            "connection failed during"
+        };
+        Error::Sandbox {
+            backend: self.backend.clone(),
+            message: format!(
+                "{what} {operation} at {}: {}",
+                self.base_url,
+                error_chain(&e)
+            ),
+            retryable: true,
+            source: Some(Box::new(e)),
+        }
+    }
+}
+
+fn attach<'a>(request: RequestBuilder, body: &Body<'a>) -> Result<RequestBuilder> {
+    Ok(match body {
+        Body::Empty => request,
+        Body::Json(value) => request.json(value),
+        Body::Upload {
+            data,
+            file_name,
+            target_path,
+            unzip,
+        } => {
+            let len = data.len() as u64;
+            let part = reqwest::multipart::Part::stream_with_length(
+                reqwest::Body::from(data.clone()),
+                len,
+            )
+            .file_name((*file_name).to_owned());
+            let part = if *unzip {
+                part.mime_str("application/zip")
+                    .map_err(|e| Error::internal(format!("bad upload content type: {e}")))?
+            } else {
+                part
+            };
+            let form = reqwest::multipart::Form::new()
+                .part("file", part)
+                .text("target_path", (*target_path).to_owned())
+                .text("unzip", if *unzip { "true" } else { "false" });
+            request.multipart(form)
+        }
+    })
+}
+
+/// The error and its causes on one line (reqwest's own message hides the OS error).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// A random UUID version 4 in its canonical text form, as SWE-ReX sends.
+pub(crate) fn request_id() -> String {
+    let mut n = fastrand::u128(..);
+    n = (n & !(0xF << 76)) | (0x4 << 76); // version 4
+    n = (n & !(0x3 << 62)) | (0x2 << 62); // RFC 4122 variant
+    let hex = format!("{n:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_are_uuid4_and_distinct() {
+        let a = request_id();
+        let b = request_id();
+        assert_ne!(a, b);
+        let parts: Vec<&str> = a.split('-').collect();
+        assert_eq!(
+            parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
+            [8, 4, 4, 4, 12]
+        );
+        assert!(parts[2].starts_with('4'), "{a}");
+        assert!(
+            matches!(parts[3].as_bytes()[0], b'8' | b'9' | b'a' | b'b'),
+            "{a}"
+        );
+    }
+}

@@ -1,0 +1,81 @@
+//! Finding the `uniagent-sandbox` server binary.
+
+use std::path::{Path, PathBuf};
+
+use uniagent_core::{Error, Result};
+
+/// The file name of the server binary.
+pub const SERVER_BINARY_NAME: &str = "uniagent-sandbox";
+
+/// Where the server binary is: `configured` if given (it must exist), else next to the current
+/// executable (or one level up when that is cargo's `deps/` folder), else on `PATH`.
+///
+/// ```
+/// let err = uniagent_envs::host::find_server_binary(Some(std::path::Path::new("/no/such/bin"))).unwrap_err();
+/// assert!(err.to_string().contains("/no/such/bin"));
+/// ```
+pub fn find_server_binary(configured: Option<&Path>) -> Result<PathBuf> {
+    if let Some(path) = configured {
+        return if is_executable(path) {
+            Ok(path.to_path_buf())
+        } else {
+            Err(config_error(format!(
+                "host.server_binary `{}` is not an executable file",
+                path.display()
+            )))
+        };
+    }
+    let mut searched = Vec::new();
+    if let Ok(exe) = std::env::current_exe() {
+        if let Some(dir) = exe.parent() {
+            searched.push(dir.join(SERVER_BINARY_NAME));
+            if dir.file_name().is_some_and(|name| name == "deps") {
+                if let Some(up) = dir.parent() {
+                    searched.push(up.join(SERVER_BINARY_NAME));
+                }
+            }
+        }
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        searched.extend(std::env::split_paths(&path).map(|dir| dir.join(SERVER_BINARY_NAME)));
+    }
+    if let Some(found) = searched.iter().find(|p| is_executable(p)) {
+        return Ok(found.clone());
+    }
+    Err(config_error(format!(
+        "cannot find the `{SERVER_BINARY_NAME}` binary next to the current executable or on PATH; \
+         build it (`cargo build -p uniagent-envs --bin {SERVER_BINARY_NAME}`) or set host.server_binary"
+    )))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+fn config_error(message: String) -> Error {
+    Error::Config {
+        message,
+        source: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_configured_binary_must_be_executable() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("server");
+        std::fs::write(&file, "#!/bin/sh\n").unwrap();
+        assert!(find_server_binary(Some(&file)).is_err());
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(find_server_binary(Some(&file)).unwrap(), file);
+        assert!(
+            find_server_binary(Some(dir.path())).is_err(),
+            "a directory is not a binary"
+        );
+    }
+}
