@@ -154,6 +154,10 @@ def make_case(name, seed, *, rows_per_group, width, clip, mask_style="random", s
     uid = [uid[i] for i in order]
     if score_style == "binary":
         scores = torch.randint(0, 2, (b,), generator=g).float()
+    elif score_style == "identical_inexact":
+        # float32 group means off by an ulp: verl's GRPO gives small non-zero advantages
+        scores = torch.tensor([0.4621566 + k for k, n in enumerate(rows_per_group) for _ in range(n)])
+        scores = scores[order]
     elif score_style == "identical":
         scores = torch.tensor([float(k % 3) * 0.5 for k, n in enumerate(rows_per_group) for _ in range(n)])
         scores = scores[order]
@@ -219,6 +223,9 @@ def cases():
         )
     out.append(make_case("singletons", 11, rows_per_group=[1] * 6, width=6, clip=PPO, score_style="normal"))
     out.append(make_case("identical-scores", 12, rows_per_group=[3, 3, 2], width=6, clip=PPO, score_style="identical"))
+    out.append(
+        make_case("identical-inexact", 17, rows_per_group=[3, 3], width=5, clip=PPO, score_style="identical_inexact")
+    )
     out.append(make_case("zero-mask-rows", 13, rows_per_group=[3, 3, 1, 1], width=6, clip=PPO, mask_style="zero_rows"))
     out.append(make_case("extreme-ratios", 14, rows_per_group=[4, 4], width=7, clip=PPO, extreme=True, spread=3.0))
     out.append(make_case("extreme-ratios-gspo", 15, rows_per_group=[4, 4], width=7, clip=GSPO, extreme=True))
