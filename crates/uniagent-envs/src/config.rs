@@ -78,6 +78,11 @@ impl DeploymentConfig {
                 if c.cpus.is_some_and(|cpus| !(cpus > 0.0 && cpus.is_finite())) {
                     return Err(config_error("docker.cpus must be a positive number"));
                 }
+                if c.max_concurrent_starts == 0 {
+                    return Err(config_error(
+                        "docker.max_concurrent_starts must be at least 1",
+                    ));
+                }
                 check_positive("docker.startup_timeout", c.startup_timeout)
             }
             Self::Remote(c) => {
@@ -119,7 +124,9 @@ impl DeploymentConfig {
             Self::Host(c) => Ok(Box::new(crate::host::HostDeployment::new(c.clone()))),
             #[cfg(feature = "remote")]
             Self::Remote(c) => Ok(Box::new(crate::remote::RemoteDeployment::new(c.clone())?)),
-            Self::Docker(_) | Self::Faas(_) => Err(Error::not_supported(
+            #[cfg(feature = "docker")]
+            Self::Docker(c) => Ok(Box::new(crate::docker::DockerDeployment::new(c.clone()))),
+            Self::Faas(_) => Err(Error::not_supported(
                 "starting a sandbox (this backend is not implemented yet)",
                 self.backend(),
             )),
@@ -181,12 +188,15 @@ impl Default for HostConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum NetworkMode {
-    /// No network at all; the server is reached through the Docker API's port publishing.
+    /// No route out of the container: it joins `uniagent-isolated`, an internal bridge network
+    /// (no gateway, no NAT, inter-container traffic off) on which only this host reaches the
+    /// server, at the container's address.
     #[default]
     None,
-    /// Docker's default bridge network.
+    /// Docker's default bridge network; the server's port is published on 127.0.0.1 with an
+    /// ephemeral host port.
     Bridge,
-    /// The host's network namespace.
+    /// The host's network namespace; the server listens on 127.0.0.1 at a free port.
     Host,
 }
 
@@ -218,6 +228,21 @@ pub struct DockerConfig {
     pub startup_timeout: Duration,
     /// Maximum concurrent container starts.
     pub max_concurrent_starts: usize,
+    /// Capabilities added back after all are dropped (default none: the sandbox server and its
+    /// shells run as the image's user and need none).
+    pub cap_add: Vec<String>,
+    /// Path of the `uniagent-sandbox` binary copied into the container (it must run in the
+    /// image: a static build runs in any image). Default: `$UNIAGENT_SANDBOX_BINARY`, else next
+    /// to the current executable, else on `PATH`.
+    pub server_binary: Option<PathBuf>,
+    /// Path of the `uniagent-toolbox` binary copied next to the server; by default the one next
+    /// to the server binary when present.
+    pub toolbox_binary: Option<PathBuf>,
+    /// Run id every container is labelled with (`cleanup --run-id` removes a run's
+    /// containers). Default: `$UNIAGENT_RUN_ID`, else a random id per process.
+    pub run_id: Option<String>,
+    /// Extra environment variables for the server and its shells.
+    pub env: BTreeMap<String, String>,
 }
 
 impl Default for DockerConfig {
@@ -234,6 +259,11 @@ impl Default for DockerConfig {
             lifetime: Some(Duration::from_secs(3600)),
             startup_timeout: Duration::from_secs(30),
             max_concurrent_starts: 8,
+            cap_add: Vec::new(),
+            server_binary: None,
+            toolbox_binary: None,
+            run_id: None,
+            env: BTreeMap::new(),
         }
     }
 }
@@ -376,6 +406,15 @@ mod tests {
             remote.build().map(|d| d.backend().to_owned()).ok().as_deref(),
             cfg!(feature = "remote").then_some("remote")
         );
+        let docker: DeploymentConfig =
+            parse("type: docker\nimage: debian\n", ConfigFormat::Yaml).unwrap();
+        match docker.build() {
+            Ok(d) => assert!(cfg!(feature = "docker") && d.backend() == "docker"),
+            Err(err) => assert!(
+                !cfg!(feature = "docker") && matches!(err, Error::FeatureDisabled { .. }),
+                "{err}"
+            ),
+        }
         let missing: DeploymentConfig =
             parse("type: remote\nurl: http://x\nauth_token_env: UNIAGENT_TEST_SURELY_UNSET_VAR\n", ConfigFormat::Yaml)
                 .unwrap();

@@ -7,6 +7,8 @@ pub mod client;
 pub mod config;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+#[cfg(feature = "docker")]
+pub mod docker;
 #[cfg(feature = "host")]
 pub mod host;
 #[cfg(any(feature = "host", feature = "remote"))]
@@ -20,6 +22,8 @@ pub mod server;
 
 pub use config::{DeploymentConfig, DockerConfig, FaasConfig, HostConfig, NetworkMode, RemoteConfig};
 pub use client::{RemoteRuntime, RemoteRuntimeOptions};
+#[cfg(feature = "docker")]
+pub use docker::DockerDeployment;
 #[cfg(feature = "host")]
 pub use host::HostDeployment;
 #[cfg(feature = "remote")]

@@ -1,0 +1,90 @@
+//! The connection to the Docker Engine and the mapping of its errors into [`Error`].
+
+use std::time::Duration;
+
+use bollard::Docker;
+use tokio::sync::OnceCell;
+use uniagent_core::{Error, Result};
+
+/// The backend name used in errors.
+pub(crate) const BACKEND: &str = "docker";
+
+/// Deadline of one Docker API request (container creation on a busy 2-core machine can take
+/// seconds; 64 at once longer).
+const API_TIMEOUT: Duration = Duration::from_secs(120);
+
+static ENGINE: OnceCell<Docker> = OnceCell::const_new();
+
+/// A client of the local Docker Engine (`$DOCKER_HOST` or the default unix socket), with the API
+/// version negotiated down to what the daemon speaks. Connected once per process and shared.
+///
+/// ```no_run
+/// # async fn demo() -> uniagent_core::Result<()> {
+/// let docker = uniagent_envs::docker::engine().await?;
+/// println!("{:?}", docker.client_version());
+/// # Ok(()) }
+/// ```
+pub async fn engine() -> Result<Docker> {
+    ENGINE
+        .get_or_try_init(|| async {
+            let docker = Docker::connect_with_local_defaults()
+                .map_err(|e| docker_error("connecting to the Docker daemon", e))?
+                .with_timeout(API_TIMEOUT);
+            docker
+                .negotiate_version()
+                .await
+                .map_err(|e| docker_error("reaching the Docker daemon", e))
+        })
+        .await
+        .cloned()
+}
+
+/// `Ok(())` when a Docker daemon answers, else why not (for tests that skip without one).
+pub async fn daemon_reachable() -> Result<()> {
+    let docker = engine().await?;
+    docker
+        .ping()
+        .await
+        .map(|_| ())
+        .map_err(|e| docker_error("pinging the Docker daemon", e))
+}
+
+/// Maps a bollard error into a sandbox error naming what we were doing. Connection-level
+/// failures and daemon 5xx answers other than "no such image/container" are retryable.
+pub(crate) fn docker_error(context: &str, error: bollard::errors::Error) -> Error {
+    use bollard::errors::Error as E;
+    let retryable = match &error {
+        E::DockerResponseServerError { status_code, .. } => {
+            *status_code >= 500 && *status_code != 501
+        }
+        E::HyperResponseError { .. } | E::IOError { .. } | E::RequestTimeoutError => true,
+        _ => false,
+    };
+    Error::Sandbox {
+        backend: BACKEND.into(),
+        message: format!("{context}: {error}"),
+        retryable,
+        source: Some(Box::new(error)),
+    }
+}
+
+/// A non-retryable sandbox error with a message.
+pub(crate) fn sandbox_error(message: impl Into<String>) -> Error {
+    Error::Sandbox {
+        backend: BACKEND.into(),
+        message: message.into(),
+        retryable: false,
+        source: None,
+    }
+}
+
+/// True when the error is Docker's 404 (no such container, image or network).
+pub(crate) fn is_not_found(error: &bollard::errors::Error) -> bool {
+    matches!(
+        error,
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            ..
+        }
+    )
+}

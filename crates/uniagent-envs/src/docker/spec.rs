@@ -1,0 +1,199 @@
+//! The container a [`DockerConfig`] asks for: image, command, labels, resource limits and
+//! security settings.
+
+use std::collections::HashMap;
+
+use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
+
+use super::payload::{BIN_DIR, SERVER_NAME};
+use crate::config::{DockerConfig, NetworkMode};
+
+/// The port the server listens on inside the container (bridge and isolated networks).
+pub(crate) const SERVER_PORT: u16 = 8000;
+
+/// How the host reaches the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reach {
+    /// At the container's address on the isolated network, port [`SERVER_PORT`].
+    ContainerAddress,
+    /// At 127.0.0.1 on the ephemeral host port Docker published for [`SERVER_PORT`].
+    PublishedPort,
+    /// At 127.0.0.1 on this port, in the host's network namespace.
+    HostPort(u16),
+}
+
+/// Everything [`container_body`] needs besides the configuration.
+pub(crate) struct Launch<'a> {
+    pub config: &'a DockerConfig,
+    pub token: &'a str,
+    pub labels: HashMap<String, String>,
+    /// `PATH` of the image, to which the binaries' directory is prepended.
+    pub image_path: Option<String>,
+    /// The network to join (the isolated network's id for `network: none`).
+    pub network: String,
+    pub reach: Reach,
+}
+
+/// The body of `POST /containers/create`.
+pub(crate) fn container_body(launch: &Launch<'_>) -> ContainerCreateBody {
+    let config = launch.config;
+    let (listen_host, port) = match launch.reach {
+        Reach::HostPort(port) => ("127.0.0.1", port),
+        Reach::ContainerAddress | Reach::PublishedPort => ("0.0.0.0", SERVER_PORT),
+    };
+    let port_key = format!("{SERVER_PORT}/tcp");
+    let path = format!(
+        "{BIN_DIR}:{}",
+        launch
+            .image_path
+            .as_deref()
+            .unwrap_or("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    );
+    let mut env = vec![format!("PATH={path}")];
+    env.extend(config.env.iter().map(|(k, v)| format!("{k}={v}")));
+    let mut host = HostConfig {
+        network_mode: Some(launch.network.clone()),
+        privileged: Some(false),
+        cap_drop: Some(vec!["ALL".into()]),
+        cap_add: (!config.cap_add.is_empty()).then(|| config.cap_add.clone()),
+        security_opt: Some(vec!["no-new-privileges".into()]),
+        // docker-init as PID 1 reaps the orphans of the agent's background jobs.
+        init: Some(true),
+        memory: config.memory_bytes.and_then(|b| i64::try_from(b).ok()),
+        // No swap: the memory limit is the limit.
+        memory_swap: config.memory_bytes.and_then(|b| i64::try_from(b).ok()),
+        nano_cpus: config.cpus.map(|c| (c * 1e9).round() as i64),
+        pids_limit: config.pids_limit,
+        readonly_rootfs: Some(config.read_only_root),
+        ..Default::default()
+    };
+    let mut volumes = None;
+    if config.read_only_root {
+        // Writable scratch space; the payload goes into an anonymous volume, which Docker
+        // accepts uploads into although the root is read-only (removed with the container).
+        host.tmpfs = Some(HashMap::from([
+            (config.work_dir.clone(), "rw,exec,mode=1777".to_owned()),
+            ("/tmp".to_owned(), "rw,exec,nosuid,mode=1777".to_owned()),
+        ]));
+        volumes = Some(HashMap::from([(
+            "/opt/uniagent".to_owned(),
+            HashMap::new(),
+        )]));
+    }
+    let mut exposed = None;
+    if launch.reach == Reach::PublishedPort {
+        host.port_bindings = Some(HashMap::from([(
+            port_key.clone(),
+            Some(vec![PortBinding {
+                host_ip: Some("127.0.0.1".into()),
+                host_port: Some(String::new()),
+            }]),
+        )]));
+        exposed = Some(HashMap::from([(port_key, HashMap::new())]));
+    }
+    ContainerCreateBody {
+        image: Some(config.image.clone()),
+        entrypoint: Some(vec![format!("{BIN_DIR}/{SERVER_NAME}")]),
+        cmd: Some(vec![
+            "--host".into(),
+            listen_host.into(),
+            "--port".into(),
+            port.to_string(),
+            "--auth-token".into(),
+            launch.token.into(),
+        ]),
+        env: Some(env),
+        working_dir: Some(config.work_dir.clone()),
+        labels: Some(launch.labels.clone()),
+        exposed_ports: exposed,
+        volumes,
+        host_config: Some(host),
+        ..Default::default()
+    }
+}
+
+/// How `network` is reached, before the container exists.
+pub(crate) fn reach_for(network: NetworkMode, free_host_port: impl FnOnce() -> u16) -> Reach {
+    match network {
+        NetworkMode::None => Reach::ContainerAddress,
+        NetworkMode::Bridge => Reach::PublishedPort,
+        NetworkMode::Host => Reach::HostPort(free_host_port()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(config: &DockerConfig, reach: Reach) -> ContainerCreateBody {
+        container_body(&Launch {
+            config,
+            token: "tok",
+            labels: HashMap::from([("l".into(), "v".into())]),
+            image_path: Some("/usr/bin:/bin".into()),
+            network: "net".into(),
+            reach,
+        })
+    }
+
+    #[test]
+    fn defaults_are_locked_down() {
+        let config = DockerConfig {
+            image: "img".into(),
+            ..DockerConfig::default()
+        };
+        let body = body(&config, Reach::ContainerAddress);
+        let host = body.host_config.unwrap();
+        assert_eq!(host.privileged, Some(false));
+        assert_eq!(host.cap_drop, Some(vec!["ALL".to_owned()]));
+        assert_eq!(host.cap_add, None);
+        assert_eq!(host.memory, Some(2 << 30));
+        assert_eq!(host.memory_swap, host.memory);
+        assert_eq!(host.nano_cpus, Some(1_000_000_000));
+        assert_eq!(host.pids_limit, Some(512));
+        assert_eq!(host.network_mode.as_deref(), Some("net"));
+        assert_eq!(
+            host.port_bindings, None,
+            "nothing published on the isolated network"
+        );
+        assert_eq!(
+            host.security_opt,
+            Some(vec!["no-new-privileges".to_owned()])
+        );
+        assert_eq!(body.env.unwrap()[0], "PATH=/opt/uniagent/bin:/usr/bin:/bin");
+        assert_eq!(
+            body.cmd.unwrap(),
+            ["--host", "0.0.0.0", "--port", "8000", "--auth-token", "tok"]
+        );
+    }
+
+    #[test]
+    fn bridge_publishes_on_loopback_only_and_host_mode_listens_on_loopback() {
+        let config = DockerConfig {
+            image: "img".into(),
+            ..DockerConfig::default()
+        };
+        let host = body(&config, Reach::PublishedPort).host_config.unwrap();
+        let bindings = host.port_bindings.unwrap();
+        let binding = &bindings["8000/tcp"].as_ref().unwrap()[0];
+        assert_eq!(binding.host_ip.as_deref(), Some("127.0.0.1"));
+        assert_eq!(binding.host_port.as_deref(), Some(""), "ephemeral");
+        let cmd = body(&config, Reach::HostPort(4321)).cmd.unwrap();
+        assert_eq!(cmd[..4], ["--host", "127.0.0.1", "--port", "4321"]);
+    }
+
+    #[test]
+    fn a_read_only_root_keeps_the_work_dir_and_tmp_writable() {
+        let config = DockerConfig {
+            image: "img".into(),
+            read_only_root: true,
+            ..DockerConfig::default()
+        };
+        let body = body(&config, Reach::ContainerAddress);
+        let host = body.host_config.unwrap();
+        assert_eq!(host.readonly_rootfs, Some(true));
+        let tmpfs = host.tmpfs.unwrap();
+        assert!(tmpfs.contains_key("/work") && tmpfs.contains_key("/tmp"));
+        assert!(body.volumes.unwrap().contains_key("/opt/uniagent"));
+    }
+}
