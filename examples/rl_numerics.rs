@@ -1,0 +1,56 @@
+//! `rl_numerics`: verl 0.9.1's RL numerics on one JSON batch, for scripts.
+//!
+//! ```sh
+//! rl_numerics batch.json        # or: rl_numerics < batch.json
+//! ```
+//!
+//! Input: `{"uid": [str], "scores": [float], "response_mask": [[0|1]], "old_log_prob": [[float]],
+//! "log_prob": [[float]], "ref_log_prob": [[float]], "config": {"clip_ratio_low": float,
+//! "clip_ratio_high": float, "clip_ratio_c": float}}`.
+//!
+//! Output (stdout): `{"advantages": {"grpo", "grpo_no_std", "rloo",
+//! "reinforce_plus_plus_baseline"}, "policy_loss": {MODE: {AGG: {"loss", "grad_log_prob"}}},
+//! "kl": {"k1", "abs", "k2", "k3"}}` for MODE in vanilla, gspo, cispo and the five aggregation
+//! modes, the losses using the `grpo` advantages and verl's trainer semantics for one
+//! mini-batch on one rank. Conventions: docs/INTERFACES.md. A bad batch exits with status 2 and
+//! a message on stderr.
+
+use std::io::Read;
+use std::process::ExitCode;
+
+use uniagent_train::rl::{rl_report, RlBatch};
+
+fn read_stdin() -> Result<String, String> {
+    let mut s = String::new();
+    std::io::stdin()
+        .read_to_string(&mut s)
+        .map_err(|e| format!("reading stdin: {e}"))?;
+    Ok(s)
+}
+
+fn run() -> Result<String, String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let text = match args.as_slice() {
+        [] => read_stdin()?,
+        [dash] if dash == "-" => read_stdin()?,
+        [path] => std::fs::read_to_string(path).map_err(|e| format!("reading {path}: {e}"))?,
+        _ => return Err("usage: rl_numerics [BATCH.json]".to_owned()),
+    };
+    let batch: RlBatch =
+        serde_json::from_str(&text).map_err(|e| format!("invalid batch JSON: {e}"))?;
+    let report = rl_report(&batch).map_err(|e| e.to_string())?;
+    serde_json::to_string(&report).map_err(|e| format!("serialising the report: {e}"))
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(json) => {
+            println!("{json}");
+            ExitCode::SUCCESS
+        }
+        Err(message) => {
+            eprintln!("rl_numerics: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
