@@ -13,6 +13,8 @@ mod config;
 mod exit;
 mod feedback;
 mod interaction;
+#[cfg(feature = "codec")]
+mod token_model;
 mod trajectory;
 mod turn;
 
@@ -23,4 +25,6 @@ pub use feedback::{
     clip_observation, NO_FUNCTION_CALL, SKIPPED_CANCELLED, SKIPPED_SANDBOX, SKIPPED_TIMEOUT_BUDGET, SKIPPED_WALL_CLOCK,
 };
 pub use interaction::{AgentInteraction, RolloutControl};
+#[cfg(feature = "codec")]
+pub use token_model::TokenChatModel;
 pub use trajectory::{rollout_id, EpisodeCounts, PhaseTimings, Trajectory};

@@ -1,0 +1,199 @@
+//! The loop over a real codec (Qwen2.5 tokenizer and chat template fixtures) and a scripted
+//! token generator: random episodes give trajectories whose ids equal the codec's full render
+//! of the conversation and whose mask is 1 exactly on the sampled tokens.
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use proptest::prelude::*;
+use serde_json::json;
+use uniagent_core::agent::{AgentInteraction, ExitReason, LoopConfig, RolloutControl, TokenChatModel};
+use uniagent_core::codec::{messages_to_json, tools_to_json, ChatInput, Codec};
+use uniagent_core::parsers::ToolCallFormat;
+use uniagent_core::testing::RecordingTool;
+use uniagent_core::{
+    FinishReason, GenerateOutput, GenerateRequest, LengthLimits, Message, Result, Task, TokenGenerator, ToolOutput,
+    ToolSpec,
+};
+
+/// Loaded once: parsing the 150k-token vocabulary dominates the cost of a case otherwise.
+fn codec() -> Arc<Codec> {
+    static CODEC: std::sync::OnceLock<Arc<Codec>> = std::sync::OnceLock::new();
+    CODEC
+        .get_or_init(|| {
+            let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenizers/qwen2.5");
+            Arc::new(Codec::from_dir(dir).unwrap().with_tool_parser(ToolCallFormat::Hermes))
+        })
+        .clone()
+}
+
+/// Replays assistant texts as token ids (the canonical tokenization plus the stop id) and
+/// records every request.
+#[derive(Debug)]
+struct ScriptedGenerator {
+    codec: Arc<Codec>,
+    texts: Vec<String>,
+    requests: Mutex<Vec<GenerateRequest>>,
+}
+
+#[async_trait]
+impl TokenGenerator for ScriptedGenerator {
+    fn name(&self) -> &str {
+        "scripted-generator"
+    }
+
+    async fn generate(&self, request: GenerateRequest) -> Result<GenerateOutput> {
+        let turn = {
+            let mut r = self.requests.lock().unwrap();
+            r.push(request.clone());
+            r.len() - 1
+        };
+        let mut ids = self.codec.encode(&self.texts[turn])?;
+        ids.push(request.stop_token_ids[0]);
+        let finish_reason = if ids.len() > request.max_new_tokens {
+            ids.truncate(request.max_new_tokens);
+            FinishReason::Length
+        } else {
+            FinishReason::Stop
+        };
+        let logprobs = (0..ids.len()).map(|i| -0.01 * (i as f32 + 1.0)).collect();
+        Ok(GenerateOutput { token_ids: ids, logprobs, finish_reason, weight_version: Some(turn as u64) })
+    }
+}
+
+fn echo_spec() -> ToolSpec {
+    ToolSpec::function(
+        "echo",
+        "Echo a text.",
+        json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+    )
+}
+
+/// The text Qwen2.5's template renders after `<|im_start|>assistant\n` for a turn with
+/// `content` and echo calls — what a well-behaved policy samples.
+fn assistant_text(content: &str, calls: &[String]) -> String {
+    let mut s = content.to_owned();
+    for text in calls {
+        s.push_str(&format!(
+            "\n<tool_call>\n{{\"name\": \"echo\", \"arguments\": {{\"text\": \"{text}\"}}}}\n</tool_call>"
+        ));
+    }
+    if content.is_empty() {
+        s = s.trim_start_matches('\n').to_owned();
+    }
+    s
+}
+
+#[derive(Debug, Clone)]
+enum TurnKind {
+    Calls(String, Vec<String>),
+    NoCall(String),
+    Malformed,
+}
+
+fn turn_kind() -> impl Strategy<Value = TurnKind> {
+    let word = "[a-z]{1,8}( [a-z]{1,8}){0,3}";
+    prop_oneof![
+        4 => (prop_oneof![Just(String::new()), word.prop_map(String::from)], proptest::collection::vec("[a-z0-9 ]{1,12}", 1..3))
+            .prop_map(|(c, calls)| TurnKind::Calls(c, calls)),
+        1 => word.prop_map(TurnKind::NoCall),
+        1 => Just(TurnKind::Malformed),
+    ]
+}
+
+fn text_of(kind: &TurnKind) -> String {
+    match kind {
+        TurnKind::Calls(content, calls) => assistant_text(content, calls),
+        TurnKind::NoCall(text) => text.clone(),
+        TurnKind::Malformed => "<tool_call>\n{\"name\": \"echo\"".to_owned(),
+    }
+}
+
+async fn run_episode(
+    kinds: &[TurnKind],
+    with_system: bool,
+) -> (uniagent_core::agent::Trajectory, Arc<ScriptedGenerator>) {
+    let codec = codec();
+    let generator = Arc::new(ScriptedGenerator {
+        codec: codec.clone(),
+        texts: kinds.iter().map(text_of).collect(),
+        requests: Mutex::default(),
+    });
+    let model = TokenChatModel::new(generator.clone(), codec, LengthLimits::default());
+    let echo = RecordingTool::with_spec(echo_spec(), |a| {
+        Ok(ToolOutput::success(format!("echoed: {}", a["text"].as_str().unwrap_or_default())))
+    });
+    let cfg = LoopConfig { max_turns: kinds.len() as u32, format_error_budget: 100, ..LoopConfig::default() };
+    let agent = AgentInteraction::new(Arc::new(model), vec![Arc::new(echo)], cfg).unwrap();
+    let mut messages = vec![Message::user("Echo some things.")];
+    if with_system {
+        messages.insert(0, Message::system("You are a careful agent."));
+    }
+    let t = agent.run(Arc::new(Task::new("p", messages)), 0, None, &RolloutControl::default()).await;
+    (t, generator)
+}
+
+fn full_render(codec: &Codec, t: &uniagent_core::agent::Trajectory) -> Vec<u32> {
+    codec
+        .render_ids(&ChatInput {
+            messages: messages_to_json(&t.messages).unwrap(),
+            tools: tools_to_json(&[echo_spec()]).unwrap(),
+            add_generation_prompt: true,
+            template_kwargs: serde_json::Map::new(),
+        })
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_tool_episode_over_the_real_codec_matches_the_full_render() {
+    let kinds = vec![
+        TurnKind::Calls("Let me check".into(), vec!["hello world".into()]),
+        TurnKind::Calls(String::new(), vec!["a".into(), "b".into()]),
+    ];
+    let (t, generator) = run_episode(&kinds, true).await;
+    assert_eq!(t.exit_reason, ExitReason::MaxTurns, "{:?}", t.error);
+    let codec = codec();
+    let mut ids = t.output.prompt_ids.clone();
+    ids.extend(&t.output.response_ids);
+    assert_eq!(ids, full_render(&codec, &t));
+    // Every request carried the whole context so far, sticky to the trajectory.
+    let requests = generator.requests.lock().unwrap();
+    assert!(requests.iter().all(|r| ids.starts_with(&r.prompt_ids) && r.session_id.as_deref() == Some("p:0")));
+    assert_eq!(requests[0].stop_token_ids, codec.stop_token_ids());
+    // The parsed calls ran: two turns, three calls.
+    assert_eq!(t.counts.tool_calls, 3);
+    // Sampled tokens keep the generator's logprobs; inserted ones have 0.0.
+    let first = t.output.response_mask.iter().position(|&m| m == 1).unwrap();
+    assert_eq!(t.output.response_logprobs.as_ref().unwrap()[first], -0.01);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_episodes_equal_the_full_render_oracle(
+        kinds in proptest::collection::vec(turn_kind(), 1..5),
+        with_system in any::<bool>(),
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let (t, generator) = rt.block_on(run_episode(&kinds, with_system));
+        prop_assert_eq!(t.exit_reason, ExitReason::MaxTurns, "{:?}", t.error);
+        let codec = codec();
+        let mut ids = t.output.prompt_ids.clone();
+        ids.extend(&t.output.response_ids);
+        prop_assert_eq!(&ids, &full_render(&codec, &t));
+        // Mask 1 exactly on what the generator sampled, in order, with its logprobs.
+        let sampled: Vec<u32> = t.output.response_ids.iter().zip(&t.output.response_mask)
+            .filter(|(_, m)| **m == 1).map(|(id, _)| *id).collect();
+        let mut expected = Vec::new();
+        for text in &generator.texts {
+            expected.extend(codec.encode(text).unwrap());
+            expected.push(codec.eos_token_id());
+        }
+        prop_assert_eq!(sampled, expected);
+        let lps = t.output.response_logprobs.as_ref().unwrap();
+        prop_assert!(t.output.response_mask.iter().zip(lps).all(|(&m, &lp)| (m == 1) == (lp != 0.0)));
+        let format_errors = kinds.iter().filter(|k| !matches!(k, TurnKind::Calls(..))).count() as u32;
+        prop_assert_eq!(t.counts.format_errors, format_errors);
+    }
+}
