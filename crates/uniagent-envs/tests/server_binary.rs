@@ -2,6 +2,7 @@
 //! `TERM` unset, an empty `HOME` and an empty working directory.
 
 #![cfg(feature = "server")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

@@ -1,6 +1,7 @@
 //! `/execute`, `/read_file`, `/write_file` and `/upload` over real HTTP.
 
 #![cfg(feature = "server")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod server_common;
 

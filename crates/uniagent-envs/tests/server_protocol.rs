@@ -2,6 +2,7 @@
 //! validation (422) shapes, the replay cache.
 
 #![cfg(feature = "server")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod server_common;
 

@@ -3,6 +3,7 @@
 //! interactive programs, concurrency and leaks.
 
 #![cfg(feature = "server")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod server_common;
 

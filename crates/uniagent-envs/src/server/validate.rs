@@ -532,6 +532,23 @@ mod tests {
         assert_eq!(items[1]["loc"], json!(["body", "command", "list[str]"]));
     }
 
+    proptest::proptest! {
+        /// The fuzz target's JSON half, as a property: any bytes give a value or a 422, never a
+        /// panic; structured JSON exercises the coercions.
+        #[test]
+        fn decoding_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+                                 json_text in r#"\{("(action_type|session_type|command|timeout|check|expect|env|shell|n_retry|path)": ?("bash"|"bash_interrupt"|[0-9.e-]{1,6}|true|null|\[("x"|1)?\]|\{"a": ?(1|"b")\}|"[a-z0-9 ]{0,5}"),? ?){0,6}\}"#) {
+            for body in [&bytes[..], json_text.as_bytes()] {
+                let _ = parse_body::<uniagent_core::sandbox::Action>(body, &ACTION);
+                let _ = parse_body::<CreateSessionRequest>(body, &CREATE_SESSION);
+                let _ = parse_body::<uniagent_core::sandbox::CloseSessionRequest>(body, &CLOSE_SESSION);
+                let _ = parse_body::<Command>(body, &COMMAND);
+                let _ = parse_body::<uniagent_core::sandbox::ReadFileRequest>(body, &READ_FILE);
+                let _ = parse_body::<uniagent_core::sandbox::WriteFileRequest>(body, &WRITE_FILE);
+            }
+        }
+    }
+
     #[test]
     fn missing_and_broken_bodies() {
         assert_eq!(detail(parse_json(b"").unwrap_err())[0]["type"], "missing");

@@ -1,7 +1,7 @@
 //! Shared helpers for the server tests: an in-process server on a free loopback port and a
 //! plain reqwest client.
 
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 
