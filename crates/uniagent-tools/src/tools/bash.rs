@@ -125,8 +125,7 @@ impl Tool for ExecuteBash {
                  output of `bash -n`:\n{details}"
             ))),
             SessionOutcome::Completed { output, exit_code } => {
-                let cleaned = clean_terminal_output(&output);
-                let trimmed = cleaned.trim_end();
+                let trimmed = output.trim_end();
                 let mut content = if trimmed.trim().is_empty() {
                     NO_OUTPUT.to_owned()
                 } else {

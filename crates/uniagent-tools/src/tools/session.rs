@@ -6,12 +6,16 @@ use std::time::Duration;
 use uniagent_core::sandbox::{Action, BashAction, BashInterruptAction, ExceptionClass};
 use uniagent_core::{Deployment, Error, Result};
 
+use super::bash::clean_terminal_output;
+
 /// How a session command ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SessionOutcome {
     /// It completed; the exit code is `None` when the server could not read it.
     Completed {
-        /// stdout and stderr, interleaved as the terminal showed them.
+        /// stdout and stderr, interleaved as the terminal showed them; terminal escape
+        /// sequences, carriage returns and leading newlines (SWE-ReX's shell emits an escape
+        /// sequence and a newline first) removed.
         output: String,
         /// The exit code.
         exit_code: Option<i32>,
@@ -50,10 +54,14 @@ pub async fn run_in_session(
         Some(timeout_secs(timeout)),
     ));
     match deployment.run_in_session(action).await {
-        Ok(obs) => Ok(SessionOutcome::Completed {
-            output: obs.output,
-            exit_code: obs.exit_code,
-        }),
+        Ok(obs) => {
+            let cleaned = clean_terminal_output(&obs.output);
+            let output = cleaned.trim_start_matches('\n').to_owned();
+            Ok(SessionOutcome::Completed {
+                output,
+                exit_code: obs.exit_code,
+            })
+        }
         Err(Error::Runtime { exception, .. })
             if exception.class() == ExceptionClass::BashIncorrectSyntax =>
         {
@@ -78,40 +86,54 @@ pub async fn run_in_session(
     }
 }
 
-/// Interrupts what runs in `session` and checks the shell answers again.
+/// Brings `session` back after a timed-out command and checks the shell answers again.
+///
+/// Some servers (ours) stop a timed-out command themselves, others (SWE-ReX) leave it running.
+/// So a quick probe comes first; only if the shell does not answer is it interrupted (Ctrl-C,
+/// then the server's harder fallbacks) and probed again. Interrupting a shell that is already
+/// idle is avoided: it gains nothing and races with the prompt.
 pub async fn recover(deployment: &dyn Deployment, session: &str) -> Result<()> {
+    if probe(deployment, session, 2.0).await.is_ok() {
+        return Ok(());
+    }
     let interrupt = BashInterruptAction {
         session: session.to_owned(),
-        timeout: 1.0,
+        timeout: 5.0,
         n_retry: 3,
         expect: Vec::new(),
     };
     let interrupted = deployment
         .run_in_session(Action::Interrupt(interrupt))
         .await;
-    let probe = Action::Bash(BashAction::new(
+    probe(deployment, session, 10.0).await.map_err(|probe| Error::Sandbox {
+        backend: deployment.backend().to_owned(),
+        message: format!(
+            "session `{session}` did not recover after a timed-out command (interrupt: {}, probe: {probe})",
+            match &interrupted {
+                Ok(_) => "ok".to_owned(),
+                Err(e) => e.to_string(),
+            },
+        ),
+        retryable: false,
+        source: None,
+    })
+}
+
+/// Runs `echo <marker>` in the session; `Err` describes why the shell did not answer.
+async fn probe(
+    deployment: &dyn Deployment,
+    session: &str,
+    timeout_secs: f64,
+) -> std::result::Result<(), String> {
+    let action = Action::Bash(BashAction::new(
         session,
         format!("echo {ALIVE_MARKER}"),
-        Some(10.0),
+        Some(timeout_secs),
     ));
-    match deployment.run_in_session(probe).await {
+    match deployment.run_in_session(action).await {
         Ok(obs) if obs.output.lines().any(|l| l.trim() == ALIVE_MARKER) => Ok(()),
-        probe => Err(Error::Sandbox {
-            backend: deployment.backend().to_owned(),
-            message: format!(
-                "session `{session}` did not recover after a timed-out command (interrupt: {}, probe: {})",
-                match &interrupted {
-                    Ok(_) => "ok".to_owned(),
-                    Err(e) => e.to_string(),
-                },
-                match &probe {
-                    Ok(obs) => format!("unexpected output {:?}", obs.output),
-                    Err(e) => e.to_string(),
-                }
-            ),
-            retryable: false,
-            source: None,
-        }),
+        Ok(obs) => Err(format!("unexpected output {:?}", obs.output)),
+        Err(e) => Err(e.to_string()),
     }
 }
 
