@@ -34,6 +34,16 @@ pub use decode::decode_response;
 pub use timeouts::{create_session_timeout, execute_timeout, run_in_session_timeout};
 use transport::{Body, Transport};
 
+/// One `is_alive` probe.
+enum Probe {
+    /// HTTP 200 with a body.
+    Answered(IsAliveResponse),
+    /// No HTTP answer (refused, reset, deadline).
+    Unreachable(String),
+    /// An HTTP error status (401, 404...).
+    Refused(Error),
+}
+
 /// Settings of a [`RemoteRuntime`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct RemoteRuntimeOptions {
@@ -172,7 +182,25 @@ impl RemoteRuntime {
     /// or answers an HTTP error is reported as `is_alive: false` with the reason in `message`;
     /// only a runtime exception (HTTP 511) is an `Err`.
     pub async fn is_alive(&self, timeout: Option<Duration>) -> Result<IsAliveResponse> {
-        let deadline = timeout.unwrap_or(self.options.alive_timeout);
+        match self
+            .probe(timeout.unwrap_or(self.options.alive_timeout))
+            .await?
+        {
+            Probe::Answered(alive) => Ok(alive),
+            Probe::Unreachable(message) | Probe::Refused(Error::Sandbox { message, .. }) => {
+                Ok(IsAliveResponse {
+                    is_alive: false,
+                    message,
+                })
+            }
+            Probe::Refused(e) => Ok(IsAliveResponse {
+                is_alive: false,
+                message: e.to_string(),
+            }),
+        }
+    }
+
+    async fn probe(&self, deadline: Duration) -> Result<Probe> {
         let id = transport::request_id();
         let (status, body) = match self
             .transport
@@ -180,44 +208,35 @@ impl RemoteRuntime {
             .await
         {
             Ok(answer) => answer,
-            Err(e) => {
-                return Ok(IsAliveResponse {
-                    is_alive: false,
-                    message: e.to_string(),
-                })
-            }
+            Err(e) => return Ok(Probe::Unreachable(e.to_string())),
         };
         match decode_response::<IsAliveResponse>(&self.transport.backend, status, &body) {
-            Ok(alive) => Ok(alive),
+            Ok(alive) => Ok(Probe::Answered(alive)),
             Err(e @ Error::Runtime { .. }) => Err(e),
-            Err(e) => Ok(IsAliveResponse {
-                is_alive: false,
-                message: format!(
-                    "Status code {status} from {}/is_alive: {e}",
-                    self.transport.base_url
-                ),
-            }),
+            Err(e) => Ok(Probe::Refused(e)),
         }
     }
 
-    /// Polls [`is_alive`](Self::is_alive) until it answers true, with a short exponential backoff
-    /// (1 ms doubling up to 100 ms), or fails with [`Error::Timeout`] quoting the last answer.
+    /// Polls `GET /is_alive` until it answers true, with a short exponential backoff (1 ms
+    /// doubling up to 100 ms), or fails with [`Error::Timeout`] quoting the last answer. A
+    /// server that answers with an HTTP error (a rejected token) fails at once with that error.
     pub async fn wait_until_alive(&self, timeout: Duration) -> Result<()> {
         let start = Instant::now();
         let mut pause = Duration::from_millis(1);
         loop {
             let remaining = timeout.saturating_sub(start.elapsed());
-            let probe = remaining.clamp(Duration::from_millis(50), self.options.alive_timeout);
-            let answer = self.is_alive(Some(probe)).await?;
-            if answer.is_alive {
-                return Ok(());
-            }
+            let deadline = remaining.clamp(Duration::from_millis(50), self.options.alive_timeout);
+            let last = match self.probe(deadline).await? {
+                Probe::Answered(alive) if alive.is_alive => return Ok(()),
+                Probe::Answered(alive) => alive.message,
+                Probe::Unreachable(message) => message,
+                Probe::Refused(e) => return Err(e),
+            };
             if start.elapsed() + pause >= timeout {
                 return Err(Error::Timeout {
                     operation: format!(
-                        "waiting for {} to be alive (last answer: {})",
-                        self.url(),
-                        answer.message
+                        "waiting for {} to be alive (last answer: {last})",
+                        self.url()
                     ),
                     after: timeout,
                 });
