@@ -3,6 +3,8 @@
 //! mini-batch into micro-batches (with the mini-batch's [`GlobalBatchInfo`]) does not change
 //! the accumulated gradient; bad input is a typed error.
 #![cfg(feature = "tch")]
+// Helpers outside #[test] functions unwrap too: a panic is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use proptest::prelude::*;
 use tch::{Kind, Tensor};

@@ -7,6 +7,8 @@
 //! or verl is missing the tests fail; when it is unset (outside `scripts/test`) they skip with a
 //! printed reason.
 #![cfg(feature = "tch")]
+// Helpers outside #[test] functions unwrap too: a panic is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
 use std::process::Command;

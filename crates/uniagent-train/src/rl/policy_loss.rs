@@ -115,6 +115,8 @@ fn check_window(clip: &ClipConfig) -> RlResult<()> {
 
 /// Computes the loss of `mode`; see [`vanilla_policy_loss`], [`gspo_policy_loss`] and
 /// [`cispo_policy_loss`].
+// verl's own signature (old, new, advantages, mask, config, aggregation) plus the mode.
+#[allow(clippy::too_many_arguments)]
 pub fn policy_loss(
     mode: PolicyLossMode,
     old_log_prob: &Tensor,
