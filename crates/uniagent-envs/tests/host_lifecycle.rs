@@ -14,13 +14,20 @@ use uniagent_envs::host::{marked_processes, HostInfo, INSTANCE_ENV};
 use uniagent_envs::{HostConfig, HostDeployment};
 
 fn real_server() -> HostConfig {
-    HostConfig { server_binary: Some(PathBuf::from(env!("CARGO_BIN_EXE_uniagent-sandbox"))), ..HostConfig::default() }
+    HostConfig {
+        server_binary: Some(PathBuf::from(env!("CARGO_BIN_EXE_uniagent-sandbox"))),
+        ..HostConfig::default()
+    }
 }
 
 /// Alive and not a zombie.
 fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next()) != Some("Z"),
+        Ok(stat) => {
+            stat.rsplit_once(')')
+                .and_then(|(_, r)| r.split_whitespace().next())
+                != Some("Z")
+        }
         Err(_) => false,
     }
 }
@@ -41,13 +48,29 @@ async fn all_gone(pids: &[u32]) -> bool {
 async fn start_with_descendants(d: &HostDeployment) -> (HostInfo, Vec<u32>) {
     d.start().await.unwrap();
     let info = d.info().await.unwrap();
-    d.create_session(CreateSessionRequest::new("s")).await.unwrap();
+    d.create_session(CreateSessionRequest::new("s"))
+        .await
+        .unwrap();
     let job = d.bash("s", "sleep 1001 & echo $!", 10.0).await.unwrap();
     let shell = d.bash("s", "echo $$", 10.0).await.unwrap();
-    let daemon = d.execute(Command::shell("setsid sleep 1002 >/dev/null 2>&1 < /dev/null & echo $!", Some(10.0))).await.unwrap();
+    let daemon = d
+        .execute(Command::shell(
+            "setsid sleep 1002 >/dev/null 2>&1 < /dev/null & echo $!",
+            Some(10.0),
+        ))
+        .await
+        .unwrap();
     let mut pids = vec![info.pid];
     for text in [&job.output, &shell.output, &daemon.stdout] {
-        pids.push(text.trim().rsplit('\n').next().unwrap().trim().parse().unwrap());
+        pids.push(
+            text.trim()
+                .rsplit('\n')
+                .next()
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap(),
+        );
     }
     assert!(pids.iter().all(|&p| alive(p)), "not all started: {pids:?}");
     assert!(marked_processes(&format!("{INSTANCE_ENV}={}", info.instance_id)).len() >= 4);
@@ -94,14 +117,21 @@ async fn a_panicking_task_leaks_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keep_work_dir_keeps_it() {
     let root = tempfile::tempdir().unwrap();
-    let config = HostConfig { keep_work_dir: true, work_root: Some(root.path().into()), ..real_server() };
+    let config = HostConfig {
+        keep_work_dir: true,
+        work_root: Some(root.path().into()),
+        ..real_server()
+    };
     let d = HostDeployment::new(config);
     d.start().await.unwrap();
     d.write_text("marker.txt", "kept").await.unwrap();
     let info = d.info().await.unwrap();
     assert!(info.work_dir.starts_with(root.path()));
     d.stop().await.unwrap();
-    assert_eq!(std::fs::read_to_string(info.work_dir.join("marker.txt")).unwrap(), "kept");
+    assert_eq!(
+        std::fs::read_to_string(info.work_dir.join("marker.txt")).unwrap(),
+        "kept"
+    );
 }
 
 /// A fake server: records its pid and a background child's pid in `$PIDS`, then either never
@@ -110,14 +140,28 @@ fn fake_server(dir: &Path, body: &str) -> HostConfig {
     use std::os::unix::fs::PermissionsExt;
     let script = dir.join("fake-server");
     let pids = dir.join("pids");
-    std::fs::write(&script, format!("#!/bin/sh\necho $$ >> {p}\nsleep 1003 &\necho $! >> {p}\n{body}\n", p = pids.display()))
-        .unwrap();
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho $$ >> {p}\nsleep 1003 &\necho $! >> {p}\n{body}\n",
+            p = pids.display()
+        ),
+    )
+    .unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    HostConfig { server_binary: Some(script), startup_timeout: Duration::from_secs(30), ..HostConfig::default() }
+    HostConfig {
+        server_binary: Some(script),
+        startup_timeout: Duration::from_secs(30),
+        ..HostConfig::default()
+    }
 }
 
 fn recorded_pids(dir: &Path) -> Vec<u32> {
-    std::fs::read_to_string(dir.join("pids")).unwrap_or_default().lines().map(|l| l.parse().unwrap()).collect()
+    std::fs::read_to_string(dir.join("pids"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -136,18 +180,27 @@ async fn a_cancelled_start_kills_what_it_spawned() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn startup_failures_name_the_cause() {
     let dir = tempfile::tempdir().unwrap();
-    let d = HostDeployment::new(fake_server(dir.path(), "echo boom: cannot bind >&2; exit 3"));
+    let d = HostDeployment::new(fake_server(
+        dir.path(),
+        "echo boom: cannot bind >&2; exit 3",
+    ));
     let err = d.start().await.unwrap_err();
     assert!(err.to_string().contains("boom: cannot bind"), "{err}");
     assert!(all_gone(&recorded_pids(dir.path())).await);
 
     let dir = tempfile::tempdir().unwrap();
-    let config = HostConfig { startup_timeout: Duration::from_millis(300), ..fake_server(dir.path(), "exec sleep 1005") };
+    let config = HostConfig {
+        startup_timeout: Duration::from_millis(300),
+        ..fake_server(dir.path(), "exec sleep 1005")
+    };
     let err = HostDeployment::new(config).start().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
     assert!(all_gone(&recorded_pids(dir.path())).await);
 
-    let missing = HostConfig { server_binary: Some("/no/such/uniagent-sandbox".into()), ..HostConfig::default() };
+    let missing = HostConfig {
+        server_binary: Some("/no/such/uniagent-sandbox".into()),
+        ..HostConfig::default()
+    };
     let err = HostDeployment::new(missing).start().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Config, "{err}");
 }

@@ -18,10 +18,20 @@ fn drive_with_python_client(venv: &Path, server: &ServerUnderTest, what: &str) {
         .env_remove("TERM")
         .output()
         .expect("cannot run the venv's python");
-    let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     println!("{report}");
-    assert!(out.status.success(), "SWE-ReX's RemoteRuntime against {what}:\n{report}");
-    assert!(report.contains("steps matched"), "the driver did not finish:\n{report}");
+    assert!(
+        out.status.success(),
+        "SWE-ReX's RemoteRuntime against {what}:\n{report}"
+    );
+    assert!(
+        report.contains("steps matched"),
+        "the driver did not finish:\n{report}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
