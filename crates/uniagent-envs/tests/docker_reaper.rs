@@ -70,15 +70,25 @@ async fn kill_a_holder(run: &str) {
     );
 }
 
+/// One test, not two: the stale sweep is global and would take the other test's orphans.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cleanup_run_id_removes_the_containers_of_a_killed_process() {
-    if config_or_skip("reaper").await.is_none() {
+async fn killed_processes_leave_containers_that_cleanup_and_the_stale_sweep_remove() {
+    let Some(config) = config_or_skip("reaper").await else {
         return;
-    }
-    let run = docker_common::run_id("killed");
-    kill_a_holder(&run).await;
+    };
+    // A live sandbox first (its start also runs this process's own startup sweep).
+    let live_run = config.run_id.clone().unwrap();
+    let live = DockerDeployment::new(config);
+    live.start().await.unwrap();
+    let (first, second) = (
+        docker_common::run_id("killed"),
+        docker_common::run_id("orphaned"),
+    );
+    tokio::join!(kill_a_holder(&first), kill_a_holder(&second));
+
+    // `cleanup --run-id` removes exactly that run's containers.
     let out = Command::new(env!("CARGO_BIN_EXE_uniagent-docker"))
-        .args(["cleanup", "--run-id", &run])
+        .args(["cleanup", "--run-id", &first])
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
@@ -88,21 +98,12 @@ async fn cleanup_run_id_removes_the_containers_of_a_killed_process() {
         2,
         "{stdout}"
     );
-    assert_eq!(containers_of(&run).await, 0);
-}
+    assert_eq!(containers_of(&first).await, 0);
+    assert_eq!(containers_of(&second).await, 2, "other runs are untouched");
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_stale_sweep_removes_containers_whose_owner_died_and_keeps_live_ones() {
-    let Some(config) = config_or_skip("stale").await else {
-        return;
-    };
-    let run = docker_common::run_id("orphaned");
-    kill_a_holder(&run).await;
-    let live_run = config.run_id.clone().unwrap();
-    let live = DockerDeployment::new(config);
-    live.start().await.unwrap();
+    // The stale sweep removes the containers whose owner died, and keeps live ones.
     let docker = engine().await.unwrap();
-    let orphans = list_managed(&docker, Some(&run)).await.unwrap();
+    let orphans = list_managed(&docker, Some(&second)).await.unwrap();
     assert!(orphans
         .iter()
         .all(|c| c.owner.as_ref().unwrap().is_gone_here()));
@@ -110,11 +111,12 @@ async fn the_stale_sweep_removes_containers_whose_owner_died_and_keeps_live_ones
     for orphan in &orphans {
         assert!(reaped.removed.contains(&orphan.id), "{reaped:?}");
     }
-    assert_eq!(containers_of(&run).await, 0);
+    assert_eq!(containers_of(&second).await, 0);
     assert_eq!(
         containers_of(&live_run).await,
         1,
         "a live owner's container stays"
     );
     live.stop().await.unwrap();
+    assert_eq!(containers_of(&live_run).await, 0);
 }

@@ -5,9 +5,11 @@
 //! # Lifecycle
 //! `start` sweeps leftovers of crashed runs (once per process), waits for a slot of the start
 //! semaphore ([`DockerConfig::max_concurrent_starts`], process-wide), creates the container
-//! (labelled with the run id, the owning process and a deadline), uploads the server (and the
-//! toolbox when present) as a tar archive to `/opt/uniagent/bin`, starts it with the server as
-//! the entrypoint under `docker-init`, and waits until the server answers `is_alive`. `stop`,
+//! (labelled with the run id, the owning process and a deadline) from the image plus the server
+//! (and the toolbox when present) in `/opt/uniagent/bin` — uploaded as a tar archive through the
+//! Docker API and committed once per image and binary, see [`PAYLOAD_REPO`] — starts it with
+//! the server as the entrypoint under `docker-init`, and waits until the server answers
+//! `is_alive`. `stop`,
 //! dropping the deployment, cancelling `start` and a panic all force-remove the container (with
 //! its anonymous volumes); the reaper ([`reap_run`], `uniagent-docker cleanup --run-id`)
 //! removes what a killed process left.
@@ -26,25 +28,28 @@
 
 mod engine;
 mod guard;
+mod image;
 mod labels;
 pub mod network;
 mod payload;
 mod reaper;
 mod spec;
+mod startup;
+mod watch;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use bollard::query_parameters::{CreateImageOptions, UploadToContainerOptions};
+use bollard::query_parameters::CreateImageOptions;
 use bollard::Docker;
 use futures::StreamExt;
-use tokio::sync::{Mutex, Semaphore};
-use tokio::time::Instant;
+use tokio::sync::Mutex;
 use uniagent_core::sandbox::*;
 use uniagent_core::{Capabilities, Error, Result, RetryConfig};
 
 pub use engine::{daemon_reachable, engine};
+pub use image::PAYLOAD_REPO;
 pub use labels::{
     run_id, Owner, LABEL_DEADLINE, LABEL_MANAGED, LABEL_OWNER, LABEL_RUN_ID, RUN_ID_ENV,
 };
@@ -55,7 +60,9 @@ use crate::client::{RemoteRuntime, RemoteRuntimeOptions};
 use crate::config::{DockerConfig, NetworkMode};
 use engine::{docker_error, is_not_found, sandbox_error, BACKEND};
 use guard::ContainerGuard;
-use spec::{Reach, SERVER_PORT};
+use spec::Reach;
+use startup::{free_loopback_port, server_url, start_slots, wait_until_alive};
+use watch::Watch;
 
 /// A sandbox in a local container.
 ///
@@ -101,18 +108,6 @@ struct Running {
     info: DockerInfo,
 }
 
-/// What the operations need to explain a failure.
-#[derive(Debug, Clone)]
-struct Watch {
-    runtime: RemoteRuntime,
-    docker: Docker,
-    id: String,
-    expired: Arc<AtomicBool>,
-    oom_kills: Arc<AtomicU64>,
-    lifetime: Option<Duration>,
-    memory_bytes: Option<u64>,
-}
-
 /// Where a running docker deployment lives, for inspection and tests.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DockerInfo {
@@ -134,9 +129,6 @@ impl Drop for AbortOnDrop {
         self.0.abort();
     }
 }
-
-/// Exit codes of a process killed by SIGKILL (shell convention, and the raw signal).
-const KILLED_CODES: [i64; 2] = [137, -9];
 
 impl DockerDeployment {
     /// A deployment that will start the container described by `config`.
@@ -186,12 +178,19 @@ impl DockerDeployment {
 
     async fn launch(&self, docker: Docker) -> Result<Running> {
         let config = &self.config;
-        let image_path = self.ensure_image(&docker).await?;
-        let archive = Payload::locate(
+        let (base_id, image_path) = self.ensure_image(&docker).await?;
+        let run_id = run_id(config.run_id.as_deref());
+        let payload = Payload::locate(
             config.server_binary.as_deref(),
             config.toolbox_binary.as_deref(),
-        )?
-        .archive(config.read_only_root)?;
+        )?;
+        let image = image::payload_image(
+            &docker,
+            &base_id,
+            &payload,
+            labels::container_labels(&run_id, Some(reaper::now_unix() + 600)),
+        )
+        .await?;
         let network = match config.network {
             NetworkMode::None => network::isolated_network(&docker).await?,
             NetworkMode::Bridge => "bridge".into(),
@@ -201,7 +200,6 @@ impl DockerDeployment {
         if let Reach::HostPort(0) = reach {
             return Err(sandbox_error("cannot find a free loopback port"));
         }
-        let run_id = run_id(config.run_id.as_deref());
         let deadline = config
             .lifetime
             .map(|l| reaper::now_unix() + l.as_secs().max(1));
@@ -209,6 +207,7 @@ impl DockerDeployment {
         let name = format!("uniagent-{}", labels::random_hex(8));
         let body = spec::container_body(&spec::Launch {
             config,
+            image,
             token: &token,
             labels: labels::container_labels(&run_id, deadline),
             image_path,
@@ -229,21 +228,6 @@ impl DockerDeployment {
             .map_err(|e| {
                 docker_error(&format!("creating a container from `{}`", config.image), e)
             })?;
-        docker
-            .upload_to_container(
-                &created.id,
-                Some(UploadToContainerOptions {
-                    path: if config.read_only_root {
-                        "/opt/uniagent".into()
-                    } else {
-                        "/".into()
-                    },
-                    ..Default::default()
-                }),
-                bollard::body_full(archive.into()),
-            )
-            .await
-            .map_err(|e| docker_error("copying the sandbox server into the container", e))?;
         docker
             .start_container(
                 &created.id,
@@ -305,8 +289,9 @@ impl DockerDeployment {
         })
     }
 
-    /// Checks that the image is local (pulling it when configured) and returns its `PATH`.
-    async fn ensure_image(&self, docker: &Docker) -> Result<Option<String>> {
+    /// Checks that the image is local (pulling it when configured) and returns its id and
+    /// `PATH`.
+    async fn ensure_image(&self, docker: &Docker) -> Result<(String, Option<String>)> {
         let image = &self.config.image;
         let inspected = match docker.inspect_image(image).await {
             Ok(found) => found,
@@ -338,10 +323,12 @@ impl DockerDeployment {
             }
             Err(e) => return Err(docker_error(&format!("inspecting `{image}`"), e)),
         };
-        Ok(inspected.config.and_then(|c| c.env).and_then(|env| {
+        let id = inspected.id.clone().unwrap_or_else(|| image.clone());
+        let path = inspected.config.and_then(|c| c.env).and_then(|env| {
             env.into_iter()
                 .find_map(|kv| kv.strip_prefix("PATH=").map(str::to_owned))
-        }))
+        });
+        Ok((id, path))
     }
 
     async fn do_stop(&self) -> Result<()> {
@@ -360,209 +347,6 @@ impl DockerDeployment {
         // Sessions first, so shells end their jobs the polite way; a dead server is no error.
         let _ = tokio::time::timeout(Duration::from_secs(2), watch.runtime.close()).await;
         container.remove(&watch.docker).await
-    }
-}
-
-/// The process-wide semaphore bounding concurrent container starts; sized by the first
-/// configuration that starts a container.
-fn start_slots(permits: usize) -> &'static Semaphore {
-    static SLOTS: OnceLock<Semaphore> = OnceLock::new();
-    SLOTS.get_or_init(|| Semaphore::new(permits.max(1)))
-}
-
-fn free_loopback_port() -> u16 {
-    std::net::TcpListener::bind(("127.0.0.1", 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(0)
-}
-
-/// The server's URL as seen from the host.
-async fn server_url(docker: &Docker, id: &str, reach: Reach) -> Result<String> {
-    if let Reach::HostPort(port) = reach {
-        return Ok(format!("http://127.0.0.1:{port}"));
-    }
-    let inspected = docker
-        .inspect_container(
-            id,
-            None::<bollard::query_parameters::InspectContainerOptions>,
-        )
-        .await
-        .map_err(|e| docker_error("inspecting the container", e))?;
-    let settings = inspected.network_settings.unwrap_or_default();
-    match reach {
-        Reach::PublishedPort => {
-            let port = settings
-                .ports
-                .and_then(|ports| ports.get(&format!("{SERVER_PORT}/tcp")).cloned().flatten())
-                .and_then(|bindings| {
-                    bindings
-                        .into_iter()
-                        .find(|b| b.host_ip.as_deref() == Some("127.0.0.1"))
-                })
-                .and_then(|b| b.host_port)
-                .filter(|p| !p.is_empty())
-                .ok_or_else(|| sandbox_error("Docker published no host port for the server"))?;
-            Ok(format!("http://127.0.0.1:{port}"))
-        }
-        _ => {
-            let address = settings
-                .networks
-                .and_then(|networks| networks.get(network::ISOLATED_NETWORK).cloned())
-                .and_then(|endpoint| endpoint.ip_address)
-                .filter(|ip| !ip.is_empty())
-                .ok_or_else(|| {
-                    sandbox_error(format!(
-                        "the container has no address on `{}`",
-                        network::ISOLATED_NETWORK
-                    ))
-                })?;
-            Ok(format!("http://{address}:{SERVER_PORT}"))
-        }
-    }
-}
-
-/// Probes `is_alive` (1 ms doubling to 50 ms between probes) until it answers, the container
-/// stops, or `timeout` passes.
-async fn wait_until_alive(
-    runtime: &RemoteRuntime,
-    docker: &Docker,
-    id: &str,
-    timeout: Duration,
-) -> Result<()> {
-    let start = Instant::now();
-    let mut pause = Duration::from_millis(1);
-    let mut probes = 0u32;
-    loop {
-        let probe = Duration::from_millis(500)
-            .min(timeout.saturating_sub(start.elapsed()))
-            .max(Duration::from_millis(20));
-        if let Ok(answer) = runtime.is_alive(Some(probe)).await {
-            if answer.is_alive {
-                return Ok(());
-            }
-        }
-        probes += 1;
-        if probes % 10 == 0 {
-            if let Some(why) = container_stopped(docker, id).await {
-                return Err(sandbox_error(format!(
-                    "the sandbox server stopped during startup: {why}"
-                )));
-            }
-        }
-        if start.elapsed() >= timeout {
-            let why = container_stopped(docker, id).await.unwrap_or_default();
-            return Err(Error::Timeout {
-                operation: format!("starting the sandbox server in container {id} {why}"),
-                after: timeout,
-            });
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(50));
-    }
-}
-
-/// `Some(description)` when the container is not running (or gone).
-async fn container_stopped(docker: &Docker, id: &str) -> Option<String> {
-    match docker
-        .inspect_container(
-            id,
-            None::<bollard::query_parameters::InspectContainerOptions>,
-        )
-        .await
-    {
-        Ok(c) => {
-            let state = c.state.unwrap_or_default();
-            if state.running == Some(true) {
-                return None;
-            }
-            Some(format!(
-                "container exited with code {}{}{}",
-                state.exit_code.unwrap_or_default(),
-                if state.oom_killed == Some(true) {
-                    " (killed by the OOM killer)"
-                } else {
-                    ""
-                },
-                state
-                    .error
-                    .filter(|e| !e.is_empty())
-                    .map(|e| format!(": {e}"))
-                    .unwrap_or_default()
-            ))
-        }
-        Err(e) if is_not_found(&e) => Some("the container is gone".into()),
-        Err(_) => None,
-    }
-}
-
-impl Watch {
-    /// The kernel's OOM kill count for the container's memory cgroup, read from inside
-    /// (cgroup v1 `memory.oom_control`, v2 `memory.events`).
-    async fn read_oom_kills(&self) -> Option<u64> {
-        for (path, key) in [
-            ("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill"),
-            ("/sys/fs/cgroup/memory.events", "oom_kill"),
-        ] {
-            let Ok(file) = self.runtime.read_file(&ReadFileRequest::new(path)).await else {
-                continue;
-            };
-            if let Some(count) = file.content.lines().find_map(|line| {
-                let (name, value) = line.split_once(' ')?;
-                (name == key).then(|| value.trim().parse().ok()).flatten()
-            }) {
-                return Some(count);
-            }
-        }
-        None
-    }
-
-    fn oom_error(&self, operation: &str) -> Error {
-        sandbox_error(format!(
-            "{operation}: out of memory: the container hit its memory limit{} and the kernel's \
-             OOM killer killed a process",
-            self.memory_bytes
-                .map(|b| format!(" of {b} bytes"))
-                .unwrap_or_default()
-        ))
-    }
-
-    /// A process ended by SIGKILL: an OOM kill if the cgroup's count went up.
-    async fn check_killed(&self, operation: &str, exit_code: Option<i64>) -> Result<()> {
-        if !exit_code.is_some_and(|c| KILLED_CODES.contains(&c)) {
-            return Ok(());
-        }
-        let now = match self.read_oom_kills().await {
-            Some(count) => count,
-            None => {
-                return match container_stopped(&self.docker, &self.id).await {
-                    Some(why) => Err(sandbox_error(format!("{operation}: {why}"))),
-                    None => Ok(()),
-                }
-            }
-        };
-        if now > self.oom_kills.swap(now, Ordering::SeqCst) {
-            return Err(self.oom_error(operation));
-        }
-        Ok(())
-    }
-
-    /// Explains an infrastructure error: lifetime exceeded, OOM, container gone.
-    async fn explain(&self, operation: &str, error: Error) -> Error {
-        if matches!(error, Error::Runtime { .. }) {
-            return error;
-        }
-        if self.expired.load(Ordering::SeqCst) {
-            return sandbox_error(format!(
-                "{operation}: the sandbox outlived its lifetime limit of {:?} and was removed",
-                self.lifetime.unwrap_or_default()
-            ));
-        }
-        match container_stopped(&self.docker, &self.id).await {
-            Some(why) if why.contains("OOM") => self.oom_error(operation),
-            Some(why) => sandbox_error(format!("{operation}: {why} ({error})")),
-            None => error,
-        }
     }
 }
 

@@ -58,26 +58,15 @@ impl Payload {
         Ok(Self { server, toolbox })
     }
 
-    /// A tar archive holding [`BIN_DIR`] with the binaries (mode 0755), to be extracted at `/`,
-    /// or at `/opt/uniagent` when `inside_opt` (a volume mounted there: Docker refuses uploads
-    /// onto a read-only root, but not into a volume).
-    pub fn archive(&self, inside_opt: bool) -> Result<Vec<u8>> {
+    /// A tar archive holding [`BIN_DIR`] with the binaries (mode 0755), to be extracted at `/`.
+    pub fn archive(&self) -> Result<Vec<u8>> {
         let mut builder = tar::Builder::new(Vec::new());
         let mut entries = vec![(SERVER_NAME, &self.server)];
         if let Some(toolbox) = &self.toolbox {
             entries.push((TOOLBOX_NAME, toolbox));
         }
-        let dirs: &[&str] = if inside_opt {
-            &["bin/"]
-        } else {
-            &["opt/", "opt/uniagent/", "opt/uniagent/bin/"]
-        };
-        let bin = if inside_opt {
-            "bin"
-        } else {
-            BIN_DIR.trim_start_matches('/')
-        };
-        for dir in dirs {
+        let bin = BIN_DIR.trim_start_matches('/');
+        for dir in ["opt/", "opt/uniagent/", "opt/uniagent/bin/"] {
             let mut header = tar::Header::new_gnu();
             header.set_entry_type(tar::EntryType::Directory);
             header.set_mode(0o755);
@@ -165,18 +154,7 @@ mod tests {
             Some(toolbox.as_path()),
             "found next to the server"
         );
-        let bytes = payload.archive(false).unwrap();
-        let inside = payload.archive(true).unwrap();
-        let mut inside = tar::Archive::new(inside.as_slice());
-        let names: Vec<String> = inside
-            .entries()
-            .unwrap()
-            .map(|e| e.unwrap().path().unwrap().display().to_string())
-            .collect();
-        assert_eq!(
-            names,
-            ["bin/", "bin/uniagent-sandbox", "bin/uniagent-toolbox"]
-        );
+        let bytes = payload.archive().unwrap();
         let mut archive = tar::Archive::new(bytes.as_slice());
         let mut files = Vec::new();
         for entry in archive.entries().unwrap() {

@@ -25,6 +25,8 @@ pub(crate) enum Reach {
 /// Everything [`container_body`] needs besides the configuration.
 pub(crate) struct Launch<'a> {
     pub config: &'a DockerConfig,
+    /// The image to start (the configured one with the payload committed in).
+    pub image: String,
     pub token: &'a str,
     pub labels: HashMap<String, String>,
     /// `PATH` of the image, to which the binaries' directory is prepended.
@@ -67,18 +69,12 @@ pub(crate) fn container_body(launch: &Launch<'_>) -> ContainerCreateBody {
         readonly_rootfs: Some(config.read_only_root),
         ..Default::default()
     };
-    let mut volumes = None;
     if config.read_only_root {
-        // Writable scratch space; the payload goes into an anonymous volume, which Docker
-        // accepts uploads into although the root is read-only (removed with the container).
+        // Writable scratch space on tmpfs (charged to the memory limit).
         host.tmpfs = Some(HashMap::from([
             (config.work_dir.clone(), "rw,exec,mode=1777".to_owned()),
             ("/tmp".to_owned(), "rw,exec,nosuid,mode=1777".to_owned()),
         ]));
-        volumes = Some(HashMap::from([(
-            "/opt/uniagent".to_owned(),
-            HashMap::new(),
-        )]));
     }
     let mut exposed = None;
     if launch.reach == Reach::PublishedPort {
@@ -92,7 +88,7 @@ pub(crate) fn container_body(launch: &Launch<'_>) -> ContainerCreateBody {
         exposed = Some(HashMap::from([(port_key, HashMap::new())]));
     }
     ContainerCreateBody {
-        image: Some(config.image.clone()),
+        image: Some(launch.image.clone()),
         entrypoint: Some(vec![format!("{BIN_DIR}/{SERVER_NAME}")]),
         cmd: Some(vec![
             "--host".into(),
@@ -106,7 +102,6 @@ pub(crate) fn container_body(launch: &Launch<'_>) -> ContainerCreateBody {
         working_dir: Some(config.work_dir.clone()),
         labels: Some(launch.labels.clone()),
         exposed_ports: exposed,
-        volumes,
         host_config: Some(host),
         ..Default::default()
     }
@@ -128,6 +123,7 @@ mod tests {
     fn body(config: &DockerConfig, reach: Reach) -> ContainerCreateBody {
         container_body(&Launch {
             config,
+            image: "img+payload".into(),
             token: "tok",
             labels: HashMap::from([("l".into(), "v".into())]),
             image_path: Some("/usr/bin:/bin".into()),
@@ -161,6 +157,7 @@ mod tests {
             Some(vec!["no-new-privileges".to_owned()])
         );
         assert_eq!(body.env.unwrap()[0], "PATH=/opt/uniagent/bin:/usr/bin:/bin");
+        assert_eq!(body.image.as_deref(), Some("img+payload"));
         assert_eq!(
             body.cmd.unwrap(),
             ["--host", "0.0.0.0", "--port", "8000", "--auth-token", "tok"]
@@ -194,6 +191,5 @@ mod tests {
         assert_eq!(host.readonly_rootfs, Some(true));
         let tmpfs = host.tmpfs.unwrap();
         assert!(tmpfs.contains_key("/work") && tmpfs.contains_key("/tmp"));
-        assert!(body.volumes.unwrap().contains_key("/opt/uniagent"));
     }
 }
