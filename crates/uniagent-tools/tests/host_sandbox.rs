@@ -1,5 +1,7 @@
 //! The built-in tools on the host sandbox (`HostDeployment` running our `uniagent-sandbox`).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: panics are failures
+
 mod scenarios;
 
 use std::sync::Arc;

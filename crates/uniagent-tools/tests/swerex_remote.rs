@@ -1,6 +1,8 @@
 //! The built-in tools over SWE-ReX's own Python server (`swerex-remote` from
 //! `UNIAGENT_SWEREX_VENV`, installed by scripts/setup/20-swerex.sh): upload + run_in_session.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: panics are failures
+
 mod scenarios;
 
 use std::path::PathBuf;

@@ -83,7 +83,7 @@ pub fn tokenize(text: &str) -> Vec<String> {
 /// ```
 /// use uniagent_tools::search::{Bm25Builder, Document};
 /// let doc = |id: &str, text: &str| Document { id: id.into(), title: String::new(), text: text.into(), url: None };
-/// let index = Bm25Builder::new().add(doc("a", "rust is fast")).add(doc("b", "python is slow")).build()?;
+/// let index = Bm25Builder::new().add_document(doc("a", "rust is fast")).add_document(doc("b", "python is slow")).build()?;
 /// assert_eq!(index.search("fast language", 1)[0].document.id, "a");
 /// # Ok::<(), uniagent_core::Error>(())
 /// ```
@@ -118,7 +118,7 @@ impl Bm25Builder {
     }
 
     /// Adds one document.
-    pub fn add(mut self, document: Document) -> Self {
+    pub fn add_document(mut self, document: Document) -> Self {
         self.documents.push(document);
         self
     }
@@ -286,9 +286,9 @@ mod tests {
             url: None,
         };
         Bm25Builder::new()
-            .add(doc("d0", "the cat sat"))
-            .add(doc("d1", "the dog sat down"))
-            .add(doc("d2", "cat cat dog"))
+            .add_document(doc("d0", "the cat sat"))
+            .add_document(doc("d1", "the dog sat down"))
+            .add_document(doc("d2", "cat cat dog"))
             .build()
             .unwrap()
     }

@@ -26,7 +26,7 @@ use crate::toolbox::truncate::truncate_head;
 /// use uniagent_tools::search::{Bm25Builder, Document, SearchTool};
 ///
 /// let doc = Document { id: "1".into(), title: "Paris".into(), text: "Paris is the capital of France.".into(), url: None };
-/// let tool = SearchTool::new(Arc::new(Bm25Builder::new().add(doc).build()?));
+/// let tool = SearchTool::new(Arc::new(Bm25Builder::new().add_document(doc).build()?));
 /// let ctx = ToolContext { deployment: None, session: "default".into(), timeout: std::time::Duration::from_secs(5),
 ///     task: Arc::new(Task::new("t", vec![])), call_id: "c1".into() };
 /// let out = tool.call(serde_json::json!({"query_list": ["capital of France"]}), &ctx).await?;

@@ -160,4 +160,70 @@ mod tests {
         );
         assert_eq!(clean_terminal_output("\u{1b}"), "");
     }
+
+    mod with_a_scripted_sandbox {
+        use std::sync::Arc;
+
+        use uniagent_core::sandbox::CreateSessionRequest;
+        use uniagent_core::testing::ScriptedDeployment;
+        use uniagent_core::{Deployment, Task, ToolStatus};
+
+        use super::*;
+
+        async fn ctx(sandbox: ScriptedDeployment) -> ToolContext {
+            sandbox
+                .create_session(CreateSessionRequest::new("s"))
+                .await
+                .unwrap();
+            ToolContext {
+                deployment: Some(Arc::new(sandbox) as Arc<dyn Deployment>),
+                session: "s".into(),
+                timeout: Duration::from_secs(7),
+                task: Arc::new(Task::new("t", vec![])),
+                call_id: "c".into(),
+            }
+        }
+
+        #[tokio::test]
+        async fn a_timeout_probes_the_session_and_reports_timed_out() {
+            let sandbox = ScriptedDeployment::new()
+                .on_command_timeout("sleep 99")
+                .on_command("echo uniagent-session-alive", "uniagent-session-alive\n", 0);
+            let ctx = ctx(sandbox.clone()).await;
+            let out = ExecuteBash::default()
+                .call(json!({"command": "sleep 99"}), &ctx)
+                .await
+                .unwrap();
+            assert_eq!(out.status, ToolStatus::TimedOut);
+            assert!(
+                out.content.contains("took more than 7 seconds"),
+                "{}",
+                out.content
+            );
+            assert!(sandbox
+                .log()
+                .iter()
+                .any(|l| l.contains("echo uniagent-session-alive")));
+        }
+
+        #[tokio::test]
+        async fn a_session_that_stays_dead_is_an_infrastructure_error() {
+            let sandbox = ScriptedDeployment::new().on_command_timeout("sleep 99");
+            let ctx = ctx(sandbox).await;
+            let err = ExecuteBash::default()
+                .call(json!({"command": "sleep 99"}), &ctx)
+                .await
+                .unwrap_err();
+            assert!(err.to_string().contains("did not recover"), "{err}");
+        }
+
+        #[tokio::test]
+        async fn bad_arguments_are_failed_outputs() {
+            let ctx = ctx(ScriptedDeployment::new()).await;
+            for args in [json!({}), json!({"command": 3}), json!({"command": "  "})] {
+                let out = ExecuteBash::default().call(args, &ctx).await.unwrap();
+                assert_eq!(out.status, ToolStatus::Failed);
+            }
+        }
+    }
 }
