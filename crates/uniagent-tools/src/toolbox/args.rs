@@ -421,4 +421,60 @@ mod tests {
             Err(ArgsError::Usage(_))
         ));
     }
+
+    /// The fuzz target's checks (`fuzz/fuzz_targets/tool_args_decoding.rs`) as a property test,
+    /// so they run in every `cargo test` too.
+    mod like_the_fuzz_target {
+        use proptest::prelude::*;
+
+        use super::super::*;
+
+        fn json_value() -> impl Strategy<Value = Value> {
+            let leaf = prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::Bool),
+                any::<i64>().prop_map(Value::from),
+                any::<f64>().prop_map(Value::from),
+                "\\PC{0,12}".prop_map(Value::String),
+            ];
+            leaf.prop_recursive(3, 16, 4, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                    prop::collection::btree_map(
+                        prop_oneof![
+                            Just("command".to_owned()),
+                            Just("path".to_owned()),
+                            Just("view_range".to_owned()),
+                            Just("insert_line".to_owned()),
+                            Just("new_str".to_owned()),
+                            "[a-z_]{1,8}"
+                        ],
+                        inner,
+                        0..5
+                    )
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+                ]
+            })
+        }
+
+        proptest! {
+            #[test]
+            fn arbitrary_bytes_decode_the_same_inline_and_via_base64(data in prop::collection::vec(any::<u8>(), 0..256)) {
+                prop_assert_eq!(EditorArgs::from_json(&data), EditorArgs::from_base64(&encode_base64(&data)));
+                let text = String::from_utf8_lossy(&data);
+                let _ = EditorArgs::from_base64(&text);
+                let argv: Vec<&str> = text.split('\0').collect();
+                let _ = parse_command_line(&argv);
+            }
+
+            #[test]
+            fn arbitrary_json_never_panics_and_ranges_are_pairs(value in json_value()) {
+                if let Ok(args) = EditorArgs::from_value(&value) {
+                    prop_assert!(value["path"].is_string() && value["command"].is_string());
+                    let bytes = serde_json::to_vec(&value).unwrap();
+                    prop_assert_eq!(EditorArgs::from_base64(&encode_base64(&bytes)), Ok(args));
+                }
+            }
+        }
+    }
 }
