@@ -10,6 +10,9 @@
 //! ```
 //! Ctrl-C cancels the run cleanly; the summary still prints.
 
+// `uniagent_core::Error` is large by design (it embeds a `RemoteException`).
+#![allow(clippy::result_large_err)]
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;

@@ -2,6 +2,9 @@
 //! `/v1/completions`, SGLang's `/generate`, OpenAI chat completions), asserting on what the
 //! client sends as well as on what it makes of the answers.
 
+// Test helpers may unwrap (a panic fails the test); core's `Error` is large by design.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::result_large_err)]
+
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,10 +19,12 @@ use uniagent_core::agent::{AgentInteraction, ExitReason, LoopConfig, RolloutCont
 use uniagent_core::parsers::ToolCallFormat;
 use uniagent_core::testing::RecordingTool;
 use uniagent_core::{
-    ChatModel, EpisodeSignal, Error, FinishReason, GenerateRequest, Message, RetryConfig, SamplingParams, Task,
-    TokenGenerator, ToolOutput, ToolSpec,
+    ChatModel, EpisodeSignal, Error, FinishReason, GenerateRequest, Message, RetryConfig,
+    SamplingParams, Task, TokenGenerator, ToolOutput, ToolSpec,
 };
-use uniagent_envs::models::{HttpModelConfig, OpenAiChatModel, OpenAiConfig, SglangGenerator, VllmGenerator};
+use uniagent_envs::models::{
+    HttpModelConfig, OpenAiChatModel, OpenAiConfig, SglangGenerator, VllmGenerator,
+};
 
 /// One canned answer: status, body, and how long to wait before sending it.
 #[derive(Clone)]
@@ -30,7 +35,11 @@ struct Canned {
 }
 
 fn ok(body: Value) -> Canned {
-    Canned { status: 200, body, delay: Duration::ZERO }
+    Canned {
+        status: 200,
+        body,
+        delay: Duration::ZERO,
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -54,10 +63,27 @@ impl Server {
     }
 }
 
-async fn handle(State(s): State<Server>, uri: OriginalUri, headers: HeaderMap, Json(body): Json<Value>) -> Response {
-    let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned);
-    s.seen.lock().unwrap().push(Seen { path: uri.path().to_owned(), auth, body });
-    let canned = s.replies.lock().unwrap().pop_front().or_else(|| s.fallback.lock().unwrap().clone());
+async fn handle(
+    State(s): State<Server>,
+    uri: OriginalUri,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    let auth = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    s.seen.lock().unwrap().push(Seen {
+        path: uri.path().to_owned(),
+        auth,
+        body,
+    });
+    let canned = s
+        .replies
+        .lock()
+        .unwrap()
+        .pop_front()
+        .or_else(|| s.fallback.lock().unwrap().clone());
     let Some(c) = canned else {
         return (StatusCode::INTERNAL_SERVER_ERROR, "no canned reply").into_response();
     };
@@ -67,7 +93,10 @@ async fn handle(State(s): State<Server>, uri: OriginalUri, headers: HeaderMap, J
 
 /// Starts a server answering with `replies` in order; returns its base URL.
 async fn serve(replies: Vec<Canned>) -> (String, Server) {
-    let server = Server { replies: Arc::new(Mutex::new(replies.into())), ..Server::default() };
+    let server = Server {
+        replies: Arc::new(Mutex::new(replies.into())),
+        ..Server::default()
+    };
     let app = Router::new()
         .route("/v1/completions", post(handle))
         .route("/generate", post(handle))
@@ -80,11 +109,19 @@ async fn serve(replies: Vec<Canned>) -> (String, Server) {
 }
 
 fn fast_retry() -> RetryConfig {
-    RetryConfig { max_attempts: 3, initial_backoff: Duration::from_millis(1), jitter: 0.0, ..RetryConfig::default() }
+    RetryConfig {
+        max_attempts: 3,
+        initial_backoff: Duration::from_millis(1),
+        jitter: 0.0,
+        ..RetryConfig::default()
+    }
 }
 
 fn config(endpoints: Vec<String>) -> HttpModelConfig {
-    HttpModelConfig { retry: fast_retry(), ..HttpModelConfig::new(endpoints, "Qwen/Qwen3-8B") }
+    HttpModelConfig {
+        retry: fast_retry(),
+        ..HttpModelConfig::new(endpoints, "Qwen/Qwen3-8B")
+    }
 }
 
 /// A vLLM `/v1/completions` response as vLLM 0.10 sends it with `logprobs: 1` and
@@ -132,8 +169,13 @@ fn sglang_response(ids: &[u32], lps: &[f64], finish: Value, weight_version: &str
 }
 
 fn request(session: &str) -> GenerateRequest {
-    let sampling =
-        SamplingParams { temperature: 0.7, top_p: 0.9, top_k: Some(20), seed: Some(7), ..SamplingParams::default() };
+    let sampling = SamplingParams {
+        temperature: 0.7,
+        top_p: 0.9,
+        top_k: Some(20),
+        seed: Some(7),
+        ..SamplingParams::default()
+    };
     GenerateRequest::new(vec![151644, 872, 198, 9707, 151645], sampling, 64)
         .with_stop_token_ids(vec![151645])
         .with_session_id(session)
@@ -141,7 +183,12 @@ fn request(session: &str) -> GenerateRequest {
 
 #[tokio::test]
 async fn vllm_sends_token_ids_and_reads_exact_tokens_back() {
-    let (url, server) = serve(vec![ok(vllm_response(&[9707, 0, 151645], &[-0.0123, -0.5, -0.001], "stop"))]).await;
+    let (url, server) = serve(vec![ok(vllm_response(
+        &[9707, 0, 151645],
+        &[-0.0123, -0.5, -0.001],
+        "stop",
+    ))])
+    .await;
     let generator = VllmGenerator::new(&config(vec![url])).unwrap();
     let out = generator.generate(request("traj-1")).await.unwrap();
     assert_eq!(out.token_ids, vec![9707, 0, 151645]);
@@ -153,7 +200,14 @@ async fn vllm_sends_token_ids_and_reads_exact_tokens_back() {
     let b = &seen[0].body;
     assert_eq!(b["prompt"], json!([151644, 872, 198, 9707, 151645]));
     assert_eq!(b["model"], "Qwen/Qwen3-8B");
-    assert_eq!((b["max_tokens"].as_u64(), b["top_k"].as_i64(), b["seed"].as_u64()), (Some(64), Some(20), Some(7)));
+    assert_eq!(
+        (
+            b["max_tokens"].as_u64(),
+            b["top_k"].as_i64(),
+            b["seed"].as_u64()
+        ),
+        (Some(64), Some(20), Some(7))
+    );
     assert_eq!(b["logprobs"], 1);
     assert_eq!(b["return_tokens_as_token_ids"], true);
     assert_eq!(b["stop_token_ids"], json!([151645]));
@@ -170,7 +224,10 @@ async fn vllm_rejects_text_tokens_and_mismatched_lengths() {
     let (url, _server) = serve(vec![ok(text_tokens), ok(short)]).await;
     let generator = VllmGenerator::new(&config(vec![url])).unwrap();
     let e = generator.generate(request("a")).await.unwrap_err();
-    assert!(matches!(e, Error::Protocol { .. }) && e.to_string().contains("token_id"), "{e}");
+    assert!(
+        matches!(e, Error::Protocol { .. }) && e.to_string().contains("token_id"),
+        "{e}"
+    );
     let e = generator.generate(request("a")).await.unwrap_err();
     assert!(e.to_string().contains("2 tokens but 1 logprobs"), "{e}");
 }
@@ -178,33 +235,67 @@ async fn vllm_rejects_text_tokens_and_mismatched_lengths() {
 #[tokio::test]
 async fn sglang_sends_input_ids_and_reads_logprob_triples() {
     let finish = json!({"type": "length", "length": 2});
-    let (url, server) = serve(vec![ok(sglang_response(&[9707, 11], &[-0.25, -1.5], finish, "3"))]).await;
+    let (url, server) = serve(vec![ok(sglang_response(
+        &[9707, 11],
+        &[-0.25, -1.5],
+        finish,
+        "3",
+    ))])
+    .await;
     let generator = SglangGenerator::new(&config(vec![url])).unwrap();
     let out = generator.generate(request("traj-1")).await.unwrap();
-    assert_eq!((out.token_ids, out.logprobs), (vec![9707, 11], vec![-0.25f32, -1.5]));
-    assert_eq!((out.finish_reason, out.weight_version), (FinishReason::Length, Some(3)));
+    assert_eq!(
+        (out.token_ids, out.logprobs),
+        (vec![9707, 11], vec![-0.25f32, -1.5])
+    );
+    assert_eq!(
+        (out.finish_reason, out.weight_version),
+        (FinishReason::Length, Some(3))
+    );
     let b = &server.seen()[0].body;
     assert_eq!(server.seen()[0].path, "/generate");
     assert_eq!(b["input_ids"], json!([151644, 872, 198, 9707, 151645]));
     assert_eq!(b["return_logprob"], true);
     let sp = &b["sampling_params"];
-    assert_eq!((sp["max_new_tokens"].as_u64(), sp["top_k"].as_i64()), (Some(64), Some(20)));
+    assert_eq!(
+        (sp["max_new_tokens"].as_u64(), sp["top_k"].as_i64()),
+        (Some(64), Some(20))
+    );
     assert_eq!(sp["stop_token_ids"], json!([151645]));
-    assert_eq!((sp["skip_special_tokens"].as_bool(), sp["no_stop_trim"].as_bool()), (Some(false), Some(true)));
+    assert_eq!(
+        (
+            sp["skip_special_tokens"].as_bool(),
+            sp["no_stop_trim"].as_bool()
+        ),
+        (Some(false), Some(true))
+    );
     assert_eq!(sp["sampling_seed"], 7);
 }
 
 #[tokio::test]
 async fn retryable_failures_are_retried_and_client_errors_are_not() {
-    let unavailable = Canned { status: 503, body: json!({"error": "overloaded"}), delay: Duration::ZERO };
-    let good = ok(sglang_response(&[1], &[-0.1], json!({"type": "stop", "matched": 1}), "default"));
+    let unavailable = Canned {
+        status: 503,
+        body: json!({"error": "overloaded"}),
+        delay: Duration::ZERO,
+    };
+    let good = ok(sglang_response(
+        &[1],
+        &[-0.1],
+        json!({"type": "stop", "matched": 1}),
+        "default",
+    ));
     let (url, server) = serve(vec![unavailable.clone(), unavailable, good]).await;
     let generator = SglangGenerator::new(&config(vec![url])).unwrap();
     let out = generator.generate(request("s")).await.unwrap();
     assert_eq!((out.token_ids, out.weight_version), (vec![1], None));
     assert_eq!(server.seen().len(), 3);
 
-    let bad = Canned { status: 400, body: json!({"error": "prompt too long"}), delay: Duration::ZERO };
+    let bad = Canned {
+        status: 400,
+        body: json!({"error": "prompt too long"}),
+        delay: Duration::ZERO,
+    };
     let (url, server) = serve(vec![bad]).await;
     let generator = VllmGenerator::new(&config(vec![url])).unwrap();
     let e = generator.generate(request("s")).await.unwrap_err();
@@ -214,17 +305,30 @@ async fn retryable_failures_are_retried_and_client_errors_are_not() {
 
 #[tokio::test]
 async fn a_request_past_its_timeout_fails_without_a_retry() {
-    let slow = Canned { delay: Duration::from_secs(5), ..ok(vllm_response(&[1], &[-0.1], "stop")) };
+    let slow = Canned {
+        delay: Duration::from_secs(5),
+        ..ok(vllm_response(&[1], &[-0.1], "stop"))
+    };
     let (url, server) = serve(vec![slow]).await;
-    let cfg = HttpModelConfig { timeout: Duration::from_millis(200), ..config(vec![url]) };
-    let e = VllmGenerator::new(&cfg).unwrap().generate(request("s")).await.unwrap_err();
+    let cfg = HttpModelConfig {
+        timeout: Duration::from_millis(200),
+        ..config(vec![url])
+    };
+    let e = VllmGenerator::new(&cfg)
+        .unwrap()
+        .generate(request("s"))
+        .await
+        .unwrap_err();
     assert!(matches!(e, Error::Timeout { .. }), "{e}");
     assert_eq!(server.seen().len(), 1);
 }
 
 #[tokio::test]
 async fn sessions_stick_to_one_server_and_load_spreads_across_servers() {
-    let reply = Canned { delay: Duration::from_millis(50), ..ok(vllm_response(&[1], &[-0.1], "stop")) };
+    let reply = Canned {
+        delay: Duration::from_millis(50),
+        ..ok(vllm_response(&[1], &[-0.1], "stop"))
+    };
     let (a, sa) = serve(vec![]).await;
     let (b, sb) = serve(vec![]).await;
     *sa.fallback.lock().unwrap() = Some(reply.clone());
@@ -234,7 +338,10 @@ async fn sessions_stick_to_one_server_and_load_spreads_across_servers() {
         generator.generate(request("sticky")).await.unwrap();
     }
     let (na, nb) = (sa.seen().len(), sb.seen().len());
-    assert!((na, nb) == (4, 0) || (na, nb) == (0, 4), "one trajectory, one server: {na} / {nb}");
+    assert!(
+        (na, nb) == (4, 0) || (na, nb) == (0, 4),
+        "one trajectory, one server: {na} / {nb}"
+    );
     // Eight concurrent trajectories spread over both servers by outstanding requests.
     let handles: Vec<_> = (0..8)
         .map(|i| {
@@ -252,7 +359,11 @@ async fn sessions_stick_to_one_server_and_load_spreads_across_servers() {
 async fn a_failed_sticky_server_is_left_on_retry() {
     let (a, sa) = serve(vec![]).await;
     let (b, sb) = serve(vec![]).await;
-    *sa.fallback.lock().unwrap() = Some(Canned { status: 502, body: json!({}), delay: Duration::ZERO });
+    *sa.fallback.lock().unwrap() = Some(Canned {
+        status: 502,
+        body: json!({}),
+        delay: Duration::ZERO,
+    });
     *sb.fallback.lock().unwrap() = Some(ok(vllm_response(&[5], &[-0.1], "stop")));
     let generator = VllmGenerator::new(&config(vec![a, b])).unwrap();
     for i in 0..4 {
@@ -308,7 +419,11 @@ async fn openai_model_drives_the_loop_with_structured_and_text_tool_calls() {
     };
     let model = OpenAiChatModel::new(&cfg).unwrap();
     let echo = RecordingTool::with_spec(
-        ToolSpec::function("echo", "Echo text.", json!({"type": "object", "properties": {"text": {"type": "string"}}})),
+        ToolSpec::function(
+            "echo",
+            "Echo text.",
+            json!({"type": "object", "properties": {"text": {"type": "string"}}}),
+        ),
         |a| Ok(ToolOutput::success(a["text"].as_str().unwrap_or_default())),
     );
     let loop_cfg = LoopConfig {
@@ -320,13 +435,25 @@ async fn openai_model_drives_the_loop_with_structured_and_text_tool_calls() {
         },
         ..LoopConfig::default()
     };
-    let agent = AgentInteraction::new(Arc::new(model), vec![Arc::new(echo.clone()), Arc::new(finish_tool())], loop_cfg)
-        .unwrap();
-    let task = Arc::new(Task::new("q", vec![Message::user("say hi, then answer 42")]));
+    let agent = AgentInteraction::new(
+        Arc::new(model),
+        vec![Arc::new(echo.clone()), Arc::new(finish_tool())],
+        loop_cfg,
+    )
+    .unwrap();
+    let task = Arc::new(Task::new(
+        "q",
+        vec![Message::user("say hi, then answer 42")],
+    ));
     let t = agent.run(task, 0, None, &RolloutControl::default()).await;
     assert_eq!(t.exit_reason, ExitReason::Finished, "{:?}", t.error);
     assert_eq!(echo.calls()[0].args, json!({"text": "hi"}));
-    assert_eq!(t.signal, Some(EpisodeSignal::Finish { answer: "42".into() }));
+    assert_eq!(
+        t.signal,
+        Some(EpisodeSignal::Finish {
+            answer: "42".into()
+        })
+    );
     assert_eq!(t.counts.sampled_tokens, 40);
 
     let seen = server.seen();
@@ -334,24 +461,47 @@ async fn openai_model_drives_the_loop_with_structured_and_text_tool_calls() {
     assert_eq!(seen[0].path, "/v1/chat/completions");
     assert_eq!(seen[0].auth.as_deref(), Some("Bearer sk-test-123"));
     let b0 = &seen[0].body;
-    assert_eq!((b0["model"].as_str(), b0["temperature"].as_f64()), (Some("Qwen/Qwen3-8B"), Some(0.6)));
-    assert_eq!((b0["top_k"].as_u64(), b0["max_completion_tokens"].as_u64()), (Some(20), Some(512)));
-    assert_eq!(b0["chat_template_kwargs"], json!({"enable_thinking": false}));
+    assert_eq!(
+        (b0["model"].as_str(), b0["temperature"].as_f64()),
+        (Some("Qwen/Qwen3-8B"), Some(0.6))
+    );
+    assert_eq!(
+        (b0["top_k"].as_u64(), b0["max_completion_tokens"].as_u64()),
+        (Some(20), Some(512))
+    );
+    assert_eq!(
+        b0["chat_template_kwargs"],
+        json!({"enable_thinking": false})
+    );
     assert_eq!(b0["tools"].as_array().unwrap().len(), 2);
-    assert_eq!(b0["messages"], json!([{"role": "user", "content": "say hi, then answer 42"}]));
+    assert_eq!(
+        b0["messages"],
+        json!([{"role": "user", "content": "say hi, then answer 42"}])
+    );
     // The second request carries the assistant call and the tool result answering its id,
     // with arguments as a JSON string, as the API requires.
     let msgs = seen[1].body["messages"].as_array().unwrap();
     assert_eq!(msgs.len(), 3);
-    let args = msgs[1]["tool_calls"][0]["function"]["arguments"].as_str().unwrap();
-    assert_eq!(serde_json::from_str::<Value>(args).unwrap(), json!({"text": "hi"}));
-    assert_eq!((msgs[2]["role"].as_str(), msgs[2]["tool_call_id"].as_str()), (Some("tool"), Some("chatcmpl-tool-1")));
+    let args = msgs[1]["tool_calls"][0]["function"]["arguments"]
+        .as_str()
+        .unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(args).unwrap(),
+        json!({"text": "hi"})
+    );
+    assert_eq!(
+        (msgs[2]["role"].as_str(), msgs[2]["tool_call_id"].as_str()),
+        (Some("tool"), Some("chatcmpl-tool-1"))
+    );
     assert_eq!(msgs[2]["content"], "hi");
 }
 
 #[tokio::test]
 async fn malformed_text_tool_call_is_a_format_error_not_a_failure() {
-    let bad = chat_response(json!({"role": "assistant", "content": "<tool_call>{\"name\": \"finish\""}), "stop");
+    let bad = chat_response(
+        json!({"role": "assistant", "content": "<tool_call>{\"name\": \"finish\""}),
+        "stop",
+    );
     let (url, _server) = serve(vec![ok(bad)]).await;
     let cfg = OpenAiConfig {
         http: config(vec![format!("{url}/v1")]),
@@ -359,8 +509,14 @@ async fn malformed_text_tool_call_is_a_format_error_not_a_failure() {
         extra_body: serde_json::Map::new(),
     };
     let model = OpenAiChatModel::new(&cfg).unwrap();
-    let mut cache = model.start("x", vec![Message::user("go")], vec![finish_tool_spec()]).await.unwrap();
-    let turn = model.query(&mut cache, &SamplingParams::default()).await.unwrap();
+    let mut cache = model
+        .start("x", vec![Message::user("go")], vec![finish_tool_spec()])
+        .await
+        .unwrap();
+    let turn = model
+        .query(&mut cache, &SamplingParams::default())
+        .await
+        .unwrap();
     assert!(turn.message.tool_calls.is_empty());
     assert!(turn.format_error.unwrap().starts_with("Unclosed tool call"));
     assert_eq!(cache.messages().len(), 2);

@@ -1,6 +1,6 @@
 //! Shared helpers of the loop and runner tests: real tools over the scripted parts.
 
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::result_large_err)]
 
 use std::sync::Arc;
 use std::time::Duration;
