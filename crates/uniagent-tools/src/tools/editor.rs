@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use serde_json::{json, Value};
 use uniagent_core::sandbox::UploadRequest;
-use uniagent_core::{Deployment, Result, Tool, ToolContext, ToolOutput, ToolSpec};
+use uniagent_core::{Result, Tool, ToolContext, ToolOutput, ToolSpec};
 
 use super::session::{run_in_session, shell_quote, SessionOutcome};
 use crate::install::{install_toolbox_with, ToolboxConfig};
@@ -53,25 +53,6 @@ impl StrReplaceEditor {
                 Some(file),
             )
         }
-    }
-
-    async fn run_once(
-        &self,
-        deployment: &dyn Deployment,
-        ctx: &ToolContext,
-        args_json: &[u8],
-    ) -> Result<SessionOutcome> {
-        let (command, args_file) = self.command_for(args_json);
-        if let Some(file) = args_file {
-            deployment
-                .upload(UploadRequest {
-                    data: args_json.to_vec(),
-                    target_path: file,
-                    unzip: false,
-                })
-                .await?;
-        }
-        run_in_session(deployment, &ctx.session, &command, ctx.timeout).await
     }
 
     fn toolbox_missing(&self, outcome: &SessionOutcome) -> bool {
@@ -124,10 +105,20 @@ impl Tool for StrReplaceEditor {
         let args_json = serde_json::to_vec(&args).map_err(|e| uniagent_core::Error::Internal {
             message: format!("re-encoding tool arguments: {e}"),
         })?;
-        let mut outcome = self.run_once(deployment, ctx, &args_json).await?;
+        let (command, args_file) = self.command_for(&args_json);
+        if let Some(file) = args_file {
+            let upload = UploadRequest {
+                data: args_json.clone(),
+                target_path: file,
+                unzip: false,
+            };
+            deployment.upload(upload).await?;
+        }
+        let mut outcome = run_in_session(deployment, &ctx.session, &command, ctx.timeout).await?;
         if self.toolbox_missing(&outcome) {
+            // The toolbox never ran, so an arguments file is still there for the retry.
             install_toolbox_with(deployment, &self.toolbox).await?;
-            outcome = self.run_once(deployment, ctx, &args_json).await?;
+            outcome = run_in_session(deployment, &ctx.session, &command, ctx.timeout).await?;
         }
         Ok(match outcome {
             SessionOutcome::Completed {

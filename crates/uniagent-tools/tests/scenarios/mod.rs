@@ -131,18 +131,24 @@ async fn editor_scenario(ctx: &ToolContext, work: &Path) {
         "two undos restore the original"
     );
 
-    // Large content travels through an uploaded arguments file.
+    // Large content travels through an uploaded arguments file, also when the first call has
+    // to install the toolbox (a fresh install dir) and retry.
+    let fresh = StrReplaceEditor::new(toolbox_config(&work.join("toolbox-2")));
     let big: String = (0..6000)
         .map(|i| format!("\tline {i} — ünïcödé\r\n"))
         .collect();
     let big_path = work.join("big.txt");
     ok(
-        &editor,
+        &fresh,
         json!({"command": "create", "path": big_path, "file_text": big}),
         ctx,
     )
     .await;
     assert_eq!(std::fs::read(&big_path).unwrap(), big.as_bytes());
+    let leftovers = std::fs::read_dir(work.join("toolbox-2/state/args"))
+        .unwrap()
+        .count();
+    assert_eq!(leftovers, 0, "the arguments file is consumed");
     let listing = ok(&editor, json!({"command": "view", "path": work}), ctx).await;
     assert!(
         listing.contains("big.txt") && !listing.contains(".git"),
