@@ -1,7 +1,7 @@
 //! Shared helpers of the docker tests: skip (printing why) only when no Docker daemon answers;
 //! otherwise the sandbox image must exist (scripts/setup/40-docker-image.sh builds it).
 
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 
