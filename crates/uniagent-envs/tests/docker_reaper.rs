@@ -2,6 +2,7 @@
 //! --run-id` (and the stale sweep) remove its labelled containers.
 
 #![cfg(feature = "docker")]
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers fail by panicking
 
 mod docker_common;
 
