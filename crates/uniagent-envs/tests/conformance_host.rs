@@ -1,6 +1,7 @@
 //! The conformance suite on the `host` backend: our `uniagent-sandbox` as a child process.
 
 #![cfg(all(feature = "conformance", feature = "host", feature = "server"))]
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a panic is a test failure
 
 use std::path::PathBuf;
 

@@ -2,6 +2,7 @@
 //! test on a free port.
 
 #![cfg(all(feature = "conformance", feature = "remote", feature = "server"))]
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a panic is a test failure
 
 mod swerex_common;
 

@@ -4,6 +4,7 @@
 //! own output.
 
 #![cfg(all(feature = "host", feature = "server"))]
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a panic is a test failure
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -2,6 +2,8 @@
 //! through the shared scenario list `tests/swerex/scenarios.json`, and, as a control, our own
 //! `uniagent-sandbox` through the same list.
 
+#![cfg(feature = "server")]
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a panic is a test failure
 mod swerex_common;
 
 use swerex_common::{our_server_binary, replay_scenarios, swerex_venv, ServerUnderTest};

@@ -2,6 +2,8 @@
 //! `uniagent-sandbox` through the shared scenario list (`tests/swerex/drive_server.py` +
 //! `scenarios.json`), and, as a control that keeps the list honest, the real `swerex-remote`.
 
+#![cfg(feature = "server")]
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a panic is a test failure
 mod swerex_common;
 
 use std::path::Path;
