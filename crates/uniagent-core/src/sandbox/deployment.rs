@@ -142,7 +142,10 @@ forward_deployment!(Box);
 /// use uniagent_core::sandbox::DeploymentExt;
 /// use uniagent_core::testing::ScriptedDeployment;
 ///
+/// use uniagent_core::sandbox::{CreateSessionRequest, Deployment};
+///
 /// let sandbox = ScriptedDeployment::new().on_command("echo hi", "hi\n", 0);
+/// sandbox.create_session(CreateSessionRequest::new("default")).await?;
 /// let out = sandbox.bash("default", "echo hi", 10.0).await?;
 /// assert_eq!((out.output.as_str(), out.exit_code), ("hi\n", Some(0)));
 /// # Ok(()) }

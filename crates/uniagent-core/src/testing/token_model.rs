@@ -19,8 +19,11 @@ pub const SCRIPTED_LOGPROB: f32 = -0.5;
 
 /// Renders one message the way the character codec's "template" does.
 pub fn render_message(m: &Message) -> String {
-    let calls =
-        if m.tool_calls.is_empty() { String::new() } else { serde_json::to_string(&m.tool_calls).unwrap_or_default() };
+    let calls = if m.tool_calls.is_empty() {
+        String::new()
+    } else {
+        serde_json::to_string(&m.tool_calls).unwrap_or_default()
+    };
     format!("<|{}|>{}{calls}", m.role.as_str(), m.text())
 }
 
@@ -50,8 +53,10 @@ pub const GENERATION_PROMPT: &str = "<|assistant|>";
 /// let mut cache = model.start("t", vec![Message::user("hi")], vec![]).await?;
 /// model.query(&mut cache, &SamplingParams::default()).await?;
 /// let trace = cache.tokens().unwrap();
-/// // "<|assistant|>ok" then the end-of-turn token, all sampled.
-/// assert_eq!(trace.response_ids.len(), "<|assistant|>ok".chars().count() + 1);
+/// // The generation prompt `<|assistant|>` ends the prompt; "ok" and the end-of-turn token
+/// // are sampled.
+/// assert_eq!(trace.prompt_ids.len(), "<|user|>hi<|assistant|>".chars().count());
+/// assert_eq!(trace.response_ids.len(), "ok".chars().count() + 1);
 /// assert!(trace.response_mask.iter().all(|&m| m == 1));
 /// # Ok(()) }
 /// ```
@@ -64,7 +69,10 @@ pub struct ScriptedTokenChatModel {
 impl ScriptedTokenChatModel {
     /// A model replaying `script` (turn `i` answers with `script[i]`) under `limits`.
     pub fn new(script: Vec<ScriptedTurn>, limits: LengthLimits) -> Self {
-        Self { script: Arc::new(script), limits }
+        Self {
+            script: Arc::new(script),
+            limits,
+        }
     }
 
     /// The full render of a conversation (with the generation prompt when it does not end
@@ -81,7 +89,11 @@ impl ScriptedTokenChatModel {
                 ids.push(END_OF_TURN);
             }
         }
-        if add_generation_prompt && messages.last().is_some_and(|m| m.role != crate::Role::Assistant) {
+        if add_generation_prompt
+            && messages
+                .last()
+                .is_some_and(|m| m.role != crate::Role::Assistant)
+        {
             ids.extend(char_ids(GENERATION_PROMPT));
         }
         ids
@@ -89,7 +101,12 @@ impl ScriptedTokenChatModel {
 }
 
 fn model_error(message: String, retryable: bool) -> Error {
-    Error::Model { backend: "scripted-token".into(), message, retryable, source: None }
+    Error::Model {
+        backend: "scripted-token".into(),
+        message,
+        retryable,
+        source: None,
+    }
 }
 
 #[async_trait]
@@ -102,28 +119,49 @@ impl ChatModel for ScriptedTokenChatModel {
         ModelCapabilities::token_level()
     }
 
-    async fn start(&self, id: &str, messages: Vec<Message>, tools: Vec<ToolSpec>) -> Result<RolloutCache> {
+    async fn start(
+        &self,
+        id: &str,
+        messages: Vec<Message>,
+        tools: Vec<ToolSpec>,
+    ) -> Result<RolloutCache> {
         let mut text: String = messages.iter().map(render_message).collect();
         text.push_str(GENERATION_PROMPT);
         RolloutCache::with_tokens(id, messages, tools, char_ids(&text), self.limits)
     }
 
-    async fn query(&self, cache: &mut RolloutCache, sampling: &SamplingParams) -> Result<AssistantTurn> {
+    async fn query(
+        &self,
+        cache: &mut RolloutCache,
+        sampling: &SamplingParams,
+    ) -> Result<AssistantTurn> {
         sampling.validate()?;
         let budget = cache.generation_budget(sampling.max_tokens.map(|t| t as usize))?;
         let index = cache.assistant_turns() as usize;
         let step = self.script.get(index).cloned().ok_or_else(|| {
-            model_error(format!("script has {} turns; turn {index} was requested", self.script.len()), false)
+            model_error(
+                format!(
+                    "script has {} turns; turn {index} was requested",
+                    self.script.len()
+                ),
+                false,
+            )
         })?;
         let (message, format_error) = match step {
             ScriptedTurn::Reply(m) => (m, None),
-            ScriptedTurn::FormatError { content, error } => (Message::assistant(content), Some(error)),
-            ScriptedTurn::Fail { message, retryable } => return Err(model_error(message, retryable)),
+            ScriptedTurn::FormatError { content, error } => {
+                (Message::assistant(content), Some(error))
+            }
+            ScriptedTurn::Fail { message, retryable } => {
+                return Err(model_error(message, retryable))
+            }
             ScriptedTurn::Hang => std::future::pending().await,
         };
         // The generation prompt is already in the context; the sampled part is the content.
         let rendered = render_message(&message);
-        let sampled_text = rendered.strip_prefix(GENERATION_PROMPT).unwrap_or(&rendered);
+        let sampled_text = rendered
+            .strip_prefix(GENERATION_PROMPT)
+            .unwrap_or(&rendered);
         let mut ids = char_ids(sampled_text);
         ids.push(END_OF_TURN);
         let (message, finish_reason, format_error) = if ids.len() > budget {
@@ -131,18 +169,29 @@ impl ChatModel for ScriptedTokenChatModel {
             let text: String = ids.iter().filter_map(|&i| char::from_u32(i)).collect();
             (Message::assistant(text), FinishReason::Length, None)
         } else {
-            let finish = if message.tool_calls.is_empty() { FinishReason::Stop } else { FinishReason::ToolCalls };
+            let finish = if message.tool_calls.is_empty() {
+                FinishReason::Stop
+            } else {
+                FinishReason::ToolCalls
+            };
             (message, finish, format_error)
         };
         let logprobs = vec![SCRIPTED_LOGPROB; ids.len()];
         cache.append_sampled(&ids, &logprobs, Some(index as u64))?;
         cache.push_message(message.clone());
-        Ok(AssistantTurn { message, finish_reason, format_error, sampled_tokens: ids.len() })
+        Ok(AssistantTurn {
+            message,
+            finish_reason,
+            format_error,
+            sampled_tokens: ids.len(),
+        })
     }
 
     async fn append(&self, cache: &mut RolloutCache, messages: Vec<Message>) -> Result<()> {
         if messages.iter().any(|m| m.role == crate::Role::Assistant) {
-            return Err(Error::invalid_input("append takes non-assistant messages only"));
+            return Err(Error::invalid_input(
+                "append takes non-assistant messages only",
+            ));
         }
         let mut text = String::from("\n");
         text.extend(messages.iter().map(render_message));
