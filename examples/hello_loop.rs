@@ -16,8 +16,8 @@ use uniagent_core::agent::{AgentInteraction, LoopConfig, RolloutControl};
 use uniagent_core::sandbox::DeploymentExt;
 use uniagent_core::testing::{RecordingTool, ScriptedChatModel, ScriptedDeployment, ScriptedTurn};
 use uniagent_core::{
-    Deployment, EpisodeSignal, Message, Result, RewardContext, RewardOutcome, RewardSpec, Task, Tool, ToolCall,
-    ToolContext, ToolOutput, ToolSpec,
+    Deployment, EpisodeSignal, Message, Result, RewardContext, RewardOutcome, RewardSpec, Task,
+    Tool, ToolCall, ToolContext, ToolOutput, ToolSpec,
 };
 
 /// Runs a command in the rollout's bash session.
@@ -38,9 +38,15 @@ impl Tool for Bash {
         let Some(command) = args["command"].as_str() else {
             return Ok(ToolOutput::failed("`command` must be a string"));
         };
-        let obs =
-            ctx.require_deployment("execute_bash")?.bash(&ctx.session, command, ctx.timeout.as_secs_f64()).await?;
-        Ok(ToolOutput::success(format!("{}[exit code {}]", obs.output, obs.exit_code.unwrap_or(-1))))
+        let obs = ctx
+            .require_deployment("execute_bash")?
+            .bash(&ctx.session, command, ctx.timeout.as_secs_f64())
+            .await?;
+        Ok(ToolOutput::success(format!(
+            "{}[exit code {}]",
+            obs.output,
+            obs.exit_code.unwrap_or(-1)
+        )))
     }
 }
 
@@ -60,22 +66,31 @@ impl RewardSpec for ExactAnswer {
             Some(EpisodeSignal::Finish { answer }) => Some(answer.trim()),
             _ => None,
         };
-        Ok(RewardOutcome::binary(expected.is_some() && expected == given))
+        Ok(RewardOutcome::binary(
+            expected.is_some() && expected == given,
+        ))
     }
 }
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<()> {
     let task = Arc::new(
-        Task::new("hello-0", vec![Message::user("What number is stored in /data/answer.txt?")])
-            .with_metadata("answer", json!("42")),
+        Task::new(
+            "hello-0",
+            vec![Message::user("What number is stored in /data/answer.txt?")],
+        )
+        .with_metadata("answer", json!("42")),
     );
     let sandbox: Arc<dyn Deployment> =
         Arc::new(ScriptedDeployment::new().on_command("cat /data/answer.txt", "42\n", 0));
     let model = ScriptedChatModel::new(vec![
         ScriptedTurn::Reply(Message::assistant_with_calls(
             Some("Let me read the file.".into()),
-            vec![ToolCall::new("call_0", "execute_bash", json!({"command": "cat /data/answer.txt"}))],
+            vec![ToolCall::new(
+                "call_0",
+                "execute_bash",
+                json!({"command": "cat /data/answer.txt"}),
+            )],
         )),
         ScriptedTurn::Reply(Message::assistant_with_calls(
             None,
@@ -87,15 +102,36 @@ async fn main() -> Result<()> {
         Ok(ToolOutput::success("Finished.").with_signal(EpisodeSignal::Finish { answer }))
     });
 
-    let agent = AgentInteraction::new(Arc::new(model), vec![Arc::new(Bash), Arc::new(finish)], LoopConfig::default())?
-        .with_reward(Arc::new(ExactAnswer));
+    let agent = AgentInteraction::new(
+        Arc::new(model),
+        vec![Arc::new(Bash), Arc::new(finish)],
+        LoopConfig::default(),
+    )?
+    .with_reward(Arc::new(ExactAnswer));
     sandbox.start().await?;
-    let trajectory = agent.run(task, 0, Some(Arc::clone(&sandbox)), &RolloutControl::default()).await;
+    let trajectory = agent
+        .run(
+            task,
+            0,
+            Some(Arc::clone(&sandbox)),
+            &RolloutControl::default(),
+        )
+        .await;
     sandbox.stop().await?;
 
-    println!("{}", serde_json::to_string_pretty(&trajectory.messages).unwrap_or_default());
-    println!("{}", serde_json::to_string(&trajectory.output).unwrap_or_default());
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&trajectory.messages).unwrap_or_default()
+    );
+    println!(
+        "{}",
+        serde_json::to_string(&trajectory.output).unwrap_or_default()
+    );
     let reward = trajectory.reward.as_ref().map_or(f64::NAN, |r| r.score);
-    println!("exit: {} | reward: {reward} | success: {}", trajectory.exit_reason, trajectory.is_success());
+    println!(
+        "exit: {} | reward: {reward} | success: {}",
+        trajectory.exit_reason,
+        trajectory.is_success()
+    );
     Ok(())
 }

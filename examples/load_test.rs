@@ -21,8 +21,12 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use uniagent_core::agent::{AgentInteraction, CancelToken, ExitReason, LoopConfig, Trajectory};
 use uniagent_core::runner::{ProgressEvent, Runner, RunnerConfig, TrajectorySink};
-use uniagent_core::testing::{RecordingTool, ScriptedChatModel, ScriptedTokenChatModel, ScriptedTurn};
-use uniagent_core::{ChatModel, EpisodeSignal, Error, LengthLimits, Message, Result, Task, ToolCall, ToolOutput};
+use uniagent_core::testing::{
+    RecordingTool, ScriptedChatModel, ScriptedTokenChatModel, ScriptedTurn,
+};
+use uniagent_core::{
+    ChatModel, EpisodeSignal, Error, LengthLimits, Message, Result, Task, ToolCall, ToolOutput,
+};
 
 struct Args {
     rollouts: usize,
@@ -31,7 +35,11 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args> {
-    let mut args = Args { rollouts: 10_000, turns: 5, message_level: false };
+    let mut args = Args {
+        rollouts: 10_000,
+        turns: 5,
+        message_level: false,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut number = |name: &str| -> Result<usize> {
@@ -91,7 +99,11 @@ fn script(turns: usize) -> Vec<ScriptedTurn> {
         .map(|i| {
             ScriptedTurn::Reply(Message::assistant_with_calls(
                 Some(format!("step {i}")),
-                vec![ToolCall::new(format!("c{i}"), "echo", json!({"text": format!("observation {i}")}))],
+                vec![ToolCall::new(
+                    format!("c{i}"),
+                    "echo",
+                    json!({"text": format!("observation {i}")}),
+                )],
             ))
         })
         .collect();
@@ -108,14 +120,22 @@ async fn main() -> Result<()> {
     let model: Arc<dyn ChatModel> = if args.message_level {
         Arc::new(ScriptedChatModel::new(script(args.turns)).without_recording())
     } else {
-        Arc::new(ScriptedTokenChatModel::new(script(args.turns), LengthLimits::default()))
+        Arc::new(ScriptedTokenChatModel::new(
+            script(args.turns),
+            LengthLimits::default(),
+        ))
     };
-    let echo = RecordingTool::new("echo", |a| Ok(ToolOutput::success(a["text"].as_str().unwrap_or_default())));
+    let echo = RecordingTool::new("echo", |a| {
+        Ok(ToolOutput::success(a["text"].as_str().unwrap_or_default()))
+    });
     let finish = RecordingTool::new("finish", |a| {
         let answer = a["answer"].as_str().unwrap_or_default().to_owned();
         Ok(ToolOutput::success("done").with_signal(EpisodeSignal::Finish { answer }))
     });
-    let loop_cfg = LoopConfig { max_turns: args.turns as u32 + 1, ..LoopConfig::default() };
+    let loop_cfg = LoopConfig {
+        max_turns: args.turns as u32 + 1,
+        ..LoopConfig::default()
+    };
     let agent = AgentInteraction::new(model, vec![Arc::new(echo), Arc::new(finish)], loop_cfg)?;
     let runner_cfg = RunnerConfig {
         max_concurrent_rollouts: args.rollouts,
@@ -125,7 +145,8 @@ async fn main() -> Result<()> {
 
     let bar = ProgressBar::new(args.rollouts as u64);
     bar.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let running = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
@@ -141,7 +162,10 @@ async fn main() -> Result<()> {
             }
             pb.inc(1);
             if pb.position() % 500 == 0 {
-                let (r, f) = (run_c.load(Ordering::Relaxed), fail_c.load(Ordering::Relaxed));
+                let (r, f) = (
+                    run_c.load(Ordering::Relaxed),
+                    fail_c.load(Ordering::Relaxed),
+                );
                 pb.set_message(format!("running {r} failed {f}"));
             }
         }
@@ -154,8 +178,9 @@ async fn main() -> Result<()> {
             on_ctrl_c.cancel();
         }
     });
-    let tasks: Vec<Task> =
-        (0..args.rollouts).map(|i| Task::new(format!("load-{i}"), vec![Message::user("count to five")])).collect();
+    let tasks: Vec<Task> = (0..args.rollouts)
+        .map(|i| Task::new(format!("load-{i}"), vec![Message::user("count to five")]))
+        .collect();
     let cpu0 = process_cpu_ns();
     let t0 = Instant::now();
     let mut sink = CountingSink::default();
@@ -178,6 +203,9 @@ async fn main() -> Result<()> {
         "wall_us_per_turn": wall.as_secs_f64() * 1e6 / turns,
         "jsonl_bytes": sink.bytes,
     });
-    println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&report).unwrap_or_default()
+    );
     Ok(())
 }

@@ -13,15 +13,16 @@ use async_trait::async_trait;
 use common::*;
 use serde_json::json;
 use uniagent_core::agent::{
-    AgentInteraction, CancelToken, ExitReason, LoopConfig, MaskPolicy, RolloutControl, NO_FUNCTION_CALL,
-    SKIPPED_SANDBOX, SKIPPED_TIMEOUT_BUDGET,
+    AgentInteraction, CancelToken, ExitReason, LoopConfig, MaskPolicy, RolloutControl,
+    NO_FUNCTION_CALL, SKIPPED_SANDBOX, SKIPPED_TIMEOUT_BUDGET,
 };
 use uniagent_core::testing::{
-    char_ids, render_message, RecordingTool, ScriptedChatModel, ScriptedDeployment, ScriptedTokenChatModel,
-    ScriptedTurn, END_OF_TURN, GENERATION_PROMPT,
+    char_ids, render_message, RecordingTool, ScriptedChatModel, ScriptedDeployment,
+    ScriptedTokenChatModel, ScriptedTurn, END_OF_TURN, GENERATION_PROMPT,
 };
 use uniagent_core::{
-    Deployment, Error, LengthLimits, Message, Result, RewardContext, RewardOutcome, RewardSpec, Role, Tool, ToolOutput,
+    Deployment, Error, LengthLimits, Message, Result, RewardContext, RewardOutcome, RewardSpec,
+    Role, Tool, ToolOutput,
 };
 
 fn tools(list: Vec<Arc<dyn Tool>>) -> Vec<Arc<dyn Tool>> {
@@ -36,21 +37,38 @@ async fn finish_on_the_last_allowed_turn_counts_as_finished() {
         reply(vec![call("c1", "finish", json!({"answer": "42"}))]),
         echo_call("never"),
     ]);
-    let cfg = LoopConfig { max_turns: 2, ..LoopConfig::default() };
-    let t = run_with(model, tools(vec![Arc::new(echo_tool()), Arc::new(finish.clone())]), cfg, None).await;
+    let cfg = LoopConfig {
+        max_turns: 2,
+        ..LoopConfig::default()
+    };
+    let t = run_with(
+        model,
+        tools(vec![Arc::new(echo_tool()), Arc::new(finish.clone())]),
+        cfg,
+        None,
+    )
+    .await;
     assert_eq!(t.exit_reason, ExitReason::Finished, "{:?}", t.error);
     assert_eq!(t.counts.turns, 2);
     assert_eq!(finish.calls().len(), 1);
     assert_eq!(t.output.extra_fields["traj_exit_reason"], "finished");
     // The finish observation is in the record, answering its call.
     let last = t.messages.last().unwrap();
-    assert_eq!((last.role, last.tool_call_id.as_deref(), last.text()), (Role::Tool, Some("c1"), "42"));
+    assert_eq!(
+        (last.role, last.tool_call_id.as_deref(), last.text()),
+        (Role::Tool, Some("c1"), "42")
+    );
 }
 
 #[tokio::test]
 async fn chat_mode_reply_without_calls_finishes() {
-    let model = ScriptedChatModel::new(vec![ScriptedTurn::Reply(Message::assistant("the answer is 4"))]);
-    let cfg = LoopConfig { chat_mode: true, ..LoopConfig::default() };
+    let model = ScriptedChatModel::new(vec![ScriptedTurn::Reply(Message::assistant(
+        "the answer is 4",
+    ))]);
+    let cfg = LoopConfig {
+        chat_mode: true,
+        ..LoopConfig::default()
+    };
     let t = run_with(model, vec![], cfg, None).await;
     assert_eq!(t.exit_reason, ExitReason::Finished);
     assert_eq!(t.messages.last().unwrap().text(), "the answer is 4");
@@ -59,11 +77,19 @@ async fn chat_mode_reply_without_calls_finishes() {
 #[tokio::test]
 async fn submit_ends_the_trace_on_the_sampled_end_of_turn() {
     let model = ScriptedTokenChatModel::new(
-        vec![echo_call("c0"), reply(vec![call("c1", "submit", json!({}))])],
+        vec![
+            echo_call("c0"),
+            reply(vec![call("c1", "submit", json!({}))]),
+        ],
         LengthLimits::default(),
     );
-    let t =
-        run_with(model, tools(vec![Arc::new(echo_tool()), Arc::new(submit_tool())]), LoopConfig::default(), None).await;
+    let t = run_with(
+        model,
+        tools(vec![Arc::new(echo_tool()), Arc::new(submit_tool())]),
+        LoopConfig::default(),
+        None,
+    )
+    .await;
     assert_eq!(t.exit_reason, ExitReason::Submitted);
     assert!(!t.masked);
     // The trace ends on the last sampled token, not on an unused observation + generation prompt.
@@ -73,15 +99,29 @@ async fn submit_ends_the_trace_on_the_sampled_end_of_turn() {
     assert_eq!(t.messages.last().unwrap().text(), "<<<Finished>>>");
     let lps = t.output.response_logprobs.as_ref().unwrap();
     assert_eq!(lps.len(), t.output.response_ids.len());
-    assert!(t.output.response_mask.iter().zip(lps).all(|(&m, &lp)| (m == 1) == (lp != 0.0)));
+    assert!(t
+        .output
+        .response_mask
+        .iter()
+        .zip(lps)
+        .all(|(&m, &lp)| (m == 1) == (lp != 0.0)));
 }
 
 #[tokio::test]
 async fn max_turns_stops_before_querying_again() {
     let model = ScriptedChatModel::new((0..5).map(|i| echo_call(&format!("c{i}"))).collect());
     let echo = echo_tool();
-    let cfg = LoopConfig { max_turns: 3, ..LoopConfig::default() };
-    let t = run_with(model.clone(), tools(vec![Arc::new(echo.clone())]), cfg, None).await;
+    let cfg = LoopConfig {
+        max_turns: 3,
+        ..LoopConfig::default()
+    };
+    let t = run_with(
+        model.clone(),
+        tools(vec![Arc::new(echo.clone())]),
+        cfg,
+        None,
+    )
+    .await;
     assert_eq!(t.exit_reason, ExitReason::MaxTurns);
     assert_eq!((t.counts.turns, t.counts.tool_calls), (3, 3));
     assert_eq!(model.requests().len(), 3);
@@ -89,9 +129,14 @@ async fn max_turns_stops_before_querying_again() {
     // A message-level trajectory has no tokens: nothing to train on.
     assert!(t.masked);
     // A token-level one is trainable by default and masked under Uni-Agent's strict policy.
-    let cfg = LoopConfig { max_turns: 3, ..LoopConfig::default() };
-    let tm =
-        ScriptedTokenChatModel::new((0..5).map(|i| echo_call(&format!("c{i}"))).collect(), LengthLimits::default());
+    let cfg = LoopConfig {
+        max_turns: 3,
+        ..LoopConfig::default()
+    };
+    let tm = ScriptedTokenChatModel::new(
+        (0..5).map(|i| echo_call(&format!("c{i}"))).collect(),
+        LengthLimits::default(),
+    );
     let t = run_with(tm, tools(vec![Arc::new(echo_tool())]), cfg, None).await;
     assert_eq!(t.exit_reason, ExitReason::MaxTurns);
     assert!(!t.masked);
@@ -101,8 +146,10 @@ async fn max_turns_stops_before_querying_again() {
         mask: MaskPolicy::all_but(&[ExitReason::Finished, ExitReason::Submitted]),
         ..LoopConfig::default()
     };
-    let tm =
-        ScriptedTokenChatModel::new((0..5).map(|i| echo_call(&format!("c{i}"))).collect(), LengthLimits::default());
+    let tm = ScriptedTokenChatModel::new(
+        (0..5).map(|i| echo_call(&format!("c{i}"))).collect(),
+        LengthLimits::default(),
+    );
     let t = run_with(tm, tools(vec![Arc::new(echo_tool())]), strict, None).await;
     assert_eq!(t.exit_reason, ExitReason::MaxTurns);
     assert!(t.masked);
@@ -113,7 +160,9 @@ async fn max_turns_stops_before_querying_again() {
 
 /// Tokens of one echo turn and its observation in the character codec.
 fn echo_turn_tokens(id: &str) -> (usize, usize) {
-    let ScriptedTurn::Reply(msg) = echo_call(id) else { unreachable!() };
+    let ScriptedTurn::Reply(msg) = echo_call(id) else {
+        unreachable!()
+    };
     let sampled = char_ids(&render_message(&msg)).len() - char_ids(GENERATION_PROMPT).len() + 1;
     let mut obs = Message::tool(id, "ok");
     obs.name = Some("echo".into());
@@ -127,7 +176,10 @@ async fn token_limit_ends_the_episode_and_masks_the_cut_turn() {
     let long = ScriptedTurn::Reply(Message::assistant("x".repeat(200)));
     let model = ScriptedTokenChatModel::new(vec![echo_call("c0"), long], LengthLimits::default());
     let cfg = LoopConfig {
-        limits: LengthLimits { max_response_len: Some(sampled + inserted + 10), ..LengthLimits::default() },
+        limits: LengthLimits {
+            max_response_len: Some(sampled + inserted + 10),
+            ..LengthLimits::default()
+        },
         ..LoopConfig::default()
     };
     let t = run_with(model, tools(vec![Arc::new(echo_tool())]), cfg, None).await;
@@ -135,16 +187,27 @@ async fn token_limit_ends_the_episode_and_masks_the_cut_turn() {
     assert_eq!(t.counts.turns, 2);
     let mask = &t.output.response_mask;
     assert_eq!(mask.len(), sampled + inserted + 10);
-    assert!(mask[..sampled].iter().all(|&m| m == 1), "the complete first turn stays trainable");
-    assert!(mask[sampled..].iter().all(|&m| m == 0), "the cut turn is masked");
-    assert!(t.output.response_logprobs.unwrap()[sampled..].iter().all(|&lp| lp == 0.0));
+    assert!(
+        mask[..sampled].iter().all(|&m| m == 1),
+        "the complete first turn stays trainable"
+    );
+    assert!(
+        mask[sampled..].iter().all(|&m| m == 0),
+        "the cut turn is masked"
+    );
+    assert!(t.output.response_logprobs.unwrap()[sampled..]
+        .iter()
+        .all(|&lp| lp == 0.0));
 }
 
 #[tokio::test]
 async fn over_long_prompt_is_a_context_overflow_before_any_model_call() {
     let model = ScriptedTokenChatModel::new(vec![echo_call("c0")], LengthLimits::default());
     let cfg = LoopConfig {
-        limits: LengthLimits { max_model_len: Some(10), ..LengthLimits::default() },
+        limits: LengthLimits {
+            max_model_len: Some(10),
+            ..LengthLimits::default()
+        },
         ..LoopConfig::default()
     };
     let t = run_with(model, tools(vec![Arc::new(echo_tool())]), cfg, None).await;
@@ -159,20 +222,38 @@ async fn over_long_prompt_is_a_context_overflow_before_any_model_call() {
 #[tokio::test]
 async fn observation_that_overflows_the_context_ends_the_episode() {
     let (sampled, _) = echo_turn_tokens("c0");
-    let model = ScriptedTokenChatModel::new(vec![echo_call("c0"), echo_call("c1")], LengthLimits::default());
-    let prompt = run_with(model.clone(), vec![], LoopConfig { max_turns: 1, ..LoopConfig::default() }, None)
-        .await
-        .output
-        .prompt_ids
-        .len();
+    let model = ScriptedTokenChatModel::new(
+        vec![echo_call("c0"), echo_call("c1")],
+        LengthLimits::default(),
+    );
+    let prompt = run_with(
+        model.clone(),
+        vec![],
+        LoopConfig {
+            max_turns: 1,
+            ..LoopConfig::default()
+        },
+        None,
+    )
+    .await
+    .output
+    .prompt_ids
+    .len();
     let cfg = LoopConfig {
-        limits: LengthLimits { max_model_len: Some(prompt + sampled + 3), ..LengthLimits::default() },
+        limits: LengthLimits {
+            max_model_len: Some(prompt + sampled + 3),
+            ..LengthLimits::default()
+        },
         ..LoopConfig::default()
     };
     let t = run_with(model, tools(vec![Arc::new(echo_tool())]), cfg, None).await;
     assert_eq!(t.exit_reason, ExitReason::ContextOverflow, "{:?}", t.error);
     assert_eq!(t.output.response_ids.len(), sampled);
-    assert_eq!(t.messages.last().unwrap().role, Role::Tool, "the observation is kept in the messages");
+    assert_eq!(
+        t.messages.last().unwrap().role,
+        Role::Tool,
+        "the observation is kept in the messages"
+    );
 }
 
 #[tokio::test]
@@ -180,12 +261,27 @@ async fn format_errors_are_fed_back_and_bounded() {
     let echo = echo_tool();
     let model = ScriptedChatModel::new(vec![
         ScriptedTurn::Reply(Message::assistant("I will think more.")),
-        reply(vec![call("c1", "echo", json!({"text": "still runs"})), call("c2", "nope", json!({}))]),
-        ScriptedTurn::FormatError { content: "<tool_call>{".into(), error: "Unclosed tool call".into() },
+        reply(vec![
+            call("c1", "echo", json!({"text": "still runs"})),
+            call("c2", "nope", json!({})),
+        ]),
+        ScriptedTurn::FormatError {
+            content: "<tool_call>{".into(),
+            error: "Unclosed tool call".into(),
+        },
         echo_call("never"),
     ]);
-    let cfg = LoopConfig { format_error_budget: 3, ..LoopConfig::default() };
-    let t = run_with(model.clone(), tools(vec![Arc::new(echo.clone())]), cfg, None).await;
+    let cfg = LoopConfig {
+        format_error_budget: 3,
+        ..LoopConfig::default()
+    };
+    let t = run_with(
+        model.clone(),
+        tools(vec![Arc::new(echo.clone())]),
+        cfg,
+        None,
+    )
+    .await;
     assert_eq!(t.exit_reason, ExitReason::FormatErrorBudget);
     assert_eq!(t.counts.format_errors, 3);
     // The valid call of the mixed turn ran; the bad one got an error addressed to its id.
@@ -194,15 +290,25 @@ async fn format_errors_are_fed_back_and_bounded() {
     let second = &reqs[1].messages;
     assert_eq!(second.last().unwrap().text(), NO_FUNCTION_CALL);
     let third = &reqs[2].messages;
-    let bad = third.iter().find(|m| m.tool_call_id.as_deref() == Some("c2")).unwrap();
-    assert!(bad.text().starts_with("Invalid action: function 'nope' is not defined"), "{}", bad.text());
+    let bad = third
+        .iter()
+        .find(|m| m.tool_call_id.as_deref() == Some("c2"))
+        .unwrap();
+    assert!(
+        bad.text()
+            .starts_with("Invalid action: function 'nope' is not defined"),
+        "{}",
+        bad.text()
+    );
     assert_eq!(t.messages.last().unwrap().text(), "Unclosed tool call");
 }
 
 #[tokio::test(start_paused = true)]
 async fn timed_out_calls_exhaust_the_budget_and_skip_the_rest() {
     let slow = Arc::new(SlowTool::default());
-    let timed_out = RecordingTool::new("flaky", |_| Ok(ToolOutput::timed_out("command took too long")));
+    let timed_out = RecordingTool::new("flaky", |_| {
+        Ok(ToolOutput::timed_out("command took too long"))
+    });
     let echo = echo_tool();
     let model = ScriptedChatModel::new(vec![reply(vec![
         call("a", "slow", json!({})),
@@ -216,45 +322,99 @@ async fn timed_out_calls_exhaust_the_budget_and_skip_the_rest() {
         ..LoopConfig::default()
     };
     let start = tokio::time::Instant::now();
-    let t = run_with(model, tools(vec![slow.clone(), Arc::new(timed_out.clone()), Arc::new(echo.clone())]), cfg, None)
-        .await;
+    let t = run_with(
+        model,
+        tools(vec![
+            slow.clone(),
+            Arc::new(timed_out.clone()),
+            Arc::new(echo.clone()),
+        ]),
+        cfg,
+        None,
+    )
+    .await;
     assert_eq!(t.exit_reason, ExitReason::ToolTimeoutBudget);
     assert_eq!(t.counts.tool_timeouts, 2);
-    assert!(echo.calls().is_empty(), "calls after the budget ran out are skipped");
-    let skipped = t.messages.iter().find(|m| m.tool_call_id.as_deref() == Some("c")).unwrap();
+    assert!(
+        echo.calls().is_empty(),
+        "calls after the budget ran out are skipped"
+    );
+    let skipped = t
+        .messages
+        .iter()
+        .find(|m| m.tool_call_id.as_deref() == Some("c"))
+        .unwrap();
     assert_eq!(skipped.text(), SKIPPED_TIMEOUT_BUDGET);
     // The tool got 30 s; the loop waited 30 + 5 s, never cutting the tool's own timeout short.
-    assert_eq!(*slow.seen_timeouts.lock().unwrap(), vec![Duration::from_secs(30)]);
-    assert!(start.elapsed() >= Duration::from_secs(35) && start.elapsed() < Duration::from_secs(36));
-    let slow_obs = t.messages.iter().find(|m| m.tool_call_id.as_deref() == Some("a")).unwrap();
+    assert_eq!(
+        *slow.seen_timeouts.lock().unwrap(),
+        vec![Duration::from_secs(30)]
+    );
+    assert!(
+        start.elapsed() >= Duration::from_secs(35) && start.elapsed() < Duration::from_secs(36)
+    );
+    let slow_obs = t
+        .messages
+        .iter()
+        .find(|m| m.tool_call_id.as_deref() == Some("a"))
+        .unwrap();
     assert!(slow_obs.text().contains("took more than 30 seconds"));
 }
 
 #[tokio::test]
 async fn sandbox_failure_ends_the_episode_and_skips_remaining_calls() {
-    let sandbox = ScriptedDeployment::new().on_command("ls", "a b\n", 0).on_command_crash("boom", false);
+    let sandbox = ScriptedDeployment::new()
+        .on_command("ls", "a b\n", 0)
+        .on_command_crash("boom", false);
     let model = ScriptedChatModel::new(vec![
         reply(vec![call("c0", "bash", json!({"command": "ls"}))]),
-        reply(vec![call("c1", "bash", json!({"command": "boom"})), call("c2", "bash", json!({"command": "ls"}))]),
+        reply(vec![
+            call("c1", "bash", json!({"command": "boom"})),
+            call("c2", "bash", json!({"command": "ls"})),
+        ]),
     ]);
     let dep: Arc<dyn Deployment> = Arc::new(sandbox.clone());
-    let t = run_with(model, tools(vec![Arc::new(BashTool)]), LoopConfig::default(), Some(dep)).await;
+    let t = run_with(
+        model,
+        tools(vec![Arc::new(BashTool)]),
+        LoopConfig::default(),
+        Some(dep),
+    )
+    .await;
     assert_eq!(t.exit_reason, ExitReason::SandboxError);
     assert!(t.masked);
-    assert!(t.error.as_deref().unwrap().contains("connection lost"), "{:?}", t.error);
+    assert!(
+        t.error.as_deref().unwrap().contains("connection lost"),
+        "{:?}",
+        t.error
+    );
     assert_eq!(t.messages.last().unwrap().text(), SKIPPED_SANDBOX);
     let log = sandbox.log();
     assert_eq!(log[0], "create_session: default");
-    assert_eq!(log.iter().filter(|l| l.starts_with("run_in_session")).count(), 2);
+    assert_eq!(
+        log.iter()
+            .filter(|l| l.starts_with("run_in_session"))
+            .count(),
+        2
+    );
 }
 
 #[tokio::test]
 async fn model_failure_is_a_model_error() {
     let model = ScriptedChatModel::new(vec![
         echo_call("c0"),
-        ScriptedTurn::Fail { message: "503 upstream".into(), retryable: true },
+        ScriptedTurn::Fail {
+            message: "503 upstream".into(),
+            retryable: true,
+        },
     ]);
-    let t = run_with(model, tools(vec![Arc::new(echo_tool())]), LoopConfig::default(), None).await;
+    let t = run_with(
+        model,
+        tools(vec![Arc::new(echo_tool())]),
+        LoopConfig::default(),
+        None,
+    )
+    .await;
     assert_eq!(t.exit_reason, ExitReason::ModelError);
     assert!(t.masked);
     assert!(t.error.unwrap().contains("503 upstream"));
@@ -270,7 +430,11 @@ impl RewardSpec for BrokenReward {
         "broken"
     }
     async fn score(&self, _ctx: &RewardContext<'_>) -> Result<RewardOutcome> {
-        Err(Error::Reward { reward: "broken".into(), message: "test harness crashed".into(), source: None })
+        Err(Error::Reward {
+            reward: "broken".into(),
+            message: "test harness crashed".into(),
+            source: None,
+        })
     }
 }
 
@@ -300,19 +464,40 @@ impl RewardSpec for AnswerReward {
 
 #[tokio::test]
 async fn failing_reward_is_a_reward_error_and_a_good_one_scores() {
-    let script = || ScriptedChatModel::new(vec![reply(vec![call("c0", "finish", json!({"answer": "42"}))])]);
-    let agent = AgentInteraction::new(Arc::new(script()), vec![Arc::new(finish_tool())], LoopConfig::default())
-        .unwrap()
-        .with_reward(Arc::new(BrokenReward));
+    let script = || {
+        ScriptedChatModel::new(vec![reply(vec![call(
+            "c0",
+            "finish",
+            json!({"answer": "42"}),
+        )])])
+    };
+    let agent = AgentInteraction::new(
+        Arc::new(script()),
+        vec![Arc::new(finish_tool())],
+        LoopConfig::default(),
+    )
+    .unwrap()
+    .with_reward(Arc::new(BrokenReward));
     let t = agent.run(task(), 0, None, &RolloutControl::default()).await;
     assert_eq!(t.exit_reason, ExitReason::RewardError);
     assert!(t.masked && t.reward.is_none() && t.output.reward_score.is_none());
     assert!(t.error.unwrap().contains("test harness crashed"));
 
-    let agent = AgentInteraction::new(Arc::new(script()), vec![Arc::new(finish_tool())], LoopConfig::default())
-        .unwrap()
-        .with_reward(Arc::new(AnswerReward));
-    let t = agent.run(task(), 0, Some(Arc::new(ScriptedDeployment::new())), &RolloutControl::default()).await;
+    let agent = AgentInteraction::new(
+        Arc::new(script()),
+        vec![Arc::new(finish_tool())],
+        LoopConfig::default(),
+    )
+    .unwrap()
+    .with_reward(Arc::new(AnswerReward));
+    let t = agent
+        .run(
+            task(),
+            0,
+            Some(Arc::new(ScriptedDeployment::new())),
+            &RolloutControl::default(),
+        )
+        .await;
     assert_eq!(t.exit_reason, ExitReason::Finished);
     assert_eq!(t.output.reward_score, Some(1.0));
     assert!(t.is_success());
@@ -320,8 +505,18 @@ async fn failing_reward_is_a_reward_error_and_a_good_one_scores() {
 
 #[tokio::test]
 async fn without_a_reward_spec_there_is_no_sentinel_score() {
-    let model = ScriptedChatModel::new(vec![reply(vec![call("c0", "finish", json!({"answer": "1"}))])]);
-    let t = run_with(model, tools(vec![Arc::new(finish_tool())]), LoopConfig::default(), None).await;
+    let model = ScriptedChatModel::new(vec![reply(vec![call(
+        "c0",
+        "finish",
+        json!({"answer": "1"}),
+    )])]);
+    let t = run_with(
+        model,
+        tools(vec![Arc::new(finish_tool())]),
+        LoopConfig::default(),
+        None,
+    )
+    .await;
     assert_eq!(t.output.reward_score, None);
     assert!(t.reward.is_none());
 }
@@ -329,7 +524,10 @@ async fn without_a_reward_spec_there_is_no_sentinel_score() {
 #[tokio::test(start_paused = true)]
 async fn wall_clock_budget_ends_a_hanging_episode() {
     let model = ScriptedChatModel::new(vec![echo_call("c0"), ScriptedTurn::Hang]);
-    let cfg = LoopConfig { wall_clock_budget: Some(Duration::from_secs(5)), ..LoopConfig::default() };
+    let cfg = LoopConfig {
+        wall_clock_budget: Some(Duration::from_secs(5)),
+        ..LoopConfig::default()
+    };
     let start = tokio::time::Instant::now();
     let t = run_with(model, tools(vec![Arc::new(echo_tool())]), cfg, None).await;
     assert_eq!(t.exit_reason, ExitReason::WallClockTimeout);
@@ -356,7 +554,10 @@ async fn wall_clock_budget_caps_the_tool_timeout() {
 async fn cancellation_ends_a_running_episode() {
     let model = ScriptedChatModel::new(vec![ScriptedTurn::Hang]);
     let agent = AgentInteraction::new(Arc::new(model), vec![], LoopConfig::default()).unwrap();
-    let control = RolloutControl { cancel: CancelToken::new(), model_permits: None };
+    let control = RolloutControl {
+        cancel: CancelToken::new(),
+        model_permits: None,
+    };
     let cancel = control.cancel.clone();
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -371,10 +572,21 @@ async fn cancellation_ends_a_running_episode() {
 #[tokio::test]
 async fn duplicate_tool_names_and_bad_configs_are_rejected() {
     let model = Arc::new(ScriptedChatModel::new(vec![]));
-    let err =
-        AgentInteraction::new(model.clone(), vec![Arc::new(echo_tool()), Arc::new(echo_tool())], LoopConfig::default())
-            .unwrap_err();
+    let err = AgentInteraction::new(
+        model.clone(),
+        vec![Arc::new(echo_tool()), Arc::new(echo_tool())],
+        LoopConfig::default(),
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("two tools are named `echo`"));
-    let err = AgentInteraction::new(model, vec![], LoopConfig { max_turns: 0, ..LoopConfig::default() }).unwrap_err();
+    let err = AgentInteraction::new(
+        model,
+        vec![],
+        LoopConfig {
+            max_turns: 0,
+            ..LoopConfig::default()
+        },
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("max_turns"));
 }

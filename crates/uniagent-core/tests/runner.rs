@@ -17,12 +17,15 @@ use uniagent_core::agent::{AgentInteraction, CancelToken, ExitReason, LoopConfig
 use uniagent_core::runner::{JsonlSink, ProgressEvent, Runner, RunnerConfig, TrajectorySink};
 use uniagent_core::testing::{ScriptedChatModel, ScriptedDeployment, ScriptedTurn};
 use uniagent_core::{
-    AssistantTurn, ChatModel, Deployment, DeploymentExt, Error, Message, ModelCapabilities, Result, RewardContext,
-    RewardOutcome, RewardSpec, RolloutCache, SamplingParams, Task, Tool, ToolContext, ToolOutput, ToolSpec,
+    AssistantTurn, ChatModel, Deployment, DeploymentExt, Error, Message, ModelCapabilities, Result,
+    RewardContext, RewardOutcome, RewardSpec, RolloutCache, SamplingParams, Task, Tool,
+    ToolContext, ToolOutput, ToolSpec,
 };
 
 fn tasks(n: usize) -> Vec<Task> {
-    (0..n).map(|i| Task::new(format!("task{i}"), vec![Message::user(format!("do {i}"))])).collect()
+    (0..n)
+        .map(|i| Task::new(format!("task{i}"), vec![Message::user(format!("do {i}"))]))
+        .collect()
 }
 
 /// Sandboxes handed out by the factory, to check afterwards that each was stopped.
@@ -30,7 +33,10 @@ fn tasks(n: usize) -> Vec<Task> {
 struct Sandboxes(Arc<Mutex<Vec<ScriptedDeployment>>>);
 
 impl Sandboxes {
-    fn factory(&self, make: fn() -> ScriptedDeployment) -> impl Fn(&Task) -> Result<Box<dyn Deployment>> {
+    fn factory(
+        &self,
+        make: fn() -> ScriptedDeployment,
+    ) -> impl Fn(&Task) -> Result<Box<dyn Deployment>> {
         let all = self.0.clone();
         move |_task: &Task| {
             let d = make();
@@ -55,7 +61,9 @@ impl RewardSpec for SandboxReward {
         "sandbox"
     }
     async fn score(&self, ctx: &RewardContext<'_>) -> Result<RewardOutcome> {
-        let d = ctx.deployment.ok_or_else(|| Error::internal("no sandbox"))?;
+        let d = ctx
+            .deployment
+            .ok_or_else(|| Error::internal("no sandbox"))?;
         let out = d.bash("default", "echo scored", 5.0).await?;
         Ok(RewardOutcome::binary(out.output == "scored\n"))
     }
@@ -63,43 +71,79 @@ impl RewardSpec for SandboxReward {
 
 #[tokio::test]
 async fn every_rollout_gets_a_sandbox_scored_before_it_stops() {
-    let model =
-        ScriptedChatModel::new(vec![reply(vec![call("c0", "finish", json!({"answer": "x"}))])]).without_recording();
-    let agent = AgentInteraction::new(Arc::new(model), vec![Arc::new(finish_tool())], LoopConfig::default())
-        .unwrap()
-        .with_reward(Arc::new(SandboxReward));
+    let model = ScriptedChatModel::new(vec![reply(vec![call(
+        "c0",
+        "finish",
+        json!({"answer": "x"}),
+    )])])
+    .without_recording();
+    let agent = AgentInteraction::new(
+        Arc::new(model),
+        vec![Arc::new(finish_tool())],
+        LoopConfig::default(),
+    )
+    .unwrap()
+    .with_reward(Arc::new(SandboxReward));
     let sandboxes = Sandboxes::default();
     let events = Arc::new(Mutex::new(Vec::new()));
     let ev = events.clone();
-    let runner = Runner::new(agent, RunnerConfig { samples_per_task: 3, ..RunnerConfig::default() })
-        .unwrap()
-        .with_sandboxes(sandboxes.factory(|| ScriptedDeployment::new().on_command("echo scored", "scored\n", 0)))
-        .with_progress(move |e| ev.lock().unwrap().push(e.clone()));
+    let runner = Runner::new(
+        agent,
+        RunnerConfig {
+            samples_per_task: 3,
+            ..RunnerConfig::default()
+        },
+    )
+    .unwrap()
+    .with_sandboxes(
+        sandboxes.factory(|| ScriptedDeployment::new().on_command("echo scored", "scored\n", 0)),
+    )
+    .with_progress(move |e| ev.lock().unwrap().push(e.clone()));
     let mut sink = JsonlSink::new(Vec::new());
-    let summary = runner.run(tasks(4), &CancelToken::new(), &mut sink).await.unwrap();
+    let summary = runner
+        .run(tasks(4), &CancelToken::new(), &mut sink)
+        .await
+        .unwrap();
     assert_eq!(summary.rollouts, 12);
     assert_eq!(summary.exit_reasons[&ExitReason::Finished], 12);
-    assert_eq!((summary.succeeded, summary.success_rate, summary.mean_reward), (12, 1.0, Some(1.0)));
+    assert_eq!(
+        (summary.succeeded, summary.success_rate, summary.mean_reward),
+        (12, 1.0, Some(1.0))
+    );
     let all = sandboxes.all();
     assert_eq!(all.len(), 12);
     for d in &all {
         let log = d.log();
-        let scored = log.iter().position(|l| l == "run_in_session: echo scored").unwrap();
+        let scored = log
+            .iter()
+            .position(|l| l == "run_in_session: echo scored")
+            .unwrap();
         let stopped = log.iter().position(|l| l == "stop").unwrap();
         assert!(log[0] == "start" && scored < stopped, "{log:?}");
         assert!(d.is_stopped());
     }
     let text = String::from_utf8(sink.into_inner()).unwrap();
-    let lines: Vec<Trajectory> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<Trajectory> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(lines.len(), 12);
     let mut ids: Vec<&str> = lines.iter().map(|t| t.id.as_str()).collect();
     ids.sort_unstable();
     ids.dedup();
     assert_eq!(ids.len(), 12);
-    assert!(lines.iter().all(|t| t.output.reward_score == Some(1.0) && t.timings.total >= t.timings.model));
+    assert!(lines
+        .iter()
+        .all(|t| t.output.reward_score == Some(1.0) && t.timings.total >= t.timings.model));
     let events = events.lock().unwrap();
-    let started = events.iter().filter(|e| matches!(e, ProgressEvent::Started { .. })).count();
-    let finished = events.iter().filter(|e| matches!(e, ProgressEvent::Finished { success: true, .. })).count();
+    let started = events
+        .iter()
+        .filter(|e| matches!(e, ProgressEvent::Started { .. }))
+        .count();
+    let finished = events
+        .iter()
+        .filter(|e| matches!(e, ProgressEvent::Finished { success: true, .. }))
+        .count();
     assert_eq!((started, finished), (12, 12));
 }
 
@@ -119,10 +163,19 @@ impl ChatModel for Metered {
     fn capabilities(&self) -> ModelCapabilities {
         self.inner.capabilities()
     }
-    async fn start(&self, id: &str, messages: Vec<Message>, tools: Vec<ToolSpec>) -> Result<RolloutCache> {
+    async fn start(
+        &self,
+        id: &str,
+        messages: Vec<Message>,
+        tools: Vec<ToolSpec>,
+    ) -> Result<RolloutCache> {
         self.inner.start(id, messages, tools).await
     }
-    async fn query(&self, cache: &mut RolloutCache, sampling: &SamplingParams) -> Result<AssistantTurn> {
+    async fn query(
+        &self,
+        cache: &mut RolloutCache,
+        sampling: &SamplingParams,
+    ) -> Result<AssistantTurn> {
         let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.peak.fetch_max(now, Ordering::SeqCst);
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -142,17 +195,28 @@ async fn model_calls_respect_their_permit_count() {
         reply(vec![call("c", "finish", json!({"answer": "y"}))]),
     ])
     .without_recording();
-    let model = Arc::new(Metered { inner, in_flight: AtomicUsize::new(0), peak: AtomicUsize::new(0) });
+    let model = Arc::new(Metered {
+        inner,
+        in_flight: AtomicUsize::new(0),
+        peak: AtomicUsize::new(0),
+    });
     let agent = AgentInteraction::new(
         model.clone(),
         vec![Arc::new(echo_tool()), Arc::new(finish_tool())],
         LoopConfig::default(),
     )
     .unwrap();
-    let cfg = RunnerConfig { samples_per_task: 5, max_concurrent_model_calls: 3, ..RunnerConfig::default() };
+    let cfg = RunnerConfig {
+        samples_per_task: 5,
+        max_concurrent_model_calls: 3,
+        ..RunnerConfig::default()
+    };
     let runner = Runner::new(agent, cfg).unwrap();
     let mut out = Vec::new();
-    let summary = runner.run(tasks(4), &CancelToken::new(), &mut out).await.unwrap();
+    let summary = runner
+        .run(tasks(4), &CancelToken::new(), &mut out)
+        .await
+        .unwrap();
     assert_eq!(summary.exit_reasons[&ExitReason::Finished], 20);
     assert_eq!(model.peak.load(Ordering::SeqCst), 3);
     assert_eq!(summary.turns.total, 60.0);
@@ -165,7 +229,11 @@ struct Exploding;
 #[async_trait]
 impl Tool for Exploding {
     fn spec(&self) -> ToolSpec {
-        ToolSpec::function("explode", "Panics.", json!({"type": "object", "properties": {}}))
+        ToolSpec::function(
+            "explode",
+            "Panics.",
+            json!({"type": "object", "properties": {}}),
+        )
     }
     async fn call(&self, _args: serde_json::Value, ctx: &ToolContext) -> Result<ToolOutput> {
         if ctx.task.id == "task1" {
@@ -198,18 +266,38 @@ async fn a_panic_or_failed_start_stays_in_its_rollout() {
         all.lock().unwrap().push(d.clone());
         Ok(Box::new(d))
     };
-    let runner = Runner::new(agent, RunnerConfig::default()).unwrap().with_sandboxes(factory);
+    let runner = Runner::new(agent, RunnerConfig::default())
+        .unwrap()
+        .with_sandboxes(factory);
     let mut out: Vec<Trajectory> = Vec::new();
-    let summary = runner.run(tasks(4), &CancelToken::new(), &mut out).await.unwrap();
+    let summary = runner
+        .run(tasks(4), &CancelToken::new(), &mut out)
+        .await
+        .unwrap();
     assert_eq!(summary.rollouts, 4);
     assert_eq!(summary.exit_reasons[&ExitReason::Finished], 2);
     assert_eq!(summary.exit_reasons[&ExitReason::InternalError], 1);
     assert_eq!(summary.exit_reasons[&ExitReason::SandboxError], 1);
     let panicked = out.iter().find(|t| t.task_id == "task1").unwrap();
-    assert!(panicked.error.as_deref().unwrap().contains("tool bug in task1"), "{:?}", panicked.error);
+    assert!(
+        panicked
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("tool bug in task1"),
+        "{:?}",
+        panicked.error
+    );
     let failed = out.iter().find(|t| t.task_id == "task2").unwrap();
-    assert!(failed.error.as_deref().unwrap().contains("scripted start failure"));
-    assert!(sandboxes.all().iter().all(ScriptedDeployment::is_stopped), "every sandbox is stopped");
+    assert!(failed
+        .error
+        .as_deref()
+        .unwrap()
+        .contains("scripted start failure"));
+    assert!(
+        sandboxes.all().iter().all(ScriptedDeployment::is_stopped),
+        "every sandbox is stopped"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -217,8 +305,13 @@ async fn cancel_stops_running_rollouts_and_records_queued_ones() {
     let model = ScriptedChatModel::new(vec![ScriptedTurn::Hang]).without_recording();
     let agent = AgentInteraction::new(Arc::new(model), vec![], LoopConfig::default()).unwrap();
     let sandboxes = Sandboxes::default();
-    let cfg = RunnerConfig { max_concurrent_rollouts: 4, ..RunnerConfig::default() };
-    let runner = Runner::new(agent, cfg).unwrap().with_sandboxes(sandboxes.factory(ScriptedDeployment::new));
+    let cfg = RunnerConfig {
+        max_concurrent_rollouts: 4,
+        ..RunnerConfig::default()
+    };
+    let runner = Runner::new(agent, cfg)
+        .unwrap()
+        .with_sandboxes(sandboxes.factory(ScriptedDeployment::new));
     let cancel = CancelToken::new();
     let c = cancel.clone();
     tokio::spawn(async move {
@@ -249,14 +342,31 @@ impl TrajectorySink for FailingSink {
 
 #[tokio::test]
 async fn sink_failure_cancels_drains_and_reports() {
-    let model = ScriptedChatModel::new(vec![ScriptedTurn::Reply(Message::assistant("hi"))]).without_recording();
-    let agent = AgentInteraction::new(Arc::new(model), vec![], LoopConfig { chat_mode: true, ..LoopConfig::default() })
-        .unwrap();
+    let model = ScriptedChatModel::new(vec![ScriptedTurn::Reply(Message::assistant("hi"))])
+        .without_recording();
+    let agent = AgentInteraction::new(
+        Arc::new(model),
+        vec![],
+        LoopConfig {
+            chat_mode: true,
+            ..LoopConfig::default()
+        },
+    )
+    .unwrap();
     let sandboxes = Sandboxes::default();
-    let runner = Runner::new(agent, RunnerConfig { max_concurrent_rollouts: 2, ..RunnerConfig::default() })
-        .unwrap()
-        .with_sandboxes(sandboxes.factory(ScriptedDeployment::new));
-    let err = runner.run(tasks(20), &CancelToken::new(), &mut FailingSink(0)).await.unwrap_err();
+    let runner = Runner::new(
+        agent,
+        RunnerConfig {
+            max_concurrent_rollouts: 2,
+            ..RunnerConfig::default()
+        },
+    )
+    .unwrap()
+    .with_sandboxes(sandboxes.factory(ScriptedDeployment::new));
+    let err = runner
+        .run(tasks(20), &CancelToken::new(), &mut FailingSink(0))
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("disk full"));
     assert!(sandboxes.all().iter().all(ScriptedDeployment::is_stopped));
 }

@@ -10,13 +10,15 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use proptest::prelude::*;
 use serde_json::json;
-use uniagent_core::agent::{AgentInteraction, ExitReason, LoopConfig, RolloutControl, TokenChatModel};
+use uniagent_core::agent::{
+    AgentInteraction, ExitReason, LoopConfig, RolloutControl, TokenChatModel,
+};
 use uniagent_core::codec::{messages_to_json, tools_to_json, ChatInput, Codec};
 use uniagent_core::parsers::ToolCallFormat;
 use uniagent_core::testing::RecordingTool;
 use uniagent_core::{
-    FinishReason, GenerateOutput, GenerateRequest, LengthLimits, Message, Result, Task, TokenGenerator, ToolOutput,
-    ToolSpec,
+    FinishReason, GenerateOutput, GenerateRequest, LengthLimits, Message, Result, Task,
+    TokenGenerator, ToolOutput, ToolSpec,
 };
 
 /// Loaded once: parsing the 150k-token vocabulary dominates the cost of a case otherwise.
@@ -24,8 +26,13 @@ fn codec() -> Arc<Codec> {
     static CODEC: std::sync::OnceLock<Arc<Codec>> = std::sync::OnceLock::new();
     CODEC
         .get_or_init(|| {
-            let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenizers/qwen2.5");
-            Arc::new(Codec::from_dir(dir).unwrap().with_tool_parser(ToolCallFormat::Hermes))
+            let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/tokenizers/qwen2.5");
+            Arc::new(
+                Codec::from_dir(dir)
+                    .unwrap()
+                    .with_tool_parser(ToolCallFormat::Hermes),
+            )
         })
         .clone()
 }
@@ -60,7 +67,12 @@ impl TokenGenerator for ScriptedGenerator {
             FinishReason::Stop
         };
         let logprobs = (0..ids.len()).map(|i| -0.01 * (i as f32 + 1.0)).collect();
-        Ok(GenerateOutput { token_ids: ids, logprobs, finish_reason, weight_version: Some(turn as u64) })
+        Ok(GenerateOutput {
+            token_ids: ids,
+            logprobs,
+            finish_reason,
+            weight_version: Some(turn as u64),
+        })
     }
 }
 
@@ -124,15 +136,29 @@ async fn run_episode(
     });
     let model = TokenChatModel::new(generator.clone(), codec, LengthLimits::default());
     let echo = RecordingTool::with_spec(echo_spec(), |a| {
-        Ok(ToolOutput::success(format!("echoed: {}", a["text"].as_str().unwrap_or_default())))
+        Ok(ToolOutput::success(format!(
+            "echoed: {}",
+            a["text"].as_str().unwrap_or_default()
+        )))
     });
-    let cfg = LoopConfig { max_turns: kinds.len() as u32, format_error_budget: 100, ..LoopConfig::default() };
+    let cfg = LoopConfig {
+        max_turns: kinds.len() as u32,
+        format_error_budget: 100,
+        ..LoopConfig::default()
+    };
     let agent = AgentInteraction::new(Arc::new(model), vec![Arc::new(echo)], cfg).unwrap();
     let mut messages = vec![Message::user("Echo some things.")];
     if with_system {
         messages.insert(0, Message::system("You are a careful agent."));
     }
-    let t = agent.run(Arc::new(Task::new("p", messages)), 0, None, &RolloutControl::default()).await;
+    let t = agent
+        .run(
+            Arc::new(Task::new("p", messages)),
+            0,
+            None,
+            &RolloutControl::default(),
+        )
+        .await;
     (t, generator)
 }
 
@@ -161,7 +187,9 @@ async fn a_tool_episode_over_the_real_codec_matches_the_full_render() {
     assert_eq!(ids, full_render(&codec, &t));
     // Every request carried the whole context so far, sticky to the trajectory.
     let requests = generator.requests.lock().unwrap();
-    assert!(requests.iter().all(|r| ids.starts_with(&r.prompt_ids) && r.session_id.as_deref() == Some("p:0")));
+    assert!(requests
+        .iter()
+        .all(|r| ids.starts_with(&r.prompt_ids) && r.session_id.as_deref() == Some("p:0")));
     assert_eq!(requests[0].stop_token_ids, codec.stop_token_ids());
     // The parsed calls ran: two turns, three calls.
     assert_eq!(t.counts.tool_calls, 3);

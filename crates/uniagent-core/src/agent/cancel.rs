@@ -71,7 +71,9 @@ mod tests {
     async fn already_cancelled_token_completes_at_once() {
         let t = CancelToken::new();
         t.cancel();
-        tokio::time::timeout(std::time::Duration::from_secs(1), t.cancelled()).await.unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(1), t.cancelled())
+            .await
+            .unwrap();
     }
 
     #[tokio::test]
@@ -86,7 +88,10 @@ mod tests {
         tokio::task::yield_now().await;
         t.cancel();
         for w in waiters {
-            tokio::time::timeout(std::time::Duration::from_secs(1), w).await.unwrap().unwrap();
+            tokio::time::timeout(std::time::Duration::from_secs(1), w)
+                .await
+                .unwrap()
+                .unwrap();
         }
     }
 }

@@ -98,7 +98,12 @@ impl Default for LoopConfig {
 impl LoopConfig {
     /// Checks ranges; the message names the bad field.
     pub fn validate(&self) -> Result<()> {
-        let bad = |message: String| Err(Error::Config { message, source: None });
+        let bad = |message: String| {
+            Err(Error::Config {
+                message,
+                source: None,
+            })
+        };
         if self.max_turns == 0 {
             return bad("loop.max_turns must be >= 1".into());
         }
@@ -136,7 +141,11 @@ mod tests {
 
     #[test]
     fn round_trips_and_defaults_validate() {
-        let cfg = LoopConfig { max_turns: 7, chat_mode: true, ..LoopConfig::default() };
+        let cfg = LoopConfig {
+            max_turns: 7,
+            chat_mode: true,
+            ..LoopConfig::default()
+        };
         cfg.validate().unwrap();
         for f in [ConfigFormat::Yaml, ConfigFormat::Json, ConfigFormat::Toml] {
             let back: LoopConfig = parse(&to_string(&cfg, f).unwrap(), f).unwrap();
@@ -146,7 +155,14 @@ mod tests {
 
     #[test]
     fn zero_margin_is_rejected() {
-        let cfg = LoopConfig { tool_transport_margin: Duration::ZERO, ..LoopConfig::default() };
-        assert!(cfg.validate().unwrap_err().to_string().contains("tool_transport_margin"));
+        let cfg = LoopConfig {
+            tool_transport_margin: Duration::ZERO,
+            ..LoopConfig::default()
+        };
+        assert!(cfg
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("tool_transport_margin"));
     }
 }

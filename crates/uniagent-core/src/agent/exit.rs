@@ -104,7 +104,10 @@ impl ExitReason {
 
     /// Whether the sandbox is still usable for scoring after this ending.
     pub(crate) fn allows_reward(self) -> bool {
-        !matches!(self, Self::SandboxError | Self::Cancelled | Self::InternalError)
+        !matches!(
+            self,
+            Self::SandboxError | Self::Cancelled | Self::InternalError
+        )
     }
 }
 
@@ -140,24 +143,38 @@ pub struct MaskPolicy {
 
 impl Default for MaskPolicy {
     fn default() -> Self {
-        Self { masked: ExitReason::ALL.into_iter().filter(|r| r.is_infrastructure()).collect() }
+        Self {
+            masked: ExitReason::ALL
+                .into_iter()
+                .filter(|r| r.is_infrastructure())
+                .collect(),
+        }
     }
 }
 
 impl MaskPolicy {
     /// Masks exactly the given reasons.
     pub fn only(reasons: &[ExitReason]) -> Self {
-        Self { masked: reasons.iter().copied().collect() }
+        Self {
+            masked: reasons.iter().copied().collect(),
+        }
     }
 
     /// Masks every reason except the given ones.
     pub fn all_but(kept: &[ExitReason]) -> Self {
-        Self { masked: ExitReason::ALL.into_iter().filter(|r| !kept.contains(r)).collect() }
+        Self {
+            masked: ExitReason::ALL
+                .into_iter()
+                .filter(|r| !kept.contains(r))
+                .collect(),
+        }
     }
 
     /// Masks nothing.
     pub fn none() -> Self {
-        Self { masked: BTreeSet::new() }
+        Self {
+            masked: BTreeSet::new(),
+        }
     }
 
     /// Whether a trajectory ending with `reason` is masked out of training.

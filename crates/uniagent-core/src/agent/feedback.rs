@@ -6,13 +6,16 @@
 pub const NO_FUNCTION_CALL: &str = "No function call found in the response.";
 
 /// Placeholder for calls that did not run because the sandbox failed earlier in the turn.
-pub const SKIPPED_SANDBOX: &str = "Skipped: the sandbox failed mid-step; no further tool calls ran.";
+pub const SKIPPED_SANDBOX: &str =
+    "Skipped: the sandbox failed mid-step; no further tool calls ran.";
 
 /// Placeholder for calls that did not run because the timeout budget ran out.
-pub const SKIPPED_TIMEOUT_BUDGET: &str = "Skipped: timeout budget exhausted mid-step; no further tool calls ran.";
+pub const SKIPPED_TIMEOUT_BUDGET: &str =
+    "Skipped: timeout budget exhausted mid-step; no further tool calls ran.";
 
 /// Placeholder for calls that did not run because the wall-clock budget ran out.
-pub const SKIPPED_WALL_CLOCK: &str = "Skipped: the time budget of the episode ran out; no further tool calls ran.";
+pub const SKIPPED_WALL_CLOCK: &str =
+    "Skipped: the time budget of the episode ran out; no further tool calls ran.";
 
 /// Placeholder for calls that did not run because the run was cancelled.
 pub const SKIPPED_CANCELLED: &str = "Skipped: the run was cancelled; no further tool calls ran.";
@@ -55,7 +58,10 @@ pub fn clip_observation(content: String, max: usize) -> String {
     if total <= max {
         return content;
     }
-    let cut = content.char_indices().nth(max).map_or(content.len(), |(i, _)| i);
+    let cut = content
+        .char_indices()
+        .nth(max)
+        .map_or(content.len(), |(i, _)| i);
     format!(
         "{}<response clipped>\n<NOTE>Observations should not exceeded {max} characters. {} characters were elided. \
          Please try a different command that produces less output or use head/tail/grep/redirect the output to a \

@@ -47,12 +47,20 @@ impl ToolSet {
         let mut index = HashMap::new();
         for (i, spec) in specs.iter().enumerate() {
             if index.insert(spec.name().to_owned(), i).is_some() {
-                return Err(Error::Config { message: format!("two tools are named `{}`", spec.name()), source: None });
+                return Err(Error::Config {
+                    message: format!("two tools are named `{}`", spec.name()),
+                    source: None,
+                });
             }
         }
         let mut sorted_names: Vec<String> = index.keys().cloned().collect();
         sorted_names.sort();
-        Ok(Self { tools, specs, index, sorted_names })
+        Ok(Self {
+            tools,
+            specs,
+            index,
+            sorted_names,
+        })
     }
 
     pub(crate) fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
@@ -122,7 +130,11 @@ pub(crate) enum Raced<T> {
 }
 
 /// Runs `fut` until it completes, the deadline passes or the token is cancelled.
-pub(crate) async fn race<T>(fut: impl Future<Output = T>, deadline: Option<Instant>, cancel: &CancelToken) -> Raced<T> {
+pub(crate) async fn race<T>(
+    fut: impl Future<Output = T>,
+    deadline: Option<Instant>,
+    cancel: &CancelToken,
+) -> Raced<T> {
     let sleep = async {
         match deadline {
             Some(d) => tokio::time::sleep_until(d).await,
@@ -151,9 +163,18 @@ pub(crate) struct Episode {
 impl AgentInteraction {
     /// An interaction over `model` and `tools`. Fails if the configuration is invalid or two
     /// tools share a name.
-    pub fn new(model: Arc<dyn ChatModel>, tools: Vec<Arc<dyn Tool>>, config: LoopConfig) -> Result<Self> {
+    pub fn new(
+        model: Arc<dyn ChatModel>,
+        tools: Vec<Arc<dyn Tool>>,
+        config: LoopConfig,
+    ) -> Result<Self> {
         config.validate()?;
-        Ok(Self { model, tools: ToolSet::new(tools)?, reward: None, config: Arc::new(config) })
+        Ok(Self {
+            model,
+            tools: ToolSet::new(tools)?,
+            reward: None,
+            config: Arc::new(config),
+        })
     }
 
     /// Scores every trajectory with `reward` after its loop ends.
@@ -186,12 +207,34 @@ impl AgentInteraction {
         let deadline = self.config.wall_clock_budget.map(|b| started + b);
         let mut ep = Episode::default();
         let mut cache = None;
-        let reason = self.drive(&id, &task, deployment.as_ref(), control, deadline, &mut ep, &mut cache).await;
-        let mut cache = cache.unwrap_or_else(|| RolloutCache::messages_only(&id, task.messages.clone(), Vec::new()));
+        let reason = self
+            .drive(
+                &id,
+                &task,
+                deployment.as_ref(),
+                control,
+                deadline,
+                &mut ep,
+                &mut cache,
+            )
+            .await;
+        let mut cache = cache
+            .unwrap_or_else(|| RolloutCache::messages_only(&id, task.messages.clone(), Vec::new()));
         let mut messages = cache.messages().to_vec();
         messages.append(&mut ep.tail);
-        let (reason, reward) = self.score(reason, &task, &messages, deployment.as_ref(), control, &mut ep).await;
-        self.finish(&task, sample, &mut cache, messages, reason, reward, ep, started)
+        let (reason, reward) = self
+            .score(
+                reason,
+                &task,
+                &messages,
+                deployment.as_ref(),
+                control,
+                &mut ep,
+            )
+            .await;
+        self.finish(
+            &task, sample, &mut cache, messages, reason, reward, ep, started,
+        )
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -208,8 +251,12 @@ impl AgentInteraction {
         let cancel = &control.cancel;
         if let (Some(d), true) = (deployment, self.config.create_session) {
             let t0 = Instant::now();
-            let created =
-                race(d.create_session(CreateSessionRequest::new(&self.config.session)), deadline, cancel).await;
+            let created = race(
+                d.create_session(CreateSessionRequest::new(&self.config.session)),
+                deadline,
+                cancel,
+            )
+            .await;
             ep.timings.sandbox_start += t0.elapsed().as_secs_f64();
             match created {
                 Raced::Done(Ok(_)) => {}
@@ -219,8 +266,13 @@ impl AgentInteraction {
             }
         }
         let t0 = Instant::now();
-        let started =
-            race(self.model.start(id, task.messages.clone(), self.tools.specs.clone()), deadline, cancel).await;
+        let started = race(
+            self.model
+                .start(id, task.messages.clone(), self.tools.specs.clone()),
+            deadline,
+            cancel,
+        )
+        .await;
         ep.timings.model += t0.elapsed().as_secs_f64();
         let mut cache = match started {
             Raced::Done(Ok(c)) => c,
@@ -246,9 +298,9 @@ impl AgentInteraction {
             let t0 = Instant::now();
             let query = async {
                 let _permit = match &control.model_permits {
-                    Some(s) => Some(
-                        s.acquire().await.map_err(|_| Error::Cancelled { reason: "model permits closed".into() })?,
-                    ),
+                    Some(s) => Some(s.acquire().await.map_err(|_| Error::Cancelled {
+                        reason: "model permits closed".into(),
+                    })?),
                     None => None,
                 };
                 self.model.query(cache, &self.config.sampling).await
@@ -271,19 +323,25 @@ impl AgentInteraction {
                     return model_failure(ep, e);
                 }
             }
-            let observations = match execute_calls(self, task, deployment, control, deadline, &turn, ep).await {
-                TurnOutcome::Continue(obs) => obs,
-                TurnOutcome::End(reason, obs) => {
-                    ep.tail = obs;
-                    return reason;
-                }
-            };
+            let observations =
+                match execute_calls(self, task, deployment, control, deadline, &turn, ep).await {
+                    TurnOutcome::Continue(obs) => obs,
+                    TurnOutcome::End(reason, obs) => {
+                        ep.tail = obs;
+                        return reason;
+                    }
+                };
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 ep.tail = observations;
                 return ExitReason::WallClockTimeout;
             }
             let t0 = Instant::now();
-            let appended = race(self.model.append(cache, observations.clone()), deadline, cancel).await;
+            let appended = race(
+                self.model.append(cache, observations.clone()),
+                deadline,
+                cancel,
+            )
+            .await;
             ep.timings.model += t0.elapsed().as_secs_f64();
             match appended {
                 Raced::Done(Ok(())) => {}
@@ -317,19 +375,32 @@ impl AgentInteraction {
         control: &RolloutControl,
         ep: &mut Episode,
     ) -> (ExitReason, Option<RewardOutcome>) {
-        let Some(reward) = &self.reward else { return (reason, None) };
+        let Some(reward) = &self.reward else {
+            return (reason, None);
+        };
         if !reason.allows_reward() || control.cancel.is_cancelled() {
             return (reason, None);
         }
-        let ctx = RewardContext { task, messages, signal: ep.signal.as_ref(), deployment };
+        let ctx = RewardContext {
+            task,
+            messages,
+            signal: ep.signal.as_ref(),
+            deployment,
+        };
         let t0 = Instant::now();
         let deadline = self.config.reward_timeout.map(|d| t0 + d);
         let scored = race(reward.score(&ctx), deadline, &control.cancel).await;
         ep.timings.reward = t0.elapsed().as_secs_f64();
         let failure = match scored {
-            Raced::Done(Ok(outcome)) if outcome.score.is_finite() => return (reason, Some(outcome)),
+            Raced::Done(Ok(outcome)) if outcome.score.is_finite() => {
+                return (reason, Some(outcome))
+            }
             Raced::Done(Ok(outcome)) => {
-                format!("reward `{}` returned a non-finite score {}", reward.name(), outcome.score)
+                format!(
+                    "reward `{}` returned a non-finite score {}",
+                    reward.name(),
+                    outcome.score
+                )
             }
             Raced::Done(Err(e)) => e.to_string(),
             Raced::Deadline => {
@@ -345,7 +416,11 @@ impl AgentInteraction {
             ep.error = Some(failure);
         }
         // An infrastructure ending stays what it was; a normal ending becomes a reward error.
-        let reason = if reason.is_infrastructure() { reason } else { ExitReason::RewardError };
+        let reason = if reason.is_infrastructure() {
+            reason
+        } else {
+            ExitReason::RewardError
+        };
         (reason, None)
     }
 
@@ -401,7 +476,10 @@ pub(crate) fn fail(ep: &mut Episode, reason: ExitReason, e: &Error) -> ExitReaso
 /// cancellation, anything else is a model error.
 fn model_failure(ep: &mut Episode, e: Error) -> ExitReason {
     let reason = match &e {
-        Error::LengthLimit { limit: LengthLimitKind::MaxResponseLen, .. } => ExitReason::TokenLimit,
+        Error::LengthLimit {
+            limit: LengthLimitKind::MaxResponseLen,
+            ..
+        } => ExitReason::TokenLimit,
         Error::LengthLimit { .. } => ExitReason::ContextOverflow,
         Error::Cancelled { .. } => ExitReason::Cancelled,
         _ => ExitReason::ModelError,
@@ -413,7 +491,9 @@ fn model_failure(ep: &mut Episode, e: Error) -> ExitReason {
 /// wall-clock budget.
 pub(crate) fn tool_timeout(config: &LoopConfig, deadline: Option<Instant>) -> Duration {
     match deadline {
-        Some(d) => config.tool_timeout.min(d.saturating_duration_since(Instant::now())),
+        Some(d) => config
+            .tool_timeout
+            .min(d.saturating_duration_since(Instant::now())),
         None => config.tool_timeout,
     }
 }

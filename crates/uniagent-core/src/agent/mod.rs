@@ -22,7 +22,8 @@ pub use cancel::CancelToken;
 pub use config::LoopConfig;
 pub use exit::{ExitReason, MaskPolicy};
 pub use feedback::{
-    clip_observation, NO_FUNCTION_CALL, SKIPPED_CANCELLED, SKIPPED_SANDBOX, SKIPPED_TIMEOUT_BUDGET, SKIPPED_WALL_CLOCK,
+    clip_observation, NO_FUNCTION_CALL, SKIPPED_CANCELLED, SKIPPED_SANDBOX, SKIPPED_TIMEOUT_BUDGET,
+    SKIPPED_WALL_CLOCK,
 };
 pub use interaction::{AgentInteraction, RolloutControl};
 #[cfg(feature = "codec")]

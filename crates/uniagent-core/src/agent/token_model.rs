@@ -34,8 +34,17 @@ pub struct TokenChatModel {
 
 impl TokenChatModel {
     /// A model sampling from `generator`, rendering and parsing with `codec`, under `limits`.
-    pub fn new(generator: Arc<dyn TokenGenerator>, codec: Arc<Codec>, limits: LengthLimits) -> Self {
-        Self { generator, codec, limits, template_kwargs: Map::new() }
+    pub fn new(
+        generator: Arc<dyn TokenGenerator>,
+        codec: Arc<Codec>,
+        limits: LengthLimits,
+    ) -> Self {
+        Self {
+            generator,
+            codec,
+            limits,
+            template_kwargs: Map::new(),
+        }
     }
 
     /// Extra chat-template variables for every trajectory (e.g. `enable_thinking`).
@@ -60,18 +69,38 @@ impl ChatModel for TokenChatModel {
         ModelCapabilities::token_level()
     }
 
-    async fn start(&self, id: &str, messages: Vec<Message>, tools: Vec<ToolSpec>) -> Result<RolloutCache> {
-        self.codec.start(id, messages, tools, self.template_kwargs.clone(), self.limits)
+    async fn start(
+        &self,
+        id: &str,
+        messages: Vec<Message>,
+        tools: Vec<ToolSpec>,
+    ) -> Result<RolloutCache> {
+        self.codec.start(
+            id,
+            messages,
+            tools,
+            self.template_kwargs.clone(),
+            self.limits,
+        )
     }
 
-    async fn query(&self, cache: &mut RolloutCache, sampling: &SamplingParams) -> Result<AssistantTurn> {
+    async fn query(
+        &self,
+        cache: &mut RolloutCache,
+        sampling: &SamplingParams,
+    ) -> Result<AssistantTurn> {
         sampling.validate()?;
         let budget = cache.generation_budget(sampling.max_tokens.map(|t| t as usize))?;
-        let trace = cache
-            .tokens()
-            .ok_or_else(|| Error::invalid_input(format!("rollout `{}` has no token trace", cache.id())))?;
+        let trace = cache.tokens().ok_or_else(|| {
+            Error::invalid_input(format!("rollout `{}` has no token trace", cache.id()))
+        })?;
         let mut stop = self.codec.stop_token_ids().to_vec();
-        stop.extend(sampling.stop_token_ids.iter().filter(|id| !self.codec.stop_token_ids().contains(id)));
+        stop.extend(
+            sampling
+                .stop_token_ids
+                .iter()
+                .filter(|id| !self.codec.stop_token_ids().contains(id)),
+        );
         let request = GenerateRequest::new(trace.all_ids(), sampling.clone(), budget)
             .with_stop_token_ids(stop)
             .with_session_id(cache.id());
@@ -79,12 +108,17 @@ impl ChatModel for TokenChatModel {
         if out.token_ids.len() > budget {
             return Err(Error::Model {
                 backend: self.generator.name().to_owned(),
-                message: format!("generated {} tokens with a budget of {budget}", out.token_ids.len()),
+                message: format!(
+                    "generated {} tokens with a budget of {budget}",
+                    out.token_ids.len()
+                ),
                 retryable: false,
                 source: None,
             });
         }
-        let turn = self.codec.append_sampled(cache, &out.token_ids, &out.logprobs, out.weight_version)?;
+        let turn =
+            self.codec
+                .append_sampled(cache, &out.token_ids, &out.logprobs, out.weight_version)?;
         let finish_reason = match (out.finish_reason, turn.stopped) {
             (FinishReason::Stop, false) => FinishReason::Length,
             (reason, _) => reason,

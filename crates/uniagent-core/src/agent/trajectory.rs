@@ -97,8 +97,12 @@ impl Trajectory {
                 lps.iter_mut().for_each(|lp| *lp = 0.0);
             }
         }
-        self.output.extra_fields.insert("traj_exit_reason".into(), reason.as_str().into());
-        self.output.extra_fields.insert("traj_masked".into(), u8::from(masked).into());
+        self.output
+            .extra_fields
+            .insert("traj_exit_reason".into(), reason.as_str().into());
+        self.output
+            .extra_fields
+            .insert("traj_masked".into(), u8::from(masked).into());
     }
 
     /// A record for a rollout that never ran its loop (cancelled before it started, or its
@@ -110,7 +114,11 @@ impl Trajectory {
         reason: ExitReason,
         error: Option<String>,
     ) -> Self {
-        let cache = crate::rollout::RolloutCache::messages_only(rollout_id(task_id, sample), messages, Vec::new());
+        let cache = crate::rollout::RolloutCache::messages_only(
+            rollout_id(task_id, sample),
+            messages,
+            Vec::new(),
+        );
         let mut t = Self {
             id: rollout_id(task_id, sample),
             task_id: task_id.to_owned(),
@@ -141,9 +149,22 @@ mod tests {
 
     #[test]
     fn verl_fields_are_top_level_and_round_trip() {
-        let t = Trajectory::empty("t", 2, vec![Message::user("hi")], ExitReason::Cancelled, None);
+        let t = Trajectory::empty(
+            "t",
+            2,
+            vec![Message::user("hi")],
+            ExitReason::Cancelled,
+            None,
+        );
         let v = serde_json::to_value(&t).unwrap();
-        for key in ["prompt_ids", "response_ids", "response_mask", "num_turns", "metrics", "extra_fields"] {
+        for key in [
+            "prompt_ids",
+            "response_ids",
+            "response_mask",
+            "num_turns",
+            "metrics",
+            "extra_fields",
+        ] {
             assert!(v.get(key).is_some(), "missing {key}");
         }
         assert_eq!(v["extra_fields"]["traj_exit_reason"], "cancelled");

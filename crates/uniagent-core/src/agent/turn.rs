@@ -73,7 +73,10 @@ pub(crate) async fn execute_calls(
         let name = call.function.name.as_str();
         let Some(tool) = agent.tools().get(name) else {
             format_error = true;
-            observations.push(tool_message(call, feedback::unknown_function(name, agent.tools().sorted_names())));
+            observations.push(tool_message(
+                call,
+                feedback::unknown_function(name, agent.tools().sorted_names()),
+            ));
             continue;
         };
         let args = match &call.function.arguments {
@@ -87,7 +90,10 @@ pub(crate) async fn execute_calls(
         let timeout = tool_timeout(config, deadline);
         if timeout.is_zero() {
             stop = Some(ExitReason::WallClockTimeout);
-            observations.push(tool_message(call, skip_text(ExitReason::WallClockTimeout).to_owned()));
+            observations.push(tool_message(
+                call,
+                skip_text(ExitReason::WallClockTimeout).to_owned(),
+            ));
             continue;
         }
         ep.counts.tool_calls += 1;
@@ -100,7 +106,12 @@ pub(crate) async fn execute_calls(
         };
         let t0 = Instant::now();
         let guard = timeout + config.tool_transport_margin;
-        let ran = race(tokio::time::timeout(guard, tool.call(args, &ctx)), None, &control.cancel).await;
+        let ran = race(
+            tokio::time::timeout(guard, tool.call(args, &ctx)),
+            None,
+            &control.cancel,
+        )
+        .await;
         ep.timings.tools += t0.elapsed().as_secs_f64();
         let content = match ran {
             Raced::Cancelled | Raced::Deadline => {

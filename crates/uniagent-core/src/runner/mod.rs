@@ -86,11 +86,20 @@ impl RunnerConfig {
         for (name, v) in [
             ("samples_per_task", self.samples_per_task as usize),
             ("max_concurrent_rollouts", self.max_concurrent_rollouts),
-            ("max_concurrent_model_calls", self.max_concurrent_model_calls),
-            ("max_concurrent_sandbox_starts", self.max_concurrent_sandbox_starts),
+            (
+                "max_concurrent_model_calls",
+                self.max_concurrent_model_calls,
+            ),
+            (
+                "max_concurrent_sandbox_starts",
+                self.max_concurrent_sandbox_starts,
+            ),
         ] {
             if v == 0 || v > Semaphore::MAX_PERMITS {
-                return Err(Error::Config { message: format!("runner.{name} must be >= 1, got {v}"), source: None });
+                return Err(Error::Config {
+                    message: format!("runner.{name} must be >= 1, got {v}"),
+                    source: None,
+                });
             }
         }
         Ok(())
@@ -173,7 +182,12 @@ impl Runner {
     /// A runner without sandboxes (tools that need none, or bring their own).
     pub fn new(agent: AgentInteraction, config: RunnerConfig) -> Result<Self> {
         config.validate()?;
-        Ok(Self { agent: Arc::new(agent), sandboxes: None, config, progress: None })
+        Ok(Self {
+            agent: Arc::new(agent),
+            sandboxes: None,
+            config,
+            progress: None,
+        })
     }
 
     /// Gives every rollout its own sandbox from `factory`.
@@ -183,7 +197,10 @@ impl Runner {
     }
 
     /// Calls `progress` on every [`ProgressEvent`] (from the runner's task; keep it cheap).
-    pub fn with_progress(mut self, progress: impl Fn(&ProgressEvent) + Send + Sync + 'static) -> Self {
+    pub fn with_progress(
+        mut self,
+        progress: impl Fn(&ProgressEvent) + Send + Sync + 'static,
+    ) -> Self {
         self.progress = Some(Arc::new(progress));
         self
     }
@@ -194,14 +211,21 @@ impl Runner {
     ///
     /// Fails only when the sink fails; the run is then cancelled and drained first, so no
     /// sandbox outlives it.
-    pub async fn run(&self, tasks: Vec<Task>, cancel: &CancelToken, sink: &mut dyn TrajectorySink) -> Result<Summary> {
+    pub async fn run(
+        &self,
+        tasks: Vec<Task>,
+        cancel: &CancelToken,
+        sink: &mut dyn TrajectorySink,
+    ) -> Result<Summary> {
         let started = Instant::now();
         let shared = RunShared {
             agent: Arc::clone(&self.agent),
             sandboxes: self.sandboxes.clone(),
             control: RolloutControl {
                 cancel: cancel.clone(),
-                model_permits: Some(Arc::new(Semaphore::new(self.config.max_concurrent_model_calls))),
+                model_permits: Some(Arc::new(Semaphore::new(
+                    self.config.max_concurrent_model_calls,
+                ))),
             },
             rollout_permits: Arc::new(Semaphore::new(self.config.max_concurrent_rollouts)),
             start_permits: Arc::new(Semaphore::new(self.config.max_concurrent_sandbox_starts)),
@@ -226,7 +250,9 @@ impl Runner {
                     t
                 }
                 Err(e) => {
-                    let Some((task, sample)) = pending.remove(&e.id()) else { continue };
+                    let Some((task, sample)) = pending.remove(&e.id()) else {
+                        continue;
+                    };
                     let message = panic_message(e);
                     let t = Trajectory::empty(
                         &task.id,
@@ -262,7 +288,11 @@ fn emit(progress: &Option<ProgressFn>, event: ProgressEvent) {
 }
 
 fn finished_event(t: &Trajectory) -> ProgressEvent {
-    ProgressEvent::Finished { id: t.id.clone(), exit_reason: t.exit_reason, success: t.is_success() }
+    ProgressEvent::Finished {
+        id: t.id.clone(),
+        exit_reason: t.exit_reason,
+        success: t.is_success(),
+    }
 }
 
 fn panic_message(e: tokio::task::JoinError) -> String {
@@ -289,7 +319,8 @@ async fn stop_sandbox(d: &Arc<dyn Deployment>, timeout: Duration) -> Option<Stri
 /// One rollout, start to end. Panics inside the loop are caught here so the sandbox is stopped.
 async fn rollout(shared: RunShared, task: Arc<Task>, sample: u32) -> Trajectory {
     let cancel = &shared.control.cancel;
-    let empty = |reason, error| Trajectory::empty(&task.id, sample, task.messages.clone(), reason, error);
+    let empty =
+        |reason, error| Trajectory::empty(&task.id, sample, task.messages.clone(), reason, error);
     let done = |t: Trajectory| {
         emit(&shared.progress, finished_event(&t));
         t
@@ -303,14 +334,22 @@ async fn rollout(shared: RunShared, task: Arc<Task>, sample: u32) -> Trajectory 
         },
     };
     let started = Instant::now();
-    emit(&shared.progress, ProgressEvent::Started { id: crate::agent::rollout_id(&task.id, sample) });
+    emit(
+        &shared.progress,
+        ProgressEvent::Started {
+            id: crate::agent::rollout_id(&task.id, sample),
+        },
+    );
     let deployment = match &shared.sandboxes {
         None => None,
         Some(factory) => {
             let d: Arc<dyn Deployment> = match factory.create(&task) {
                 Ok(d) => Arc::from(d),
                 Err(e) => {
-                    return done(empty(ExitReason::SandboxError, Some(format!("creating the sandbox failed: {e}"))))
+                    return done(empty(
+                        ExitReason::SandboxError,
+                        Some(format!("creating the sandbox failed: {e}")),
+                    ))
                 }
             };
             let start = async {
@@ -335,7 +374,8 @@ async fn rollout(shared: RunShared, task: Arc<Task>, sample: u32) -> Trajectory 
     let agent = Arc::clone(&shared.agent);
     let control = shared.control.clone();
     let (run_task, run_deployment) = (Arc::clone(&task), deployment.clone());
-    let handle = tokio::spawn(async move { agent.run(run_task, sample, run_deployment, &control).await });
+    let handle =
+        tokio::spawn(async move { agent.run(run_task, sample, run_deployment, &control).await });
     let mut t = match handle.await {
         Ok(t) => t,
         Err(e) => empty(ExitReason::InternalError, Some(panic_message(e))),

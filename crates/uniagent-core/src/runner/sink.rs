@@ -64,12 +64,16 @@ impl<W: Write + Send> TrajectorySink for JsonlSink<W> {
     fn write(&mut self, trajectory: &Trajectory) -> Result<()> {
         serde_json::to_writer(&mut self.out, trajectory)
             .map_err(|e| Error::io("writing a trajectory as JSON", std::io::Error::other(e)))?;
-        self.out.write_all(b"\n").map_err(|e| Error::io("writing a trajectory line", e))?;
+        self.out
+            .write_all(b"\n")
+            .map_err(|e| Error::io("writing a trajectory line", e))?;
         self.written += 1;
         Ok(())
     }
 
     fn flush(&mut self) -> Result<()> {
-        self.out.flush().map_err(|e| Error::io("flushing trajectories", e))
+        self.out
+            .flush()
+            .map_err(|e| Error::io("flushing trajectories", e))
     }
 }

@@ -32,7 +32,11 @@ impl Acc {
 
     fn stat(self, n: u64) -> Stat {
         let mean = if n == 0 { 0.0 } else { self.total / n as f64 };
-        Stat { total: self.total, mean, max: self.max }
+        Stat {
+            total: self.total,
+            mean,
+            max: self.max,
+        }
     }
 }
 
@@ -134,8 +138,19 @@ impl SummaryBuilder {
         self.tool_calls.add(f64::from(t.counts.tool_calls));
         self.sampled.add(t.counts.sampled_tokens as f64);
         self.response.add(t.output.response_ids.len() as f64);
-        let PhaseTimings { sandbox_start, model, tools, reward, sandbox_stop, total } = t.timings;
-        for (acc, v) in self.phases.iter_mut().zip([sandbox_start, model, tools, reward, sandbox_stop, total]) {
+        let PhaseTimings {
+            sandbox_start,
+            model,
+            tools,
+            reward,
+            sandbox_stop,
+            total,
+        } = t.timings;
+        for (acc, v) in
+            self.phases
+                .iter_mut()
+                .zip([sandbox_start, model, tools, reward, sandbox_stop, total])
+        {
             acc.add(v);
         }
     }
@@ -144,11 +159,13 @@ impl SummaryBuilder {
     pub fn summary(&self, wall: Duration) -> Summary {
         let n = self.rollouts;
         let ratio = |a: u64| if n == 0 { 0.0 } else { a as f64 / n as f64 };
-        let mut exit_reasons: BTreeMap<ExitReason, u64> = ExitReason::ALL.into_iter().map(|r| (r, 0)).collect();
+        let mut exit_reasons: BTreeMap<ExitReason, u64> =
+            ExitReason::ALL.into_iter().map(|r| (r, 0)).collect();
         for (r, c) in &self.exits {
             exit_reasons.insert(*r, *c);
         }
-        let [sandbox_start, model, tools, reward, sandbox_stop, total] = self.phases.map(|a| a.stat(n));
+        let [sandbox_start, model, tools, reward, sandbox_stop, total] =
+            self.phases.map(|a| a.stat(n));
         let wall_time = wall.as_secs_f64();
         Summary {
             rollouts: n,
@@ -162,16 +179,30 @@ impl SummaryBuilder {
             tool_calls: self.tool_calls.stat(n),
             sampled_tokens: self.sampled.stat(n),
             response_tokens: self.response.stat(n),
-            time: PhaseStats { sandbox_start, model, tools, reward, sandbox_stop, total },
+            time: PhaseStats {
+                sandbox_start,
+                model,
+                tools,
+                reward,
+                sandbox_stop,
+                total,
+            },
             wall_time,
-            rollouts_per_sec: if wall_time > 0.0 { n as f64 / wall_time } else { 0.0 },
+            rollouts_per_sec: if wall_time > 0.0 {
+                n as f64 / wall_time
+            } else {
+                0.0
+            },
         }
     }
 }
 
 impl Summary {
     /// The summary of a finished set of trajectories.
-    pub fn from_trajectories<'a>(trajectories: impl IntoIterator<Item = &'a Trajectory>, wall: Duration) -> Self {
+    pub fn from_trajectories<'a>(
+        trajectories: impl IntoIterator<Item = &'a Trajectory>,
+        wall: Duration,
+    ) -> Self {
         let mut b = SummaryBuilder::new();
         trajectories.into_iter().for_each(|t| b.add(t));
         b.summary(wall)

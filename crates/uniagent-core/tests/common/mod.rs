@@ -1,6 +1,11 @@
 //! Shared helpers of the loop and runner tests: real tools over the scripted parts.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::result_large_err)]
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::result_large_err
+)]
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,8 +16,8 @@ use uniagent_core::agent::{AgentInteraction, LoopConfig, RolloutControl, Traject
 use uniagent_core::sandbox::{DeploymentExt, ExceptionClass};
 use uniagent_core::testing::{RecordingTool, ScriptedTurn};
 use uniagent_core::{
-    ChatModel, Deployment, EpisodeSignal, Error, Message, Result, Task, Tool, ToolCall, ToolContext, ToolOutput,
-    ToolSpec,
+    ChatModel, Deployment, EpisodeSignal, Error, Message, Result, Task, Tool, ToolCall,
+    ToolContext, ToolOutput, ToolSpec,
 };
 
 pub fn call(id: &str, name: &str, args: Value) -> ToolCall {
@@ -28,7 +33,11 @@ pub fn echo_call(id: &str) -> ScriptedTurn {
 }
 
 pub fn echo_tool() -> RecordingTool {
-    RecordingTool::new("echo", |args| Ok(ToolOutput::success(args["text"].as_str().unwrap_or_default())))
+    RecordingTool::new("echo", |args| {
+        Ok(ToolOutput::success(
+            args["text"].as_str().unwrap_or_default(),
+        ))
+    })
 }
 
 pub fn finish_tool() -> RecordingTool {
@@ -40,12 +49,19 @@ pub fn finish_tool() -> RecordingTool {
 
 pub fn submit_tool() -> RecordingTool {
     RecordingTool::new("submit", |_| {
-        Ok(ToolOutput::success("<<<Finished>>>").with_signal(EpisodeSignal::Submit { patch: String::new() }))
+        Ok(
+            ToolOutput::success("<<<Finished>>>").with_signal(EpisodeSignal::Submit {
+                patch: String::new(),
+            }),
+        )
     })
 }
 
 pub fn task() -> Arc<Task> {
-    Arc::new(Task::new("t", vec![Message::system("be brief"), Message::user("solve it")]))
+    Arc::new(Task::new(
+        "t",
+        vec![Message::system("be brief"), Message::user("solve it")],
+    ))
 }
 
 pub async fn run_with(
@@ -55,7 +71,9 @@ pub async fn run_with(
     deployment: Option<Arc<dyn Deployment>>,
 ) -> Trajectory {
     let agent = AgentInteraction::new(Arc::new(model), tools, config).unwrap();
-    agent.run(task(), 0, deployment, &RolloutControl::default()).await
+    agent
+        .run(task(), 0, deployment, &RolloutControl::default())
+        .await
 }
 
 /// Runs `command` in the rollout's bash session; a command timeout is a timed-out result, any
@@ -78,9 +96,14 @@ impl Tool for BashTool {
             return Ok(ToolOutput::failed("`command` must be a string"));
         };
         let sandbox = ctx.require_deployment("bash")?;
-        match sandbox.bash(&ctx.session, command, ctx.timeout.as_secs_f64()).await {
+        match sandbox
+            .bash(&ctx.session, command, ctx.timeout.as_secs_f64())
+            .await
+        {
             Ok(obs) => Ok(ToolOutput::success(obs.output)),
-            Err(Error::Runtime { exception, .. }) if exception.class() == ExceptionClass::CommandTimeout => {
+            Err(Error::Runtime { exception, .. })
+                if exception.class() == ExceptionClass::CommandTimeout =>
+            {
                 Ok(ToolOutput::timed_out(exception.message))
             }
             Err(e) => Err(e),
@@ -97,7 +120,11 @@ pub struct SlowTool {
 #[async_trait]
 impl Tool for SlowTool {
     fn spec(&self) -> ToolSpec {
-        ToolSpec::function("slow", "Never returns in time.", json!({"type": "object", "properties": {}}))
+        ToolSpec::function(
+            "slow",
+            "Never returns in time.",
+            json!({"type": "object", "properties": {}}),
+        )
     }
 
     async fn call(&self, _args: Value, ctx: &ToolContext) -> Result<ToolOutput> {

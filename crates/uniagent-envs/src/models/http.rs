@@ -70,13 +70,22 @@ pub(crate) struct HttpClient {
 impl HttpClient {
     pub(crate) fn new(config: &HttpModelConfig, backend: &'static str) -> Result<Self> {
         if config.timeout.is_zero() {
-            return Err(Error::Config { message: format!("{backend}.timeout must be > 0"), source: None });
+            return Err(Error::Config {
+                message: format!("{backend}.timeout must be > 0"),
+                source: None,
+            });
         }
-        let client = reqwest::Client::builder().build().map_err(|e| Error::Config {
-            message: format!("{backend}: building the HTTP client failed: {e}"),
-            source: Some(Box::new(e)),
-        })?;
-        let api_key = config.api_key_env.as_deref().and_then(|var| std::env::var(var).ok()).filter(|k| !k.is_empty());
+        let client = reqwest::Client::builder()
+            .build()
+            .map_err(|e| Error::Config {
+                message: format!("{backend}: building the HTTP client failed: {e}"),
+                source: Some(Box::new(e)),
+            })?;
+        let api_key = config
+            .api_key_env
+            .as_deref()
+            .and_then(|var| std::env::var(var).ok())
+            .filter(|k| !k.is_empty());
         Ok(Self {
             client,
             pool: EndpointPool::new(config.endpoints.clone())?,
@@ -88,7 +97,12 @@ impl HttpClient {
     }
 
     fn model_error(&self, message: String, retryable: bool) -> Error {
-        Error::Model { backend: self.backend.to_owned(), message, retryable, source: None }
+        Error::Model {
+            backend: self.backend.to_owned(),
+            message,
+            retryable,
+            source: None,
+        }
     }
 
     async fn attempt(&self, path: &str, body: &Value, session: Option<&str>) -> Result<Value> {
@@ -99,14 +113,22 @@ impl HttpClient {
             request = request.bearer_auth(key);
         }
         let result = async {
-            let response = request.send().await.map_err(|e| self.transport_error(&url, e))?;
+            let response = request
+                .send()
+                .await
+                .map_err(|e| self.transport_error(&url, e))?;
             let status = response.status();
-            let text = response.text().await.map_err(|e| self.transport_error(&url, e))?;
+            let text = response
+                .text()
+                .await
+                .map_err(|e| self.transport_error(&url, e))?;
             if !status.is_success() {
                 let code = status.as_u16();
                 let retryable = matches!(code, 408 | 429) || status.is_server_error();
                 let snippet: String = text.chars().take(500).collect();
-                return Err(self.model_error(format!("HTTP {status} from {url}: {snippet}"), retryable));
+                return Err(
+                    self.model_error(format!("HTTP {status} from {url}: {snippet}"), retryable)
+                );
             }
             serde_json::from_str(&text).map_err(|e| Error::Protocol {
                 message: format!("{}: {url} answered with invalid JSON: {e}", self.backend),
@@ -124,7 +146,10 @@ impl HttpClient {
     fn transport_error(&self, url: &str, e: reqwest::Error) -> Error {
         if e.is_timeout() {
             // Not retried: the server may still be generating; repeating doubles its load.
-            return Error::Timeout { operation: format!("{} request to {url}", self.backend), after: self.timeout };
+            return Error::Timeout {
+                operation: format!("{} request to {url}", self.backend),
+                after: self.timeout,
+            };
         }
         Error::Model {
             backend: self.backend.to_owned(),
@@ -135,7 +160,12 @@ impl HttpClient {
     }
 
     /// POSTs `body` to `path` on an endpoint chosen for `session`, retrying retryable failures.
-    pub(crate) async fn post_json(&self, path: &str, body: &Value, session: Option<&str>) -> Result<Value> {
+    pub(crate) async fn post_json(
+        &self,
+        path: &str,
+        body: &Value,
+        session: Option<&str>,
+    ) -> Result<Value> {
         self.retry.retry(|| self.attempt(path, body, session)).await
     }
 }

@@ -6,8 +6,8 @@ use serde_json::{Map, Value};
 use uniagent_core::openai::{ChatCompletionRequest, ChatCompletionResponse};
 use uniagent_core::parsers::ToolCallFormat;
 use uniagent_core::{
-    AssistantTurn, ChatModel, Error, FinishReason, Message, ModelCapabilities, Result, Role, RolloutCache,
-    SamplingParams, ToolSpec,
+    AssistantTurn, ChatModel, Error, FinishReason, Message, ModelCapabilities, Result, Role,
+    RolloutCache, SamplingParams, ToolSpec,
 };
 
 use super::http::{HttpClient, HttpModelConfig};
@@ -63,7 +63,12 @@ impl OpenAiChatModel {
     }
 
     /// The request body for a conversation (public for inspection and tests).
-    pub fn request_body(&self, messages: &[Message], tools: &[ToolSpec], s: &SamplingParams) -> ChatCompletionRequest {
+    pub fn request_body(
+        &self,
+        messages: &[Message],
+        tools: &[ToolSpec],
+        s: &SamplingParams,
+    ) -> ChatCompletionRequest {
         let mut extra = self.extra_body.clone();
         if let Some(k) = s.top_k {
             extra.insert("top_k".into(), k.into());
@@ -109,25 +114,44 @@ impl ChatModel for OpenAiChatModel {
         ModelCapabilities::api()
     }
 
-    async fn start(&self, id: &str, messages: Vec<Message>, tools: Vec<ToolSpec>) -> Result<RolloutCache> {
+    async fn start(
+        &self,
+        id: &str,
+        messages: Vec<Message>,
+        tools: Vec<ToolSpec>,
+    ) -> Result<RolloutCache> {
         Ok(RolloutCache::messages_only(id, messages, tools))
     }
 
-    async fn query(&self, cache: &mut RolloutCache, sampling: &SamplingParams) -> Result<AssistantTurn> {
+    async fn query(
+        &self,
+        cache: &mut RolloutCache,
+        sampling: &SamplingParams,
+    ) -> Result<AssistantTurn> {
         sampling.validate()?;
         let request = self.request_body(cache.messages(), cache.tools(), sampling);
-        let body = serde_json::to_value(&request).map_err(|e| Error::internal(format!("openai request: {e}")))?;
-        let raw = self.http.post_json("/chat/completions", &body, Some(cache.id())).await?;
-        let response: ChatCompletionResponse = serde_json::from_value(raw)
-            .map_err(|e| Error::Protocol { message: format!("openai: unexpected response shape: {e}") })?;
+        let body = serde_json::to_value(&request)
+            .map_err(|e| Error::internal(format!("openai request: {e}")))?;
+        let raw = self
+            .http
+            .post_json("/chat/completions", &body, Some(cache.id()))
+            .await?;
+        let response: ChatCompletionResponse =
+            serde_json::from_value(raw).map_err(|e| Error::Protocol {
+                message: format!("openai: unexpected response shape: {e}"),
+            })?;
         let choice = response
             .choices
             .into_iter()
             .next()
-            .ok_or_else(|| Error::Protocol { message: "openai: response has no choices".into() })?;
+            .ok_or_else(|| Error::Protocol {
+                message: "openai: response has no choices".into(),
+            })?;
         let mut message = choice.message;
         if message.role != Role::Assistant {
-            return Err(Error::Protocol { message: format!("openai: choice has role `{}`", message.role.as_str()) });
+            return Err(Error::Protocol {
+                message: format!("openai: choice has role `{}`", message.role.as_str()),
+            });
         }
         let mut format_error = None;
         if let (true, Some(format)) = (message.tool_calls.is_empty(), self.text_tool_parser) {
@@ -160,7 +184,9 @@ impl ChatModel for OpenAiChatModel {
 
     async fn append(&self, cache: &mut RolloutCache, messages: Vec<Message>) -> Result<()> {
         if messages.iter().any(|m| m.role == Role::Assistant) {
-            return Err(Error::invalid_input("append takes non-assistant messages only"));
+            return Err(Error::invalid_input(
+                "append takes non-assistant messages only",
+            ));
         }
         messages.into_iter().for_each(|m| cache.push_message(m));
         Ok(())

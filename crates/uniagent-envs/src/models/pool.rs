@@ -59,7 +59,9 @@ impl Lease<'_> {
 
 impl Drop for Lease<'_> {
     fn drop(&mut self) {
-        self.pool.endpoints[self.index].outstanding.fetch_sub(1, Ordering::SeqCst);
+        self.pool.endpoints[self.index]
+            .outstanding
+            .fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -68,17 +70,30 @@ impl EndpointPool {
     /// beyond that the oldest state is dropped wholesale (sessions re-bind to the least loaded).
     pub fn new(base_urls: Vec<String>) -> Result<Self> {
         if base_urls.is_empty() {
-            return Err(Error::Config { message: "a model backend needs at least one endpoint".into(), source: None });
+            return Err(Error::Config {
+                message: "a model backend needs at least one endpoint".into(),
+                source: None,
+            });
         }
         let endpoints = base_urls
             .into_iter()
-            .map(|u| Endpoint { base_url: u.trim_end_matches('/').to_owned(), outstanding: AtomicUsize::new(0) })
+            .map(|u| Endpoint {
+                base_url: u.trim_end_matches('/').to_owned(),
+                outstanding: AtomicUsize::new(0),
+            })
             .collect();
-        Ok(Self { endpoints, sticky: Mutex::default(), rotate: AtomicUsize::new(0), max_sessions: 100_000 })
+        Ok(Self {
+            endpoints,
+            sticky: Mutex::default(),
+            rotate: AtomicUsize::new(0),
+            max_sessions: 100_000,
+        })
     }
 
     fn sticky(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
-        self.sticky.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.sticky
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn least_loaded(&self) -> usize {
@@ -109,7 +124,9 @@ impl EndpointPool {
                 }
             }
         };
-        self.endpoints[index].outstanding.fetch_add(1, Ordering::SeqCst);
+        self.endpoints[index]
+            .outstanding
+            .fetch_add(1, Ordering::SeqCst);
         Lease { pool: self, index }
     }
 
@@ -120,7 +137,10 @@ impl EndpointPool {
 
     /// Requests in flight per endpoint.
     pub fn outstanding(&self) -> Vec<usize> {
-        self.endpoints.iter().map(|e| e.outstanding.load(Ordering::SeqCst)).collect()
+        self.endpoints
+            .iter()
+            .map(|e| e.outstanding.load(Ordering::SeqCst))
+            .collect()
     }
 }
 

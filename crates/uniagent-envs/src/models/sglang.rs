@@ -20,7 +20,9 @@ pub struct SglangGenerator {
 impl SglangGenerator {
     /// A generator over the servers of `config` (`config.model` is not sent: SGLang serves one).
     pub fn new(config: &HttpModelConfig) -> Result<Self> {
-        Ok(Self { http: HttpClient::new(config, "sglang")? })
+        Ok(Self {
+            http: HttpClient::new(config, "sglang")?,
+        })
     }
 
     /// The request body for `request` (public for inspection and tests).
@@ -43,32 +45,49 @@ impl SglangGenerator {
 }
 
 fn protocol(message: impl Into<String>) -> Error {
-    Error::Protocol { message: format!("sglang: {}", message.into()) }
+    Error::Protocol {
+        message: format!("sglang: {}", message.into()),
+    }
 }
 
 /// Parses a `/generate` response.
 pub(crate) fn parse_generate(body: &Value) -> Result<GenerateOutput> {
-    let meta = body.get("meta_info").ok_or_else(|| protocol("response has no meta_info"))?;
-    let triples =
-        meta["output_token_logprobs"].as_array().ok_or_else(|| protocol("meta_info has no output_token_logprobs"))?;
+    let meta = body
+        .get("meta_info")
+        .ok_or_else(|| protocol("response has no meta_info"))?;
+    let triples = meta["output_token_logprobs"]
+        .as_array()
+        .ok_or_else(|| protocol("meta_info has no output_token_logprobs"))?;
     let mut token_ids = Vec::with_capacity(triples.len());
     let mut logprobs = Vec::with_capacity(triples.len());
     for t in triples {
         let lp = t.get(0).and_then(Value::as_f64);
-        let id = t.get(1).and_then(Value::as_u64).and_then(|i| u32::try_from(i).ok());
+        let id = t
+            .get(1)
+            .and_then(Value::as_u64)
+            .and_then(|i| u32::try_from(i).ok());
         match (lp, id) {
             (Some(lp), Some(id)) => {
                 logprobs.push(lp as f32);
                 token_ids.push(id);
             }
-            _ => return Err(protocol(format!("output_token_logprobs entry {t} is not [logprob, id, text]"))),
+            _ => {
+                return Err(protocol(format!(
+                    "output_token_logprobs entry {t} is not [logprob, id, text]"
+                )))
+            }
         }
     }
     if let Some(ids) = body.get("output_ids").and_then(Value::as_array) {
-        let agree =
-            ids.len() == token_ids.len() && ids.iter().zip(&token_ids).all(|(a, b)| a.as_u64() == Some(u64::from(*b)));
+        let agree = ids.len() == token_ids.len()
+            && ids
+                .iter()
+                .zip(&token_ids)
+                .all(|(a, b)| a.as_u64() == Some(u64::from(*b)));
         if !agree {
-            return Err(protocol("`output_ids` disagrees with output_token_logprobs"));
+            return Err(protocol(
+                "`output_ids` disagrees with output_token_logprobs",
+            ));
         }
     }
     let finish_reason = match meta["finish_reason"]["type"].as_str() {
@@ -83,7 +102,12 @@ pub(crate) fn parse_generate(body: &Value) -> Result<GenerateOutput> {
         Value::String(s) => s.parse().ok(),
         _ => None,
     };
-    Ok(GenerateOutput { token_ids, logprobs, finish_reason, weight_version })
+    Ok(GenerateOutput {
+        token_ids,
+        logprobs,
+        finish_reason,
+        weight_version,
+    })
 }
 
 #[async_trait]
@@ -105,7 +129,10 @@ impl TokenGenerator for SglangGenerator {
             });
         }
         let body = self.request_body(&request);
-        let response = self.http.post_json("/generate", &body, request.session_id.as_deref()).await?;
+        let response = self
+            .http
+            .post_json("/generate", &body, request.session_id.as_deref())
+            .await?;
         let out = parse_generate(&response)?;
         if out.token_ids.len() > request.max_new_tokens {
             return Err(protocol(format!(

@@ -22,7 +22,10 @@ pub struct VllmGenerator {
 impl VllmGenerator {
     /// A generator over the servers of `config`.
     pub fn new(config: &HttpModelConfig) -> Result<Self> {
-        Ok(Self { http: HttpClient::new(config, "vllm")?, model: config.model.clone() })
+        Ok(Self {
+            http: HttpClient::new(config, "vllm")?,
+            model: config.model.clone(),
+        })
     }
 
     /// The request body for `request` (public for inspection and tests).
@@ -49,7 +52,9 @@ impl VllmGenerator {
 }
 
 fn protocol(message: impl Into<String>) -> Error {
-    Error::Protocol { message: format!("vllm: {}", message.into()) }
+    Error::Protocol {
+        message: format!("vllm: {}", message.into()),
+    }
 }
 
 fn finish_reason(v: Option<&str>) -> FinishReason {
@@ -64,28 +69,50 @@ fn finish_reason(v: Option<&str>) -> FinishReason {
 
 /// Parses a `/v1/completions` response into ids, logprobs and finish reason.
 pub(crate) fn parse_completion(body: &Value) -> Result<GenerateOutput> {
-    let choice = body["choices"].get(0).ok_or_else(|| protocol("response has no choices"))?;
+    let choice = body["choices"]
+        .get(0)
+        .ok_or_else(|| protocol("response has no choices"))?;
     let logprobs = &choice["logprobs"];
-    let tokens = logprobs["tokens"].as_array().ok_or_else(|| protocol("choice has no logprobs.tokens"))?;
+    let tokens = logprobs["tokens"]
+        .as_array()
+        .ok_or_else(|| protocol("choice has no logprobs.tokens"))?;
     let mut token_ids = Vec::with_capacity(tokens.len());
     for t in tokens {
-        let id =
-            t.as_str().and_then(|s| s.strip_prefix("token_id:")).and_then(|s| s.parse::<u32>().ok()).ok_or_else(
-                || protocol(format!("token {t} is not `token_id:<id>` (is return_tokens_as_token_ids on?)")),
-            )?;
+        let id = t
+            .as_str()
+            .and_then(|s| s.strip_prefix("token_id:"))
+            .and_then(|s| s.parse::<u32>().ok())
+            .ok_or_else(|| {
+                protocol(format!(
+                    "token {t} is not `token_id:<id>` (is return_tokens_as_token_ids on?)"
+                ))
+            })?;
         token_ids.push(id);
     }
-    let lps = logprobs["token_logprobs"].as_array().ok_or_else(|| protocol("choice has no logprobs.token_logprobs"))?;
+    let lps = logprobs["token_logprobs"]
+        .as_array()
+        .ok_or_else(|| protocol("choice has no logprobs.token_logprobs"))?;
     let logprobs: Vec<f32> = lps
         .iter()
-        .map(|v| v.as_f64().map(|f| f as f32).ok_or_else(|| protocol(format!("logprob {v} is not a number"))))
+        .map(|v| {
+            v.as_f64()
+                .map(|f| f as f32)
+                .ok_or_else(|| protocol(format!("logprob {v} is not a number")))
+        })
         .collect::<Result<_>>()?;
     if logprobs.len() != token_ids.len() {
-        return Err(protocol(format!("{} tokens but {} logprobs", token_ids.len(), logprobs.len())));
+        return Err(protocol(format!(
+            "{} tokens but {} logprobs",
+            token_ids.len(),
+            logprobs.len()
+        )));
     }
     if let Some(ids) = choice.get("token_ids").and_then(Value::as_array) {
-        let agree =
-            ids.len() == token_ids.len() && ids.iter().zip(&token_ids).all(|(a, b)| a.as_u64() == Some(u64::from(*b)));
+        let agree = ids.len() == token_ids.len()
+            && ids
+                .iter()
+                .zip(&token_ids)
+                .all(|(a, b)| a.as_u64() == Some(u64::from(*b)));
         if !agree {
             return Err(protocol("`token_ids` disagrees with logprobs.tokens"));
         }
@@ -117,7 +144,10 @@ impl TokenGenerator for VllmGenerator {
             });
         }
         let body = self.request_body(&request);
-        let response = self.http.post_json("/v1/completions", &body, request.session_id.as_deref()).await?;
+        let response = self
+            .http
+            .post_json("/v1/completions", &body, request.session_id.as_deref())
+            .await?;
         let out = parse_completion(&response)?;
         if out.token_ids.len() > request.max_new_tokens {
             return Err(protocol(format!(
