@@ -27,6 +27,9 @@ use uniagent_core::sandbox::{
 use super::errors::{class, ServerError};
 use super::pyfmt::py_repr;
 
+/// The least time a session start is given, whatever `startup_timeout` says.
+pub const MIN_STARTUP_TIMEOUT: Duration = Duration::from_secs(5);
+
 #[derive(Debug, Clone)]
 enum Slot {
     Starting,
@@ -80,8 +83,11 @@ impl SessionManager {
         }
         let n = self.counter.fetch_add(1, Ordering::SeqCst);
         let dir = self.options.scratch_dir.join(format!("s{n}"));
-        let timeout =
-            Duration::try_from_secs_f64(request.startup_timeout.max(0.0)).unwrap_or(Duration::MAX);
+        // SWE-ReX sleeps 0.3 s before it starts the `startup_timeout` clock; we do not sleep, and
+        // on a loaded machine bash and its rc files can need more than the 1 s default.
+        let timeout = Duration::try_from_secs_f64(request.startup_timeout.max(0.0))
+            .unwrap_or(Duration::MAX)
+            .max(MIN_STARTUP_TIMEOUT);
         let started = BashSession::start(
             &request.session,
             &request.startup_source,

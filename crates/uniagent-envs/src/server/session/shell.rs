@@ -404,17 +404,27 @@ impl BashSession {
         let grace = self.options.interrupt_grace;
         let _ = self.send(b"\x03").await;
         let accept = |p: &Prompt| p.seq >= Some(seq);
-        if self
+        if let Ok((_, ended)) = self
             .wait(reader, accept, &[], Some(Instant::now() + grace))
             .await
-            .is_ok()
         {
+            if let Ended::Prompt(p) = ended {
+                if p.exit_code != 130 {
+                    // The command ended on its own just as the Ctrl-C went out, so the idle
+                    // shell got the SIGINT: let it print its prompt before the next command
+                    // line is sent, or the signal could discard that line.
+                    let _ = self
+                        .wait(reader, |_| true, &[], Some(Instant::now() + grace))
+                        .await;
+                }
+            }
             return;
         }
         if let Some(pgid) = self.foreground_group().filter(|g| *g != self.pid) {
             signal_group(pgid, Signal::SIGKILL);
+            // The kill is certain; the prompt only has to be scheduled.
             if self
-                .wait(reader, accept, &[], Some(Instant::now() + grace))
+                .wait(reader, accept, &[], Some(Instant::now() + grace * 10))
                 .await
                 .is_ok()
             {
@@ -519,8 +529,13 @@ impl BashSession {
             return Err(self.eof_error());
         }
         if !reader.busy {
-            // Nothing runs: the shell is at its prompt. The Ctrl-C sent above only produces a
-            // prompt of the current sequence number, which later commands skip as stale.
+            // Nothing runs: the shell is at its prompt. Wait (briefly) for the prompt the Ctrl-C
+            // produces, so that the shell has handled its SIGINT before the next command is
+            // sent; otherwise the signal could discard that command's line. A shell that
+            // ignores SIGINT prints nothing: the session is idle all the same.
+            let deadline = Some(Instant::now() + per_try);
+            let _ = self.wait(&mut reader, |_| true, &[], deadline).await;
+            reader.busy = false;
             return Ok(observation(
                 String::new(),
                 Some(0),
