@@ -144,3 +144,66 @@ impl TokenGenerator for SglangGenerator {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::{json, Value};
+
+    use super::parse_generate;
+
+    fn any_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(|f| json!(f)),
+            "[0-9a-z]{0,8}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 64, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::from),
+                proptest::collection::btree_map(
+                    prop_oneof![
+                        Just("meta_info".to_owned()),
+                        Just("output_token_logprobs".to_owned()),
+                        Just("output_ids".to_owned()),
+                        Just("finish_reason".to_owned()),
+                        Just("type".to_owned()),
+                        Just("weight_version".to_owned()),
+                        "[a-z]{1,6}",
+                    ],
+                    inner,
+                    0..6
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_json_never_panics(v in any_json()) {
+            let _ = parse_generate(&v);
+        }
+
+        #[test]
+        fn well_formed_responses_round_trip(
+            toks in proptest::collection::vec((any::<u32>(), -30.0f64..=0.0), 0..20),
+            version in any::<u64>(),
+        ) {
+            let body = json!({
+                "text": "",
+                "output_ids": toks.iter().map(|(i, _)| i).collect::<Vec<_>>(),
+                "meta_info": {
+                    "finish_reason": {"type": "length", "length": toks.len()},
+                    "weight_version": version.to_string(),
+                    "output_token_logprobs": toks.iter().map(|(i, lp)| json!([lp, i, null])).collect::<Vec<_>>(),
+                }
+            });
+            let out = parse_generate(&body).unwrap();
+            prop_assert_eq!(out.token_ids, toks.iter().map(|(i, _)| *i).collect::<Vec<_>>());
+            prop_assert_eq!(out.weight_version, Some(version));
+        }
+    }
+}

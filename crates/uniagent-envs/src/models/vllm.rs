@@ -159,3 +159,66 @@ impl TokenGenerator for VllmGenerator {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::{json, Value};
+
+    use super::parse_completion;
+
+    /// Any JSON value: parsing a hostile or broken server's answer never panics.
+    fn any_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(|f| json!(f)),
+            "(token_id:)?[0-9a-z:]{0,12}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 64, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::from),
+                proptest::collection::btree_map(
+                    prop_oneof![
+                        Just("choices".to_owned()),
+                        Just("logprobs".to_owned()),
+                        Just("tokens".to_owned()),
+                        Just("token_logprobs".to_owned()),
+                        Just("token_ids".to_owned()),
+                        Just("finish_reason".to_owned()),
+                        "[a-z]{1,6}",
+                    ],
+                    inner,
+                    0..6
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_json_never_panics(v in any_json()) {
+            let _ = parse_completion(&v);
+        }
+
+        #[test]
+        fn well_formed_responses_round_trip(
+            toks in proptest::collection::vec((any::<u32>(), -30.0f64..=0.0), 0..20),
+            finish in prop_oneof![Just("stop"), Just("length"), Just("abort")],
+        ) {
+            let body = json!({"choices": [{
+                "index": 0, "text": "",
+                "logprobs": {
+                    "tokens": toks.iter().map(|(i, _)| format!("token_id:{i}")).collect::<Vec<_>>(),
+                    "token_logprobs": toks.iter().map(|(_, lp)| lp).collect::<Vec<_>>(),
+                },
+                "finish_reason": finish,
+            }]});
+            let out = parse_completion(&body).unwrap();
+            prop_assert_eq!(out.token_ids, toks.iter().map(|(i, _)| *i).collect::<Vec<_>>());
+            prop_assert_eq!(out.logprobs, toks.iter().map(|(_, lp)| *lp as f32).collect::<Vec<_>>());
+        }
+    }
+}
