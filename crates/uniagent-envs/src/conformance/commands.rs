@@ -6,7 +6,8 @@ use uniagent_core::sandbox::{Action, BashInterruptAction, CheckMode, Command, Ex
 use uniagent_core::{Capabilities, Deployment, ErrorKind};
 
 use super::{
-    close_quietly, ensure, expect_exception, open_session, require, run, with_deadline, Outcome,
+    close_quietly, ensure, expect_exception, open_session, require, run, with_deadline, Failure,
+    Outcome,
 };
 
 /// `execute` runs shell strings and argv lists, honours `cwd`, and `env` replaces the
@@ -133,30 +134,43 @@ pub async fn stdout_and_stderr(d: &dyn Deployment, caps: Capabilities) -> Outcom
 }
 
 /// A command past its timeout fails with `CommandTimeoutError`; after an interrupt the session
-/// works again. `execute` kills its child on timeout.
+/// works again, both with a patient interrupt (5 s per attempt, as SWE-agent sends) and with
+/// SWE-ReX's defaults (0.2 s per attempt, 3 attempts) sent right after the timeout, for each
+/// check mode. `execute` kills its child on timeout.
 pub async fn timeouts_and_recovery(d: &dyn Deployment, caps: Capabilities) -> Outcome {
     require(caps.sessions, "sessions")?;
     let s = "conformance-timeout";
     open_session(d, s).await?;
-    let slow = with_deadline(run(d, s, "sleep 30", CheckMode::Silent, 0.5)).await?;
-    let e = expect_exception(
-        slow,
-        ExceptionClass::CommandTimeout,
-        "sleep 30 with timeout 0.5",
-    )?;
-    ensure!(!e.message.is_empty(), "timeout without a message");
-    let interrupt = BashInterruptAction {
-        session: s.into(),
-        timeout: 5.0,
-        n_retry: 3,
-        expect: vec![],
-    };
-    with_deadline(d.run_in_session(Action::Interrupt(interrupt))).await??;
-    let obs = run(d, s, "echo recovered", CheckMode::Silent, 30.0).await?;
-    ensure!(
-        obs.output == "recovered\n" && obs.exit_code == Some(0),
-        "session not usable after interrupt: {obs:?}"
-    );
+    let cases = [
+        ("sleep 30", 0.5, CheckMode::Silent, 5.0),
+        ("sleep 30", 0.5, CheckMode::Raise, 0.2),
+        ("sleep 30", 0.5, CheckMode::Ignore, 0.2),
+        ("sleep 5", 1.0, CheckMode::Raise, 0.2),
+    ];
+    for (command, timeout, check, per_attempt) in cases {
+        let what = format!("`{command}` with timeout {timeout} and check {check:?}");
+        let slow = with_deadline(run(d, s, command, check, timeout)).await?;
+        let e = expect_exception(slow, ExceptionClass::CommandTimeout, &what)?;
+        ensure!(!e.message.is_empty(), "timeout without a message");
+        let interrupt = BashInterruptAction {
+            session: s.into(),
+            timeout: per_attempt,
+            n_retry: 3,
+            expect: vec![],
+        };
+        let interrupted = with_deadline(d.run_in_session(Action::Interrupt(interrupt))).await??;
+        ensure!(
+            interrupted.exit_code == Some(0),
+            "interrupt after {what} answered {interrupted:?}"
+        );
+        let obs = run(d, s, "echo recovered", CheckMode::Silent, 10.0).await.map_err(|e| {
+            Failure::Failed(format!("session unusable after {what} and an interrupt of {per_attempt} s per attempt: {e}"))
+        })?;
+        ensure!(
+            obs.output == "recovered\n" && obs.exit_code == Some(0),
+            "session not usable after {what} and an interrupt: {obs:?}"
+        );
+    }
     close_quietly(d, s).await;
     if caps.execute {
         let slow = with_deadline(d.execute(Command::argv(["sleep", "30"], Some(0.5)))).await?;
