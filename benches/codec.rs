@@ -21,7 +21,8 @@ use uniagent_core::codec::{ChatInput, Codec};
 use uniagent_core::{LengthLimits, Message, RolloutCache, ToolSpec};
 
 fn fixture_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crates/uniagent-core/tests/fixtures/tokenizers/qwen3")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../crates/uniagent-core/tests/fixtures/tokenizers/qwen3")
 }
 
 fn codec() -> Codec {
@@ -37,24 +38,42 @@ fn bash_tool() -> ToolSpec {
 }
 
 fn observation(turn: usize) -> Message {
-    Message::tool("call_0", format!("total 12\n-rw-r--r-- 1 root root 42 file_{turn}.py\nexit code: 0"))
+    Message::tool(
+        "call_0",
+        format!("total 12\n-rw-r--r-- 1 root root 42 file_{turn}.py\nexit code: 0"),
+    )
 }
 
 /// A rollout of `turns` assistant turns, each a tool call followed by its observation, ending
 /// with a sampled assistant turn.
 fn rollout(codec: &Codec, turns: usize) -> RolloutCache {
-    let messages = vec![Message::system("You are a coding agent."), Message::user("Fix the failing test.")];
+    let messages = vec![
+        Message::system("You are a coding agent."),
+        Message::user("Fix the failing test."),
+    ];
     let mut cache = codec
-        .start("bench", messages, vec![bash_tool()], Default::default(), LengthLimits::default())
+        .start(
+            "bench",
+            messages,
+            vec![bash_tool()],
+            Default::default(),
+            LengthLimits::default(),
+        )
         .unwrap_or_else(|e| panic!("start: {e}"));
     for turn in 0..turns {
         let text = format!(
             "<think>\nLook at file {turn}.\n</think>\n\n<tool_call>\n{{\"name\": \"bash\", \"arguments\": {{\"command\": \"cat file_{turn}.py\"}}}}\n</tool_call><|im_end|>"
         );
-        let ids = codec.encode(&text).unwrap_or_else(|e| panic!("encode: {e}"));
-        codec.append_sampled(&mut cache, &ids, &vec![-0.5; ids.len()], Some(0)).unwrap_or_else(|e| panic!("{e}"));
+        let ids = codec
+            .encode(&text)
+            .unwrap_or_else(|e| panic!("encode: {e}"));
+        codec
+            .append_sampled(&mut cache, &ids, &vec![-0.5; ids.len()], Some(0))
+            .unwrap_or_else(|e| panic!("{e}"));
         if turn + 1 < turns {
-            codec.append_messages(&mut cache, &[observation(turn)]).unwrap_or_else(|e| panic!("{e}"));
+            codec
+                .append_messages(&mut cache, &[observation(turn)])
+                .unwrap_or_else(|e| panic!("{e}"));
         }
     }
     cache
@@ -70,7 +89,9 @@ fn append_observation(c: &mut Criterion) {
             b.iter_batched(
                 || cache.clone(),
                 |mut cache| {
-                    codec.append_messages(&mut cache, black_box(&obs)).unwrap_or_else(|e| panic!("{e}"));
+                    codec
+                        .append_messages(&mut cache, black_box(&obs))
+                        .unwrap_or_else(|e| panic!("{e}"));
                     cache
                 },
                 BatchSize::LargeInput,
@@ -82,7 +103,8 @@ fn append_observation(c: &mut Criterion) {
 
 fn conversations() -> Vec<Value> {
     let golden: Value = serde_json::from_str(
-        &std::fs::read_to_string(fixture_dir().join("templates_golden.json")).unwrap_or_else(|e| panic!("{e}")),
+        &std::fs::read_to_string(fixture_dir().join("templates_golden.json"))
+            .unwrap_or_else(|e| panic!("{e}")),
     )
     .unwrap_or_else(|e| panic!("{e}"));
     let mut convs: Vec<Value> = golden["cases"]
@@ -94,7 +116,10 @@ fn conversations() -> Vec<Value> {
                 .collect()
         })
         .unwrap_or_default();
-    let mut messages = vec![json!({"role": "system", "content": "You are a coding agent."}), json!({"role": "user", "content": "Fix the failing test."})];
+    let mut messages = vec![
+        json!({"role": "system", "content": "You are a coding agent."}),
+        json!({"role": "user", "content": "Fix the failing test."}),
+    ];
     for turn in 0..20 {
         messages.push(json!({"role": "assistant", "content": "", "reasoning_content": format!("Look at file {turn}."),
             "tool_calls": [{"id": "call_0", "type": "function", "function": {"name": "bash", "arguments": {"command": format!("cat file_{turn}.py")}}}]}));
@@ -109,14 +134,19 @@ fn to_input(conv: &Value) -> ChatInput {
         messages: conv["messages"].as_array().cloned().unwrap_or_default(),
         tools: conv["tools"].as_array().cloned().unwrap_or_default(),
         add_generation_prompt: conv["add_generation_prompt"].as_bool().unwrap_or(false),
-        template_kwargs: conv["template_kwargs"].as_object().cloned().unwrap_or_default(),
+        template_kwargs: conv["template_kwargs"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
     }
 }
 
 /// Python's seconds per `apply_chat_template(tokenize=True)` call, or why it was not measured.
 fn python_seconds(convs: &[Value]) -> Result<f64, String> {
-    let venv = std::env::var("UNIAGENT_CODEC_VENV").map_err(|_| "UNIAGENT_CODEC_VENV is unset".to_owned())?;
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crates/uniagent-core/tests/fixtures/hf_apply_chat_template.py");
+    let venv = std::env::var("UNIAGENT_CODEC_VENV")
+        .map_err(|_| "UNIAGENT_CODEC_VENV is unset".to_owned())?;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../crates/uniagent-core/tests/fixtures/hf_apply_chat_template.py");
     let mut child = Command::new(PathBuf::from(venv).join("bin/python"))
         .arg(script)
         .stdin(Stdio::piped())
@@ -132,8 +162,11 @@ fn python_seconds(convs: &[Value]) -> Result<f64, String> {
         .write_all(req.to_string().as_bytes())
         .map_err(|e| e.to_string())?;
     let out = child.wait_with_output().map_err(|e| e.to_string())?;
-    let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("python output: {e}"))?;
-    v["seconds_per_conversation"].as_f64().ok_or_else(|| "no timing from python".to_owned())
+    let v: Value =
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("python output: {e}"))?;
+    v["seconds_per_conversation"]
+        .as_f64()
+        .ok_or_else(|| "no timing from python".to_owned())
 }
 
 fn render_tokenize(c: &mut Criterion) {
@@ -145,7 +178,9 @@ fn render_tokenize(c: &mut Criterion) {
             black_box(codec.render_ids(input).unwrap_or_else(|e| panic!("{e}")));
         }
     };
-    c.bench_function("render_tokenize/rust_all_conversations", |b| b.iter(|| run(&inputs)));
+    c.bench_function("render_tokenize/rust_all_conversations", |b| {
+        b.iter(|| run(&inputs))
+    });
     // Baseline in the same run: the same conversations through transformers.
     let iterations = 50;
     let start = Instant::now();

@@ -20,7 +20,10 @@ use uniagent_core::codec::{ChatInput, Codec};
 use uniagent_core::Error;
 
 #[derive(Parser)]
-#[command(name = "codec", about = "Chat-template rendering and incremental tokenization")]
+#[command(
+    name = "codec",
+    about = "Chat-template rendering and incremental tokenization"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -44,39 +47,58 @@ struct Args {
     input: PathBuf,
 }
 
-fn read_input(path: &PathBuf) -> Result<ChatInput, Error> {
+fn bad(message: &str) -> Box<Error> {
+    Box::new(Error::invalid_input(message))
+}
+
+fn read_input(path: &PathBuf) -> Result<ChatInput, Box<Error>> {
     let text = if path.as_os_str() == "-" {
         let mut s = String::new();
-        std::io::stdin().read_to_string(&mut s).map_err(|e| Error::invalid_input(format!("reading stdin: {e}")))?;
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .map_err(|e| Error::invalid_input(format!("reading stdin: {e}")))?;
         s
     } else {
-        std::fs::read_to_string(path).map_err(|e| Error::invalid_input(format!("reading {}: {e}", path.display())))?
+        std::fs::read_to_string(path)
+            .map_err(|e| Error::invalid_input(format!("reading {}: {e}", path.display())))?
     };
-    let value: Value = serde_json::from_str(&text).map_err(|e| Error::invalid_input(format!("input is not JSON: {e}")))?;
-    let Value::Object(mut obj) = value else { return Err(Error::invalid_input("input must be a JSON object")) };
+    let value: Value = serde_json::from_str(&text)
+        .map_err(|e| Error::invalid_input(format!("input is not JSON: {e}")))?;
+    let Value::Object(mut obj) = value else {
+        return Err(bad("input must be a JSON object"));
+    };
     let messages = match obj.remove("messages") {
         Some(Value::Array(m)) if m.iter().all(Value::is_object) => m,
-        _ => return Err(Error::invalid_input("`messages` must be a list of objects")),
+        _ => return Err(bad("`messages` must be a list of objects")),
     };
     let tools = match obj.remove("tools") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(t)) => t,
-        Some(_) => return Err(Error::invalid_input("`tools` must be a list")),
+        Some(_) => return Err(bad("`tools` must be a list")),
     };
     let add_generation_prompt = match obj.remove("add_generation_prompt") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => b,
-        Some(_) => return Err(Error::invalid_input("`add_generation_prompt` must be a boolean")),
+        Some(_) => {
+            return Err(bad(
+                "`add_generation_prompt` must be a boolean",
+            ))
+        }
     };
     let template_kwargs = match obj.remove("template_kwargs") {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(k)) => k,
-        Some(_) => return Err(Error::invalid_input("`template_kwargs` must be an object")),
+        Some(_) => return Err(bad("`template_kwargs` must be an object")),
     };
-    Ok(ChatInput { messages, tools, add_generation_prompt, template_kwargs })
+    Ok(ChatInput {
+        messages,
+        tools,
+        add_generation_prompt,
+        template_kwargs,
+    })
 }
 
-fn run(cli: Cli) -> Result<Value, Error> {
+fn run(cli: Cli) -> Result<Value, Box<Error>> {
     match cli.command {
         Command::Render(args) => {
             let codec = Codec::from_dir(&args.model_dir)?;

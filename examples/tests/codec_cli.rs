@@ -1,4 +1,5 @@
 //! The `codec` binary against the golden renders of the Qwen fixtures.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // helpers outside #[test] fns unwrap too
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -6,7 +7,9 @@ use std::process::{Command, Output};
 use serde_json::{json, Value};
 
 fn fixtures(family: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crates/uniagent-core/tests/fixtures/tokenizers").join(family)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../crates/uniagent-core/tests/fixtures/tokenizers")
+        .join(family)
 }
 
 fn run(sub: &str, family: &str, input: &Value) -> Output {
@@ -22,28 +25,51 @@ fn run(sub: &str, family: &str, input: &Value) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(serde_json::to_string(input).unwrap().as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(serde_json::to_string(input).unwrap().as_bytes())
+        .unwrap();
     child.wait_with_output().unwrap()
 }
 
 fn ok(out: &Output) -> Value {
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
 #[test]
 fn render_and_incremental_match_the_goldens() {
     for family in ["qwen2.5", "qwen3"] {
-        let golden: Value =
-            serde_json::from_str(&std::fs::read_to_string(fixtures(family).join("templates_golden.json")).unwrap())
-                .unwrap();
+        let golden: Value = serde_json::from_str(
+            &std::fs::read_to_string(fixtures(family).join("templates_golden.json")).unwrap(),
+        )
+        .unwrap();
         for case in golden["cases"].as_array().unwrap() {
             let input = json!({"messages": case["messages"], "tools": case["tools"],
                 "add_generation_prompt": case["add_generation_prompt"], "template_kwargs": case["template_kwargs"]});
             let render = ok(&run("render", family, &input));
-            assert_eq!(render["text"], case["rendered"], "{family}/{}", case["name"]);
-            assert_eq!(render["ids"], case["token_ids"], "{family}/{}", case["name"]);
-            if !case["messages"].as_array().unwrap().iter().any(|m| m["role"] == "assistant") {
+            assert_eq!(
+                render["text"], case["rendered"],
+                "{family}/{}",
+                case["name"]
+            );
+            assert_eq!(
+                render["ids"], case["token_ids"],
+                "{family}/{}",
+                case["name"]
+            );
+            if !case["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m["role"] == "assistant")
+            {
                 continue;
             }
             let inc = ok(&run("incremental", family, &input));
@@ -61,7 +87,11 @@ fn render_and_incremental_match_the_goldens() {
 
 #[test]
 fn template_errors_exit_non_zero_without_a_render() {
-    let out = run("render", "qwen2.5", &json!({"messages": [{"role": "assistant", "content": null}]}));
+    let out = run(
+        "render",
+        "qwen2.5",
+        &json!({"messages": [{"role": "assistant", "content": null}]}),
+    );
     assert!(!out.status.success());
     assert!(out.stdout.is_empty());
     assert!(String::from_utf8_lossy(&out.stderr).contains("codec"));

@@ -1,6 +1,7 @@
 //! Golden tests: our renders and token ids equal `transformers`' on the Qwen2.5 and Qwen3
 //! fixtures (see `tests/fixtures/NOTICE` and the fixture README in the repository).
 #![cfg(feature = "codec")]
+#![allow(clippy::unwrap_used, clippy::expect_used)] // helpers outside #[test] fns unwrap too
 
 use std::path::PathBuf;
 
@@ -8,7 +9,9 @@ use serde_json::Value;
 use uniagent_core::codec::{ChatInput, Codec};
 
 fn dir(family: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenizers").join(family)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/tokenizers")
+        .join(family)
 }
 
 fn load(family: &str, file: &str) -> Value {
@@ -21,7 +24,10 @@ fn input_of(case: &Value) -> ChatInput {
         messages: case["messages"].as_array().unwrap().clone(),
         tools: case["tools"].as_array().cloned().unwrap_or_default(),
         add_generation_prompt: case["add_generation_prompt"].as_bool().unwrap(),
-        template_kwargs: case["template_kwargs"].as_object().cloned().unwrap_or_default(),
+        template_kwargs: case["template_kwargs"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
     }
 }
 
@@ -33,10 +39,26 @@ fn check_templates(family: &str, expected_cases: usize) {
     for case in cases {
         let name = case["name"].as_str().unwrap();
         let input = input_of(case);
-        let text = codec.render(&input).unwrap_or_else(|e| panic!("{family}/{name}: {e}"));
-        assert_eq!(text, case["rendered"].as_str().unwrap(), "{family}/{name}: rendered text");
-        let ids: Vec<u64> = codec.render_ids(&input).unwrap().into_iter().map(u64::from).collect();
-        let want: Vec<u64> = case["token_ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+        let text = codec
+            .render(&input)
+            .unwrap_or_else(|e| panic!("{family}/{name}: {e}"));
+        assert_eq!(
+            text,
+            case["rendered"].as_str().unwrap(),
+            "{family}/{name}: rendered text"
+        );
+        let ids: Vec<u64> = codec
+            .render_ids(&input)
+            .unwrap()
+            .into_iter()
+            .map(u64::from)
+            .collect();
+        let want: Vec<u64> = case["token_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
         assert_eq!(ids, want, "{family}/{name}: token ids");
     }
 }
@@ -49,9 +71,18 @@ fn check_encode(family: &str) {
     for case in cases {
         let text = case["text"].as_str().unwrap();
         let ids = codec.encode(text).unwrap();
-        let want: Vec<u32> = case["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+        let want: Vec<u32> = case["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
         assert_eq!(ids, want, "{family}: encode {text:?}");
-        assert_eq!(codec.decode(&ids, false).unwrap(), case["decoded"].as_str().unwrap(), "{family}: decode {text:?}");
+        assert_eq!(
+            codec.decode(&ids, false).unwrap(),
+            case["decoded"].as_str().unwrap(),
+            "{family}: decode {text:?}"
+        );
     }
 }
 

@@ -1,6 +1,7 @@
 //! Incremental tokenization: the stream built turn by turn equals the full render for
 //! append-only templates, sampled tokens are never rewritten, and the cache invariants hold.
 #![cfg(feature = "codec")]
+#![allow(clippy::unwrap_used, clippy::expect_used)] // helpers outside #[test] fns unwrap too
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -12,17 +13,27 @@ use uniagent_core::parsers::ToolCallFormat;
 use uniagent_core::{Error, LengthLimits, Message, RolloutCache, TokenSource, ToolSpec};
 
 fn dir(family: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tokenizers").join(family)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/tokenizers")
+        .join(family)
 }
 
 fn qwen25() -> &'static Codec {
     static C: OnceLock<Codec> = OnceLock::new();
-    C.get_or_init(|| Codec::from_dir(dir("qwen2.5")).unwrap().with_tool_parser(ToolCallFormat::Hermes))
+    C.get_or_init(|| {
+        Codec::from_dir(dir("qwen2.5"))
+            .unwrap()
+            .with_tool_parser(ToolCallFormat::Hermes)
+    })
 }
 
 fn qwen3() -> &'static Codec {
     static C: OnceLock<Codec> = OnceLock::new();
-    C.get_or_init(|| Codec::from_dir(dir("qwen3")).unwrap().with_tool_parser(ToolCallFormat::Hermes))
+    C.get_or_init(|| {
+        Codec::from_dir(dir("qwen3"))
+            .unwrap()
+            .with_tool_parser(ToolCallFormat::Hermes)
+    })
 }
 
 fn tools() -> Vec<Value> {
@@ -35,7 +46,10 @@ fn tools() -> Vec<Value> {
 }
 
 fn typed_tools() -> Vec<ToolSpec> {
-    tools().into_iter().map(|t| serde_json::from_value(t).unwrap()).collect()
+    tools()
+        .into_iter()
+        .map(|t| serde_json::from_value(t).unwrap())
+        .collect()
 }
 
 fn text() -> impl Strategy<Value = String> {
@@ -43,8 +57,21 @@ fn text() -> impl Strategy<Value = String> {
         Just(String::new()),
         proptest::collection::vec(
             prop_oneof![
-                Just("a"), Just("Hello"), Just(" "), Just("\n"), Just("\n\n"), Just("é"), Just("中文"), Just("😀"),
-                Just("<"), Just(">"), Just("{\""), Just("1.5"), Just("\t"), Just("ls -la"), Just("'")
+                Just("a"),
+                Just("Hello"),
+                Just(" "),
+                Just("\n"),
+                Just("\n\n"),
+                Just("é"),
+                Just("中文"),
+                Just("😀"),
+                Just("<"),
+                Just(">"),
+                Just("{\""),
+                Just("1.5"),
+                Just("\t"),
+                Just("ls -la"),
+                Just("'")
             ],
             1..12
         )
@@ -55,7 +82,11 @@ fn text() -> impl Strategy<Value = String> {
 
 fn tool_call(idx: usize) -> impl Strategy<Value = Value> {
     (any::<bool>(), text(), -1000i64..1000).prop_map(move |(bash, t, n)| {
-        let args = if bash { json!({"command": t}) } else { json!({"answer": t, "score": n as f64 / 8.0}) };
+        let args = if bash {
+            json!({"command": t})
+        } else {
+            json!({"answer": t, "score": n as f64 / 8.0})
+        };
         json!({"id": format!("call_{idx}"), "type": "function",
                "function": {"name": if bash { "bash" } else { "finish" }, "arguments": args}})
     })
@@ -65,13 +96,23 @@ fn tool_call(idx: usize) -> impl Strategy<Value = Value> {
 enum Step {
     /// An assistant turn with text and 0..3 tool calls, followed by one tool result per call,
     /// or by a user message when there are no calls.
-    Turn { content: Option<String>, reasoning: Option<String>, calls: Vec<Value>, results: Vec<String>, user: String },
+    Turn {
+        content: Option<String>,
+        reasoning: Option<String>,
+        calls: Vec<Value>,
+        results: Vec<String>,
+        user: String,
+    },
 }
 
 fn step(with_reasoning: bool) -> impl Strategy<Value = Step> {
     (
         proptest::option::of(text()),
-        if with_reasoning { proptest::option::of(text()).boxed() } else { Just(None).boxed() },
+        if with_reasoning {
+            proptest::option::of(text()).boxed()
+        } else {
+            Just(None).boxed()
+        },
         proptest::collection::vec(tool_call(0), 0..3),
         proptest::collection::vec(text(), 3),
         text(),
@@ -85,7 +126,13 @@ fn step(with_reasoning: bool) -> impl Strategy<Value = Step> {
                     c
                 })
                 .collect();
-            Step::Turn { content, reasoning, calls, results, user }
+            Step::Turn {
+                content,
+                reasoning,
+                calls,
+                results,
+                user,
+            }
         })
 }
 
@@ -131,7 +178,12 @@ fn conversation_with(with_reasoning: bool, canonical: bool) -> impl Strategy<Val
 }
 
 fn input(messages: &[Value], add_generation_prompt: bool) -> ChatInput {
-    ChatInput { messages: messages.to_vec(), tools: tools(), add_generation_prompt, template_kwargs: Default::default() }
+    ChatInput {
+        messages: messages.to_vec(),
+        tools: tools(),
+        add_generation_prompt,
+        template_kwargs: Default::default(),
+    }
 }
 
 /// The sampled span of assistant `i`, straight from the definition: ids after the prompt render
@@ -144,7 +196,9 @@ fn sampled_span(codec: &Codec, msgs: &[Value], i: usize) -> Vec<u32> {
     let mut span = match full.strip_prefix(prompt.as_slice()) {
         Some(rest) => rest.to_vec(),
         // The turn's first token merges with the generation prompt: tokenize its text alone.
-        None => codec.encode(full_text.strip_prefix(prompt_text.as_str()).unwrap()).unwrap(),
+        None => codec
+            .encode(full_text.strip_prefix(prompt_text.as_str()).unwrap())
+            .unwrap(),
     };
     if let Some(end) = span.iter().position(|id| *id == codec.eos_token_id()) {
         span.truncate(end + 1);
@@ -153,15 +207,28 @@ fn sampled_span(codec: &Codec, msgs: &[Value], i: usize) -> Vec<u32> {
 }
 
 fn masked(ids: &[u32], mask: &[u8]) -> Vec<u32> {
-    ids.iter().zip(mask).filter(|(_, m)| **m == 1).map(|(id, _)| *id).collect()
+    ids.iter()
+        .zip(mask)
+        .filter(|(_, m)| **m == 1)
+        .map(|(id, _)| *id)
+        .collect()
 }
 
 /// Drives the typed API like a rollout; returns the cache. Checks after every operation.
 fn roll_out(codec: &Codec, msgs: &[Value], check_full: bool) -> RolloutCache {
-    let typed: Vec<Message> = msgs.iter().map(|m| serde_json::from_value(m.clone()).unwrap()).collect();
+    let typed: Vec<Message> = msgs
+        .iter()
+        .map(|m| serde_json::from_value(m.clone()).unwrap())
+        .collect();
     let first = msgs.iter().position(|m| m["role"] == "assistant").unwrap();
     let mut cache = codec
-        .start("p", typed[..first].to_vec(), typed_tools(), Default::default(), LengthLimits::default())
+        .start(
+            "p",
+            typed[..first].to_vec(),
+            typed_tools(),
+            Default::default(),
+            LengthLimits::default(),
+        )
         .unwrap();
     let mut i = first;
     let mut sampled_all = Vec::new();
@@ -169,7 +236,9 @@ fn roll_out(codec: &Codec, msgs: &[Value], check_full: bool) -> RolloutCache {
         if msgs[i]["role"] == "assistant" {
             let span = sampled_span(codec, msgs, i);
             let lps: Vec<f32> = (0..span.len()).map(|k| -(k as f32) / 16.0).collect();
-            let turn = codec.append_sampled(&mut cache, &span, &lps, Some(7)).unwrap();
+            let turn = codec
+                .append_sampled(&mut cache, &span, &lps, Some(7))
+                .unwrap();
             assert!(turn.stopped);
             sampled_all.extend_from_slice(&span);
             if check_full && cache.append_only() {
@@ -188,11 +257,18 @@ fn roll_out(codec: &Codec, msgs: &[Value], check_full: bool) -> RolloutCache {
             }
             i += 1;
         } else {
-            let end = msgs[i..].iter().position(|m| m["role"] == "assistant").map_or(msgs.len(), |k| i + k);
+            let end = msgs[i..]
+                .iter()
+                .position(|m| m["role"] == "assistant")
+                .map_or(msgs.len(), |k| i + k);
             codec.append_messages(&mut cache, &typed[i..end]).unwrap();
             if check_full && cache.append_only() {
                 let full = codec.render_ids(&input(&msgs[..end], true)).unwrap();
-                assert_eq!(full, cache.tokens().unwrap().all_ids(), "after messages {i}..{end}");
+                assert_eq!(
+                    full,
+                    cache.tokens().unwrap().all_ids(),
+                    "after messages {i}..{end}"
+                );
             }
             i = end;
         }
@@ -200,7 +276,12 @@ fn roll_out(codec: &Codec, msgs: &[Value], check_full: bool) -> RolloutCache {
     }
     let t = cache.tokens().unwrap();
     assert_eq!(masked(&t.response_ids, &t.response_mask), sampled_all);
-    for ((m, lp), p) in t.response_mask.iter().zip(&t.response_logprobs).zip(&t.provenance) {
+    for ((m, lp), p) in t
+        .response_mask
+        .iter()
+        .zip(&t.response_logprobs)
+        .zip(&t.provenance)
+    {
         assert_eq!(*m == 1, p.source == TokenSource::Sampled);
         if *m == 1 {
             assert_eq!(p.weight_version, Some(7));
@@ -304,12 +385,20 @@ fn qwen3_new_query_after_reasoning_is_reported_and_sampled_tokens_are_kept() {
         json!({"role": "user", "content": "And 3+3?"}),
     ];
     let cache = roll_out(codec, &msgs, true);
-    assert!(!cache.append_only(), "Qwen3 drops the reasoning of turns before a new query");
+    assert!(
+        !cache.append_only(),
+        "Qwen3 drops the reasoning of turns before a new query"
+    );
     let t = cache.tokens().unwrap();
-    let kept = codec.decode(&masked(&t.response_ids, &t.response_mask), false).unwrap();
+    let kept = codec
+        .decode(&masked(&t.response_ids, &t.response_mask), false)
+        .unwrap();
     assert_eq!(kept, "<think>\nAdding.\n</think>\n\n4<|im_end|>");
     // The stream ends with the new query and the generation prompt, rendered exactly.
-    assert!(codec.decode(&t.all_ids(), false).unwrap().ends_with("<|im_start|>user\nAnd 3+3?<|im_end|>\n<|im_start|>assistant\n"));
+    assert!(codec
+        .decode(&t.all_ids(), false)
+        .unwrap()
+        .ends_with("<|im_start|>user\nAnd 3+3?<|im_end|>\n<|im_start|>assistant\n"));
     let replay = codec.replay(&input(&msgs, true)).unwrap();
     assert!(!replay.append_only);
     assert_eq!(replay.ids, t.all_ids());
@@ -326,45 +415,86 @@ fn qwen3_new_query_after_reasoning_is_reported_and_sampled_tokens_are_kept() {
 #[test]
 fn sampled_turns_are_decoded_and_parsed() {
     let codec = qwen3();
-    let mut cache =
-        codec.start("t", vec![Message::user("hi")], typed_tools(), Default::default(), LengthLimits::default()).unwrap();
+    let mut cache = codec
+        .start(
+            "t",
+            vec![Message::user("hi")],
+            typed_tools(),
+            Default::default(),
+            LengthLimits::default(),
+        )
+        .unwrap();
     let text = "<think>\nplan\n</think>\n\nRunning.\n<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"command\": \"ls\"}}\n</tool_call><|im_end|>";
     let ids = codec.encode(text).unwrap();
-    let turn = codec.append_sampled(&mut cache, &ids, &vec![-0.1; ids.len()], Some(1)).unwrap();
+    let turn = codec
+        .append_sampled(&mut cache, &ids, &vec![-0.1; ids.len()], Some(1))
+        .unwrap();
     assert_eq!(turn.text, text);
     assert_eq!(turn.message.reasoning_content.as_deref(), Some("plan"));
     assert_eq!(turn.message.text(), "Running.");
-    assert_eq!(turn.message.tool_calls[0].function.arguments, json!({"command": "ls"}));
+    assert_eq!(
+        turn.message.tool_calls[0].function.arguments,
+        json!({"command": "ls"})
+    );
     assert!(turn.tool_call_error.is_none());
     // A malformed call is data.
-    codec.append_messages(&mut cache, &[Message::tool("call_0", "a.txt")]).unwrap();
-    let ids = codec.encode("<tool_call>{\"name\": \"rm\"}</tool_call><|im_end|>").unwrap();
-    let turn = codec.append_sampled(&mut cache, &ids, &vec![-0.1; ids.len()], Some(1)).unwrap();
-    assert!(turn.tool_call_error.unwrap().message().contains("'rm' is not defined"));
+    codec
+        .append_messages(&mut cache, &[Message::tool("call_0", "a.txt")])
+        .unwrap();
+    let ids = codec
+        .encode("<tool_call>{\"name\": \"rm\"}</tool_call><|im_end|>")
+        .unwrap();
+    let turn = codec
+        .append_sampled(&mut cache, &ids, &vec![-0.1; ids.len()], Some(1))
+        .unwrap();
+    assert!(turn
+        .tool_call_error
+        .unwrap()
+        .message()
+        .contains("'rm' is not defined"));
     assert_eq!(cache.assistant_turns(), 2);
 }
 
 #[test]
 fn misuse_is_a_typed_error() {
     let codec = qwen25();
-    let mut cache =
-        codec.start("t", vec![Message::user("hi")], vec![], Default::default(), LengthLimits::default()).unwrap();
+    let mut cache = codec
+        .start(
+            "t",
+            vec![Message::user("hi")],
+            vec![],
+            Default::default(),
+            LengthLimits::default(),
+        )
+        .unwrap();
     // Observations need a preceding assistant turn.
-    assert!(codec.append_messages(&mut cache, &[Message::user("again")]).is_err());
+    assert!(codec
+        .append_messages(&mut cache, &[Message::user("again")])
+        .is_err());
     // Logprobs must match the ids.
-    assert!(codec.append_sampled(&mut cache, &[1, 2], &[-0.1], None).is_err());
+    assert!(codec
+        .append_sampled(&mut cache, &[1, 2], &[-0.1], None)
+        .is_err());
     // A truncated turn (no eos) is closed by template glue, not by rewriting sampled tokens.
     let ids = codec.encode("partial answ").unwrap();
-    codec.append_sampled(&mut cache, &ids, &vec![-0.2; ids.len()], None).unwrap();
-    codec.append_messages(&mut cache, &[Message::user("go on")]).unwrap();
+    codec
+        .append_sampled(&mut cache, &ids, &vec![-0.2; ids.len()], None)
+        .unwrap();
+    codec
+        .append_messages(&mut cache, &[Message::user("go on")])
+        .unwrap();
     let t = cache.tokens().unwrap();
     assert_eq!(t.response_ids[ids.len()], codec.eos_token_id());
     assert_eq!(t.response_mask[ids.len()], 0);
     assert_eq!(t.provenance[ids.len()].source, TokenSource::TemplateGlue);
     let full = codec
         .render_ids(&ChatInput {
-            messages: messages_to_json(&[Message::user("hi"), Message::assistant("partial answ"), Message::user("go on")])
-                .unwrap(),
+            messages: messages_to_json(&[
+                Message::user("hi"),
+                Message::assistant("partial answ"),
+                Message::user("go on"),
+            ])
+            .unwrap(),
             add_generation_prompt: true,
             ..ChatInput::default()
         })

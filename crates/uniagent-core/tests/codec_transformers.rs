@@ -6,6 +6,7 @@
 //! (exported by `scripts/env/codec.sh`). When the variable is set and the venv is missing the
 //! test fails; when it is unset (outside `scripts/test`) the test is skipped with a message.
 #![cfg(feature = "codec")]
+#![allow(clippy::unwrap_used, clippy::expect_used)] // helpers outside #[test] fns unwrap too
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -24,7 +25,11 @@ fn python() -> Option<PathBuf> {
         return None;
     };
     let py = PathBuf::from(&venv).join("bin/python");
-    assert!(py.exists(), "UNIAGENT_CODEC_VENV={venv} but {} is missing: run scripts/setup/10-codec.sh", py.display());
+    assert!(
+        py.exists(),
+        "UNIAGENT_CODEC_VENV={venv} but {} is missing: run scripts/setup/10-codec.sh",
+        py.display()
+    );
     Some(py)
 }
 
@@ -33,8 +38,24 @@ fn pick<'a, T>(rng: &mut fastrand::Rng, items: &'a [T]) -> &'a T {
 }
 
 fn text(rng: &mut fastrand::Rng) -> String {
-    const PARTS: [&str; 16] =
-        ["Hello", " ", "\n", "é", "中文", "😀", "<b>&amp;</b>", "'quote'", "\"dq\"", "\\", "\t", "  x", "1e-05", "", "ok.", "\n\n"];
+    const PARTS: [&str; 16] = [
+        "Hello",
+        " ",
+        "\n",
+        "é",
+        "中文",
+        "😀",
+        "<b>&amp;</b>",
+        "'quote'",
+        "\"dq\"",
+        "\\",
+        "\t",
+        "  x",
+        "1e-05",
+        "",
+        "ok.",
+        "\n\n",
+    ];
     (0..rng.usize(0..8)).map(|_| *pick(rng, &PARTS)).collect()
 }
 
@@ -58,7 +79,11 @@ fn conversation(rng: &mut fastrand::Rng, family: &str) -> Value {
         let calls: Vec<Value> = (0..rng.usize(0..3))
             .map(|i| json!({"id": format!("c{i}"), "type": "function", "function": {"name": "bash", "arguments": arguments(rng)}}))
             .collect();
-        let content = if calls.is_empty() || rng.bool() { json!(text(rng)) } else { Value::Null };
+        let content = if calls.is_empty() || rng.bool() {
+            json!(text(rng))
+        } else {
+            Value::Null
+        };
         let mut m = json!({"role": "assistant", "content": content});
         if family == "qwen3" && rng.bool() {
             m["reasoning_content"] = json!(text(rng));
@@ -68,7 +93,9 @@ fn conversation(rng: &mut fastrand::Rng, family: &str) -> Value {
         }
         messages.push(m);
         for (i, _) in calls.iter().enumerate() {
-            messages.push(json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": text(rng)}));
+            messages.push(
+                json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": text(rng)}),
+            );
         }
         if calls.is_empty() || rng.u8(..4) == 0 {
             messages.push(json!({"role": "user", "content": text(rng)}));
@@ -101,7 +128,12 @@ fn reference(py: &PathBuf, dir: &PathBuf, convs: &[Value]) -> Vec<Value> {
         .spawn()
         .unwrap();
     let req = json!({"model_dir": dir, "mode": "render", "conversations": convs});
-    child.stdin.take().unwrap().write_all(req.to_string().as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(req.to_string().as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "reference script failed");
     serde_json::from_slice(&out.stdout).unwrap()
@@ -127,13 +159,23 @@ fn random_conversations_render_like_transformers() {
             match (codec.render(&input), want.get("error")) {
                 (Ok(text), None) => {
                     assert_eq!(text, want["text"].as_str().unwrap(), "{family}: {conv}");
-                    let ids: Vec<Value> = codec.encode(&text).unwrap().into_iter().map(Value::from).collect();
+                    let ids: Vec<Value> = codec
+                        .encode(&text)
+                        .unwrap()
+                        .into_iter()
+                        .map(Value::from)
+                        .collect();
                     assert_eq!(&Value::Array(ids), &want["ids"], "{family}: {conv}");
                 }
                 (Err(_), Some(_)) => errors += 1,
-                (ours, theirs) => panic!("{family}: ours {ours:?}, transformers {theirs:?} on {conv}"),
+                (ours, theirs) => {
+                    panic!("{family}: ours {ours:?}, transformers {theirs:?} on {conv}")
+                }
             }
         }
-        assert!(errors > 0 && errors < 30, "{family}: {errors} conversations raised");
+        assert!(
+            errors > 0 && errors < 30,
+            "{family}: {errors} conversations raised"
+        );
     }
 }

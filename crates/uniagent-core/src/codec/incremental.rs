@@ -47,7 +47,10 @@ pub(crate) struct Delta {
 
 impl Delta {
     pub fn ids(&self) -> Vec<u32> {
-        self.spans.iter().flat_map(|(ids, _)| ids.iter().copied()).collect()
+        self.spans
+            .iter()
+            .flat_map(|(ids, _)| ids.iter().copied())
+            .collect()
     }
 }
 
@@ -99,14 +102,20 @@ impl Codec {
         let glue_start = nth_end(&before, eos, turns).unwrap_or(before.len());
         let glue = &before[glue_start..];
         let start = nth_end(&after, eos, turns).ok_or_else(|| Error::Codec {
-            message: format!("the template rendered fewer `{eos}` tokens once messages were appended"),
+            message: format!(
+                "the template rendered fewer `{eos}` tokens once messages were appended"
+            ),
             source: None,
         })?;
         let delta = &after[start..];
         let append_only = after.starts_with(&before);
         let (ids, offsets) = self.encode_with_offsets(delta)?;
         // Tokens inside the leading glue or the trailing generation prompt are template glue.
-        let glue_len = if append_only && delta.starts_with(glue) { glue.len() } else { 0 };
+        let glue_len = if append_only && delta.starts_with(glue) {
+            glue.len()
+        } else {
+            0
+        };
         let gp = self.generation_prompt.as_str();
         let gp_start = if add_generation_prompt && !gp.is_empty() && delta.ends_with(gp) {
             delta.len() - gp.len()
@@ -115,7 +124,11 @@ impl Codec {
         };
         let mut spans: Vec<(Vec<u32>, TokenSource)> = Vec::new();
         for (id, (s, _)) in ids.into_iter().zip(offsets) {
-            let source = if s < glue_len || s >= gp_start { TokenSource::TemplateGlue } else { TokenSource::Observation };
+            let source = if s < glue_len || s >= gp_start {
+                TokenSource::TemplateGlue
+            } else {
+                TokenSource::Observation
+            };
             match spans.last_mut() {
                 Some((run, src)) if *src == source => run.push(id),
                 _ => spans.push((vec![id], source)),
@@ -163,7 +176,10 @@ impl Codec {
                 "append_messages takes tool and user messages; sampled turns go through append_sampled",
             ));
         }
-        let last = cache.messages().last().ok_or_else(|| Error::invalid_input("the rollout has no messages"))?;
+        let last = cache
+            .messages()
+            .last()
+            .ok_or_else(|| Error::invalid_input("the rollout has no messages"))?;
         if last.role != Role::Assistant {
             return Err(Error::invalid_input(
                 "messages can only be appended after an assistant turn; pass all observations of a step in one call",
@@ -171,16 +187,23 @@ impl Codec {
         }
         let ends_with_stop = cache
             .tokens()
-            .ok_or_else(|| Error::invalid_input(format!("rollout `{}` has no token trace", cache.id())))?
+            .ok_or_else(|| {
+                Error::invalid_input(format!("rollout `{}` has no token trace", cache.id()))
+            })?
             .response_ids
             .last()
             .is_some_and(|id| self.stop_ids.contains(id));
-        let system = cache.messages().first().filter(|m| matches!(m.role, Role::System | Role::Developer));
+        let system = cache
+            .messages()
+            .first()
+            .filter(|m| matches!(m.role, Role::System | Role::Developer));
         let system_json = match system {
             Some(m) => messages_to_json(std::slice::from_ref(m))?.pop(),
             None => None,
         };
-        let assistant_json = messages_to_json(std::slice::from_ref(last))?.pop().unwrap_or(Value::Null);
+        let assistant_json = messages_to_json(std::slice::from_ref(last))?
+            .pop()
+            .unwrap_or(Value::Null);
         let delta = self.window_delta(
             system_json.as_ref(),
             &assistant_json,
@@ -228,7 +251,11 @@ impl Codec {
                 logprobs.len()
             )));
         }
-        if cache.messages().last().is_some_and(|m| m.role == Role::Assistant) {
+        if cache
+            .messages()
+            .last()
+            .is_some_and(|m| m.role == Role::Assistant)
+        {
             self.append_messages(cache, &[])?;
         }
         cache.append_sampled(ids, logprobs, weight_version)?;
@@ -250,7 +277,12 @@ impl Codec {
         let mut message = Message::assistant_with_calls(Some(content), tool_calls);
         message.reasoning_content = reasoning;
         cache.push_message(message.clone());
-        Ok(SampledTurn { message, text, stopped, tool_call_error })
+        Ok(SampledTurn {
+            message,
+            text,
+            stopped,
+            tool_call_error,
+        })
     }
 }
 
@@ -261,11 +293,17 @@ impl Codec {
     /// render would tokenize the turn differently: the stream is no longer append-only.
     /// The check costs one tokenization of the turn, independent of the conversation length.
     fn is_canonical_after_generation_prompt(&self, ids: &[u32], kwargs: &Kwargs) -> Result<bool> {
-        let gp = if kwargs.is_empty() { self.generation_prompt.clone() } else { self.probe_generation_prompt_with(kwargs)? };
+        let gp = if kwargs.is_empty() {
+            self.generation_prompt.clone()
+        } else {
+            self.probe_generation_prompt_with(kwargs)?
+        };
         let gp_ids = self.encode(&gp)?;
         let text = self.decode(ids, false)?;
         let joined = self.encode(&format!("{gp}{text}"))?;
-        Ok(joined.len() == gp_ids.len() + ids.len() && joined.starts_with(&gp_ids) && joined.ends_with(ids))
+        Ok(joined.len() == gp_ids.len() + ids.len()
+            && joined.starts_with(&gp_ids)
+            && joined.ends_with(ids))
     }
 }
 
@@ -274,8 +312,14 @@ fn split_reasoning(text: &str) -> (Option<String>, String) {
     match (text.split_once("</think>"), text.rsplit_once("</think>")) {
         (Some((before, _)), Some((_, after))) => {
             let reasoning = before.trim_end_matches('\n');
-            let reasoning = reasoning.rsplit_once("<think>").map_or(reasoning, |(_, r)| r).trim_start_matches('\n');
-            (Some(reasoning.to_owned()), after.trim_start_matches('\n').to_owned())
+            let reasoning = reasoning
+                .rsplit_once("<think>")
+                .map_or(reasoning, |(_, r)| r)
+                .trim_start_matches('\n');
+            (
+                Some(reasoning.to_owned()),
+                after.trim_start_matches('\n').to_owned(),
+            )
         }
         _ => (None, text.to_owned()),
     }

@@ -7,14 +7,25 @@ use serde_json::Value;
 use super::{ChatTemplate, Codec, Globals};
 use crate::error::{Error, Result};
 
-const SPECIAL_TOKEN_KEYS: [&str; 7] =
-    ["bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"];
+const SPECIAL_TOKEN_KEYS: [&str; 7] = [
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+];
 
 fn read_json(path: &Path) -> Result<Value> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::Codec { message: format!("cannot read {}: {e}", path.display()), source: Some(Box::new(e)) })?;
-    serde_json::from_str(&text)
-        .map_err(|e| Error::Codec { message: format!("{} is not valid JSON: {e}", path.display()), source: Some(Box::new(e)) })
+    let text = std::fs::read_to_string(path).map_err(|e| Error::Codec {
+        message: format!("cannot read {}: {e}", path.display()),
+        source: Some(Box::new(e)),
+    })?;
+    serde_json::from_str(&text).map_err(|e| Error::Codec {
+        message: format!("{} is not valid JSON: {e}", path.display()),
+        source: Some(Box::new(e)),
+    })
 }
 
 /// A special token as written in `tokenizer_config.json`: a string or an `AddedToken` object.
@@ -49,7 +60,11 @@ fn stop_ids_from_generation_config(dir: &Path) -> Result<Vec<u32>> {
     let config = read_json(&path)?;
     Ok(match config.get("eos_token_id") {
         Some(Value::Number(n)) => n.as_u64().map(|id| vec![id as u32]).unwrap_or_default(),
-        Some(Value::Array(ids)) => ids.iter().filter_map(Value::as_u64).map(|id| id as u32).collect(),
+        Some(Value::Array(ids)) => ids
+            .iter()
+            .filter_map(Value::as_u64)
+            .map(|id| id as u32)
+            .collect(),
         _ => Vec::new(),
     })
 }
@@ -61,10 +76,11 @@ impl Codec {
     pub fn from_dir(dir: impl AsRef<Path>) -> Result<Self> {
         let dir = dir.as_ref();
         let tokenizer_path = dir.join("tokenizer.json");
-        let tokenizer = tokenizers::Tokenizer::from_file(&tokenizer_path).map_err(|e| Error::Codec {
-            message: format!("cannot load {}: {e}", tokenizer_path.display()),
-            source: None,
-        })?;
+        let tokenizer =
+            tokenizers::Tokenizer::from_file(&tokenizer_path).map_err(|e| Error::Codec {
+                message: format!("cannot load {}: {e}", tokenizer_path.display()),
+                source: None,
+            })?;
         let config = read_json(&dir.join("tokenizer_config.json"))?;
         let jinja_path = dir.join("chat_template.jinja");
         let source = if jinja_path.exists() {
@@ -74,7 +90,10 @@ impl Codec {
             })?
         } else {
             template_from_config(&config).ok_or_else(|| Error::Codec {
-                message: format!("{} has no chat template (neither chat_template.jinja nor `chat_template`)", dir.display()),
+                message: format!(
+                    "{} has no chat template (neither chat_template.jinja nor `chat_template`)",
+                    dir.display()
+                ),
                 source: None,
             })?
         };
@@ -85,7 +104,11 @@ impl Codec {
             }
         }
         if let Some(Value::Array(extra)) = config.get("additional_special_tokens") {
-            let tokens: Vec<Value> = extra.iter().filter_map(token_content).map(Value::String).collect();
+            let tokens: Vec<Value> = extra
+                .iter()
+                .filter_map(token_content)
+                .map(Value::String)
+                .collect();
             globals.insert("additional_special_tokens".into(), Value::Array(tokens));
         }
         let eos = globals.get("eos_token").and_then(Value::as_str).map(str::to_owned).ok_or_else(|| Error::Codec {

@@ -63,10 +63,12 @@ impl Codec {
         extra_stop_ids: &[u32],
     ) -> Result<Self> {
         let eos_token = eos_token.into();
-        let eos_id = tokenizer.token_to_id(&eos_token).ok_or_else(|| Error::Codec {
-            message: format!("eos token `{eos_token}` is not in the vocabulary"),
-            source: None,
-        })?;
+        let eos_id = tokenizer
+            .token_to_id(&eos_token)
+            .ok_or_else(|| Error::Codec {
+                message: format!("eos token `{eos_token}` is not in the vocabulary"),
+                source: None,
+            })?;
         let mut stop_ids = vec![eos_id];
         for id in extra_stop_ids {
             if !stop_ids.contains(id) {
@@ -132,15 +134,21 @@ impl Codec {
         let enc = self
             .tokenizer
             .encode(text, false)
-            .map_err(|e| Error::Codec { message: format!("tokenization failed: {e}"), source: None })?;
+            .map_err(|e| Error::Codec {
+                message: format!("tokenization failed: {e}"),
+                source: None,
+            })?;
         Ok(enc.get_ids().to_vec())
     }
 
-    fn encode_with_offsets(&self, text: &str) -> Result<(Vec<u32>, Vec<(usize, usize)>)> {
+    fn encode_with_offsets(&self, text: &str) -> Result<(Vec<u32>, Vec<Offsets>)> {
         let enc = self
             .tokenizer
             .encode(text, false)
-            .map_err(|e| Error::Codec { message: format!("tokenization failed: {e}"), source: None })?;
+            .map_err(|e| Error::Codec {
+                message: format!("tokenization failed: {e}"),
+                source: None,
+            })?;
         Ok((enc.get_ids().to_vec(), enc.get_offsets().to_vec()))
     }
 
@@ -148,7 +156,10 @@ impl Codec {
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
         self.tokenizer
             .decode(ids, skip_special_tokens)
-            .map_err(|e| Error::Codec { message: format!("decoding failed: {e}"), source: None })
+            .map_err(|e| Error::Codec {
+                message: format!("decoding failed: {e}"),
+                source: None,
+            })
     }
 
     /// Renders the chat template (`apply_chat_template(..., tokenize=False)`).
@@ -169,9 +180,16 @@ impl Codec {
 
     pub(crate) fn probe_generation_prompt_with(&self, kwargs: &Kwargs) -> Result<String> {
         let user = vec![serde_json::json!({"role": "user", "content": ""})];
-        let base = ChatInput { messages: user, template_kwargs: kwargs.clone(), ..ChatInput::default() };
+        let base = ChatInput {
+            messages: user,
+            template_kwargs: kwargs.clone(),
+            ..ChatInput::default()
+        };
         let without = self.render(&base)?;
-        let with = self.render(&ChatInput { add_generation_prompt: true, ..base })?;
+        let with = self.render(&ChatInput {
+            add_generation_prompt: true,
+            ..base
+        })?;
         with.strip_prefix(without.as_str()).map(str::to_owned).ok_or_else(|| Error::Codec {
             message: "the generation prompt is not a suffix: rendering with add_generation_prompt changes earlier text"
                 .into(),
@@ -204,9 +222,14 @@ pub fn messages_to_json(messages: &[Message]) -> Result<Vec<Value>> {
 pub fn tools_to_json(tools: &[ToolSpec]) -> Result<Vec<Value>> {
     tools
         .iter()
-        .map(|t| serde_json::to_value(t).map_err(|e| Error::invalid_input(format!("tool spec is not serialisable: {e}"))))
+        .map(|t| {
+            serde_json::to_value(t)
+                .map_err(|e| Error::invalid_input(format!("tool spec is not serialisable: {e}")))
+        })
         .collect()
 }
 
+/// Byte offsets of a token in the encoded text.
+type Offsets = (usize, usize);
 pub(crate) type Globals = BTreeMap<String, Value>;
 pub(crate) type Kwargs = Map<String, Value>;

@@ -137,10 +137,18 @@ pub fn py_float_repr(f: f64) -> String {
         return "NaN".to_owned();
     }
     if f.is_infinite() {
-        return if f > 0.0 { "Infinity".to_owned() } else { "-Infinity".to_owned() };
+        return if f > 0.0 {
+            "Infinity".to_owned()
+        } else {
+            "-Infinity".to_owned()
+        };
     }
     if f == 0.0 {
-        return if f.is_sign_negative() { "-0.0".to_owned() } else { "0.0".to_owned() };
+        return if f.is_sign_negative() {
+            "-0.0".to_owned()
+        } else {
+            "0.0".to_owned()
+        };
     }
     // `{:e}` gives the shortest round-trip digits: "-1.2345e-7".
     let sci = format!("{f:e}");
@@ -199,10 +207,25 @@ mod tests {
     #[test]
     fn separators_escapes_and_indent_follow_python() {
         let v = json!({"k": ["a\"\\\n\u{1}", null, true, {}], "é": []});
-        assert_eq!(py_json_dumps(&v), "{\"k\": [\"a\\\"\\\\\\n\\u0001\", null, true, {}], \"é\": []}");
-        let pretty = py_json_dumps_with(&json!({"a": [1, 2]}), &PyJsonOptions { indent: Some(2), ..Default::default() });
+        assert_eq!(
+            py_json_dumps(&v),
+            "{\"k\": [\"a\\\"\\\\\\n\\u0001\", null, true, {}], \"é\": []}"
+        );
+        let pretty = py_json_dumps_with(
+            &json!({"a": [1, 2]}),
+            &PyJsonOptions {
+                indent: Some(2),
+                ..Default::default()
+            },
+        );
         assert_eq!(pretty, "{\n  \"a\": [\n    1,\n    2\n  ]\n}");
-        let ascii = py_json_dumps_with(&json!("é😀"), &PyJsonOptions { ensure_ascii: true, ..Default::default() });
+        let ascii = py_json_dumps_with(
+            &json!("é😀"),
+            &PyJsonOptions {
+                ensure_ascii: true,
+                ..Default::default()
+            },
+        );
         assert_eq!(ascii, "\"\\u00e9\\ud83d\\ude00\"");
     }
 }

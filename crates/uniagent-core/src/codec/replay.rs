@@ -34,7 +34,12 @@ impl Replay {
 }
 
 impl Codec {
-    fn input_with(&self, base: &ChatInput, messages: &[Value], add_generation_prompt: bool) -> ChatInput {
+    fn input_with(
+        &self,
+        base: &ChatInput,
+        messages: &[Value],
+        add_generation_prompt: bool,
+    ) -> ChatInput {
         ChatInput {
             messages: messages.to_vec(),
             tools: base.tools.clone(),
@@ -72,7 +77,11 @@ impl Codec {
     /// `input.add_generation_prompt`). `append_only` compares every step with a full render.
     pub fn replay(&self, input: &ChatInput) -> Result<Replay> {
         let messages = &input.messages;
-        let mut out = Replay { ids: Vec::new(), mask: Vec::new(), append_only: true };
+        let mut out = Replay {
+            ids: Vec::new(),
+            mask: Vec::new(),
+            append_only: true,
+        };
         let Some(first) = messages.iter().position(is_assistant) else {
             let ids = self.render_ids(input)?;
             out.push(&ids, 0);
@@ -83,15 +92,23 @@ impl Codec {
                 "the conversation starts with an assistant message: there is no prompt to sample it from",
             ));
         }
-        let system = messages.first().filter(|m| matches!(role(m), Some("system" | "developer")));
+        let system = messages
+            .first()
+            .filter(|m| matches!(role(m), Some("system" | "developer")));
         let prompt = self.render_ids(&self.input_with(input, &messages[..first], true))?;
         out.push(&prompt, 0);
         let mut i = first;
         while i < messages.len() {
             if is_assistant(&messages[i]) {
                 if i > 0 && is_assistant(&messages[i - 1]) {
-                    let delta =
-                        self.window_delta(system, &messages[i - 1], &[], &input.tools, &input.template_kwargs, true)?;
+                    let delta = self.window_delta(
+                        system,
+                        &messages[i - 1],
+                        &[],
+                        &input.tools,
+                        &input.template_kwargs,
+                        true,
+                    )?;
                     out.push(&delta.ids(), 0);
                     out.append_only &= delta.append_only;
                 }
@@ -103,10 +120,19 @@ impl Codec {
                 i += 1;
                 continue;
             }
-            let end = messages[i..].iter().position(is_assistant).map_or(messages.len(), |k| i + k);
+            let end = messages[i..]
+                .iter()
+                .position(is_assistant)
+                .map_or(messages.len(), |k| i + k);
             let gen = end < messages.len() || input.add_generation_prompt;
-            let delta =
-                self.window_delta(system, &messages[i - 1], &messages[i..end], &input.tools, &input.template_kwargs, gen)?;
+            let delta = self.window_delta(
+                system,
+                &messages[i - 1],
+                &messages[i..end],
+                &input.tools,
+                &input.template_kwargs,
+                gen,
+            )?;
             out.push(&delta.ids(), 0);
             out.append_only &= delta.append_only;
             let full = self.render_ids(&self.input_with(input, &messages[..end], gen))?;
@@ -115,8 +141,14 @@ impl Codec {
         }
         if messages.last().is_some_and(is_assistant) {
             let last = &messages[messages.len() - 1];
-            let delta =
-                self.window_delta(system, last, &[], &input.tools, &input.template_kwargs, input.add_generation_prompt)?;
+            let delta = self.window_delta(
+                system,
+                last,
+                &[],
+                &input.tools,
+                &input.template_kwargs,
+                input.add_generation_prompt,
+            )?;
             out.push(&delta.ids(), 0);
             out.append_only &= delta.append_only;
             let full = self.render_ids(input)?;

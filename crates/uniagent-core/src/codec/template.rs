@@ -42,24 +42,36 @@ fn tojson(value: JinjaValue, kwargs: Kwargs) -> std::result::Result<JinjaValue, 
     let _: Option<JinjaValue> = kwargs.get("separators")?;
     kwargs.assert_all_used()?;
     let json = serde_json::to_value(&value).map_err(|e| {
-        minijinja::Error::new(JinjaErrorKind::InvalidOperation, format!("tojson: value is not JSON-serialisable: {e}"))
+        minijinja::Error::new(
+            JinjaErrorKind::InvalidOperation,
+            format!("tojson: value is not JSON-serialisable: {e}"),
+        )
     })?;
     let options = PyJsonOptions {
         indent,
         sort_keys: sort_keys.unwrap_or(false),
         ensure_ascii: ensure_ascii.unwrap_or(false),
     };
-    Ok(JinjaValue::from_safe_string(py_json_dumps_with(&json, &options)))
+    Ok(JinjaValue::from_safe_string(py_json_dumps_with(
+        &json, &options,
+    )))
 }
 
 fn raise_exception(message: String) -> std::result::Result<JinjaValue, minijinja::Error> {
-    Err(minijinja::Error::new(JinjaErrorKind::InvalidOperation, format!("raise_exception: {message}")))
+    Err(minijinja::Error::new(
+        JinjaErrorKind::InvalidOperation,
+        format!("raise_exception: {message}"),
+    ))
 }
 
 fn strftime_now(format: String) -> std::result::Result<String, minijinja::Error> {
     let now = jiff::Zoned::now();
-    jiff::fmt::strtime::format(format.as_str(), &now)
-        .map_err(|e| minijinja::Error::new(JinjaErrorKind::InvalidOperation, format!("strftime_now: {e}")))
+    jiff::fmt::strtime::format(format.as_str(), &now).map_err(|e| {
+        minijinja::Error::new(
+            JinjaErrorKind::InvalidOperation,
+            format!("strftime_now: {e}"),
+        )
+    })
 }
 
 impl ChatTemplate {
@@ -73,14 +85,20 @@ impl ChatTemplate {
             .lstrip_blocks(true)
             .keep_trailing_newline(false)
             .build()
-            .map_err(|e| Error::Codec { message: format!("template syntax config: {e}"), source: Some(Box::new(e)) })?;
+            .map_err(|e| Error::Codec {
+                message: format!("template syntax config: {e}"),
+                source: Some(Box::new(e)),
+            })?;
         env.set_syntax(syntax);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_filter("tojson", tojson);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_template_owned(TEMPLATE_NAME, source.into())
-            .map_err(|e| Error::Codec { message: format!("chat template does not compile: {e:#}"), source: Some(Box::new(e)) })?;
+            .map_err(|e| Error::Codec {
+                message: format!("chat template does not compile: {e:#}"),
+                source: Some(Box::new(e)),
+            })?;
         Ok(Self { env, globals })
     }
 
@@ -99,15 +117,28 @@ impl ChatTemplate {
         ctx.insert("messages".into(), Value::Array(input.messages.clone()));
         ctx.insert(
             "tools".into(),
-            if input.tools.is_empty() { Value::Null } else { Value::Array(input.tools.clone()) },
+            if input.tools.is_empty() {
+                Value::Null
+            } else {
+                Value::Array(input.tools.clone())
+            },
         );
-        ctx.insert("add_generation_prompt".into(), Value::Bool(input.add_generation_prompt));
+        ctx.insert(
+            "add_generation_prompt".into(),
+            Value::Bool(input.add_generation_prompt),
+        );
         let template = self
             .env
             .get_template(TEMPLATE_NAME)
-            .map_err(|e| Error::Codec { message: format!("chat template missing: {e}"), source: Some(Box::new(e)) })?;
+            .map_err(|e| Error::Codec {
+                message: format!("chat template missing: {e}"),
+                source: Some(Box::new(e)),
+            })?;
         template
             .render(JinjaValue::from(minijinja::value::Serde(&ctx)))
-            .map_err(|e| Error::Codec { message: format!("chat template failed: {e}"), source: Some(Box::new(e)) })
+            .map_err(|e| Error::Codec {
+                message: format!("chat template failed: {e}"),
+                source: Some(Box::new(e)),
+            })
     }
 }

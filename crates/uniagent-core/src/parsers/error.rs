@@ -35,7 +35,10 @@ pub struct ToolCallError {
 
 impl ToolCallError {
     pub(crate) fn new(kind: ToolCallErrorKind, message: impl Into<String>) -> Self {
-        Self { kind, message: message.into() }
+        Self {
+            kind,
+            message: message.into(),
+        }
     }
 
     /// What was wrong.

@@ -2,7 +2,10 @@
 
 use serde_json::{Map, Value};
 
-use super::{find_tool, remaining_text, ParsedToolCalls, ToolCallError, ToolCallErrorKind, TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
+use super::{
+    find_tool, remaining_text, ParsedToolCalls, ToolCallError, ToolCallErrorKind, TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
+};
 use crate::message::{ToolCall, ToolSpec};
 
 const HINT: &str =
@@ -20,17 +23,25 @@ fn error(kind: ToolCallErrorKind, what: String) -> ToolCallError {
 /// (empty object) or a JSON string holding an object (decoded once more).
 pub fn parse_hermes(text: &str, tools: &[ToolSpec]) -> Result<ParsedToolCalls, ToolCallError> {
     if !text.contains(TOOL_CALL_OPEN) {
-        return Ok(ParsedToolCalls { content: text.trim().to_owned(), calls: Vec::new() });
+        return Ok(ParsedToolCalls {
+            content: text.trim().to_owned(),
+            calls: Vec::new(),
+        });
     }
     if !text.contains(TOOL_CALL_CLOSE) {
-        return Err(error(ToolCallErrorKind::Unclosed, "Unclosed tool call: missing </tool_call>.".into()));
+        return Err(error(
+            ToolCallErrorKind::Unclosed,
+            "Unclosed tool call: missing </tool_call>.".into(),
+        ));
     }
     let mut outside: Vec<&str> = Vec::new();
     let mut calls = Vec::new();
     let mut rest = text;
     while let Some(open) = rest.find(TOOL_CALL_OPEN) {
         let after_open = &rest[open + TOOL_CALL_OPEN.len()..];
-        let Some(close) = after_open.find(TOOL_CALL_CLOSE) else { break };
+        let Some(close) = after_open.find(TOOL_CALL_CLOSE) else {
+            break;
+        };
         outside.push(&rest[..open]);
         let body = after_open[..close].trim();
         rest = &after_open[close + TOOL_CALL_CLOSE.len()..];
@@ -40,7 +51,10 @@ pub fn parse_hermes(text: &str, tools: &[ToolSpec]) -> Result<ParsedToolCalls, T
         calls.push(parse_body(body, tools, calls.len())?);
     }
     outside.push(rest);
-    Ok(ParsedToolCalls { content: remaining_text(&outside), calls })
+    Ok(ParsedToolCalls {
+        content: remaining_text(&outside),
+        calls,
+    })
 }
 
 fn json_kind(v: &Value) -> &'static str {
@@ -56,17 +70,28 @@ fn json_kind(v: &Value) -> &'static str {
 
 fn parse_body(body: &str, tools: &[ToolSpec], index: usize) -> Result<ToolCall, ToolCallError> {
     let value: Value = serde_json::from_str(body).map_err(|e| {
-        error(ToolCallErrorKind::InvalidJson, format!("Invalid tool_call JSON: {e}."))
+        error(
+            ToolCallErrorKind::InvalidJson,
+            format!("Invalid tool_call JSON: {e}."),
+        )
     })?;
     let Value::Object(mut obj) = value else {
         return Err(error(
             ToolCallErrorKind::NotAnObject,
-            format!("Invalid tool_call: expected a JSON object, got {}.", json_kind(&value)),
+            format!(
+                "Invalid tool_call: expected a JSON object, got {}.",
+                json_kind(&value)
+            ),
         ));
     };
     let name = match obj.remove("name") {
         Some(Value::String(name)) => name,
-        _ => return Err(error(ToolCallErrorKind::MissingName, "Invalid tool_call: missing 'name' field.".into())),
+        _ => {
+            return Err(error(
+                ToolCallErrorKind::MissingName,
+                "Invalid tool_call: missing 'name' field.".into(),
+            ))
+        }
     };
     find_tool(&name, tools)?;
     let arguments = match obj.remove("arguments") {
@@ -99,7 +124,11 @@ mod tests {
 
     fn tools() -> Vec<ToolSpec> {
         vec![
-            ToolSpec::function("bash", "", json!({"type": "object", "properties": {"command": {"type": "string"}}})),
+            ToolSpec::function(
+                "bash",
+                "",
+                json!({"type": "object", "properties": {"command": {"type": "string"}}}),
+            ),
             ToolSpec::function("finish", "", json!({"type": "object", "properties": {}})),
         ]
     }
@@ -120,13 +149,31 @@ mod tests {
     #[test]
     fn errors_are_typed_and_explain_the_format() {
         for (text, kind) in [
-            ("<tool_call>{\"name\": \"bash\"", ToolCallErrorKind::Unclosed),
-            ("<tool_call>{\"name\": bash}</tool_call>", ToolCallErrorKind::InvalidJson),
+            (
+                "<tool_call>{\"name\": \"bash\"",
+                ToolCallErrorKind::Unclosed,
+            ),
+            (
+                "<tool_call>{\"name\": bash}</tool_call>",
+                ToolCallErrorKind::InvalidJson,
+            ),
             ("<tool_call>[1]</tool_call>", ToolCallErrorKind::NotAnObject),
-            ("<tool_call>{\"arguments\": {}}</tool_call>", ToolCallErrorKind::MissingName),
-            ("<tool_call>{\"name\": \"rm\"}</tool_call>", ToolCallErrorKind::UnknownFunction),
-            ("<tool_call>{\"name\": \"bash\", \"arguments\": [1]}</tool_call>", ToolCallErrorKind::NotAnObject),
-            ("<tool_call>{\"name\": \"bash\", \"arguments\": \"x\"}</tool_call>", ToolCallErrorKind::NotAnObject),
+            (
+                "<tool_call>{\"arguments\": {}}</tool_call>",
+                ToolCallErrorKind::MissingName,
+            ),
+            (
+                "<tool_call>{\"name\": \"rm\"}</tool_call>",
+                ToolCallErrorKind::UnknownFunction,
+            ),
+            (
+                "<tool_call>{\"name\": \"bash\", \"arguments\": [1]}</tool_call>",
+                ToolCallErrorKind::NotAnObject,
+            ),
+            (
+                "<tool_call>{\"name\": \"bash\", \"arguments\": \"x\"}</tool_call>",
+                ToolCallErrorKind::NotAnObject,
+            ),
         ] {
             let err = parse_hermes(text, &tools()).unwrap_err();
             assert_eq!(err.kind(), kind, "{text}");
@@ -138,7 +185,10 @@ mod tests {
 
     #[test]
     fn no_tags_or_blank_blocks_mean_no_calls() {
-        assert!(parse_hermes("just text", &tools()).unwrap().calls.is_empty());
+        assert!(parse_hermes("just text", &tools())
+            .unwrap()
+            .calls
+            .is_empty());
         let p = parse_hermes("a <tool_call>  </tool_call> b", &tools()).unwrap();
         assert!(p.calls.is_empty());
         assert_eq!(p.content, "a  b");

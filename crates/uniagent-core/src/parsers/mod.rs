@@ -1,9 +1,9 @@
 //! Tool-call parsers: turn an assistant's text into [`ToolCall`]s.
 //!
 //! Two formats are supported, chosen with [`ToolCallFormat`]:
-//! - [`ToolCallFormat::Hermes`]: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`,
+//! - [`ToolCallFormat::Hermes`] reads `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`,
 //!   any number per turn (Qwen2.5, Qwen3).
-//! - [`ToolCallFormat::Qwen3Coder`]: `<tool_call><function=NAME><parameter=P>value</parameter>
+//! - [`ToolCallFormat::Qwen3Coder`] reads `<tool_call><function=NAME><parameter=P>value</parameter>
 //!   </function></tool_call>`, values typed by the tool's JSON schema.
 //!
 //! A malformed call is data, not a crash: the parsers return a [`ToolCallError`] whose message
@@ -73,7 +73,10 @@ impl ToolCallFormat {
 }
 
 /// Looks up a declared tool, or explains which ones exist.
-pub(crate) fn find_tool<'a>(name: &str, tools: &'a [ToolSpec]) -> Result<Option<&'a ToolSpec>, ToolCallError> {
+pub(crate) fn find_tool<'a>(
+    name: &str,
+    tools: &'a [ToolSpec],
+) -> Result<Option<&'a ToolSpec>, ToolCallError> {
     if tools.is_empty() {
         return Ok(None);
     }

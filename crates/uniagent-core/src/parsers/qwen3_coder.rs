@@ -12,7 +12,10 @@
 
 use serde_json::{Map, Number, Value};
 
-use super::{find_tool, remaining_text, ParsedToolCalls, ToolCallError, ToolCallErrorKind, TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
+use super::{
+    find_tool, remaining_text, ParsedToolCalls, ToolCallError, ToolCallErrorKind, TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
+};
 use crate::message::{ToolCall, ToolSpec};
 
 const FUNCTION_OPEN: &str = "<function=";
@@ -32,7 +35,10 @@ const PARAMETER_CLOSE: &str = "</parameter>";
 /// does not convert. Required parameters are not checked here.
 pub fn parse_qwen3_coder(text: &str, tools: &[ToolSpec]) -> Result<ParsedToolCalls, ToolCallError> {
     let Some(first) = text.find(TOOL_CALL_OPEN) else {
-        return Ok(ParsedToolCalls { content: text.trim().to_owned(), calls: Vec::new() });
+        return Ok(ParsedToolCalls {
+            content: text.trim().to_owned(),
+            calls: Vec::new(),
+        });
     };
     let mut outside = vec![&text[..first]];
     let mut calls = Vec::new();
@@ -49,13 +55,23 @@ pub fn parse_qwen3_coder(text: &str, tools: &[ToolSpec]) -> Result<ParsedToolCal
     }
     outside.push(rest);
     if calls.is_empty() {
-        return Ok(ParsedToolCalls { content: text.trim().to_owned(), calls });
+        return Ok(ParsedToolCalls {
+            content: text.trim().to_owned(),
+            calls,
+        });
     }
     // The first piece was pushed twice (before the loop and as the loop's first prefix: empty).
-    Ok(ParsedToolCalls { content: remaining_text(&outside), calls })
+    Ok(ParsedToolCalls {
+        content: remaining_text(&outside),
+        calls,
+    })
 }
 
-fn parse_block(block: &str, tools: &[ToolSpec], calls: &mut Vec<ToolCall>) -> Result<(), ToolCallError> {
+fn parse_block(
+    block: &str,
+    tools: &[ToolSpec],
+    calls: &mut Vec<ToolCall>,
+) -> Result<(), ToolCallError> {
     let mut rest = block;
     while let Some(open) = rest.find(FUNCTION_OPEN) {
         let after = &rest[open + FUNCTION_OPEN.len()..];
@@ -73,21 +89,36 @@ fn parse_block(block: &str, tools: &[ToolSpec], calls: &mut Vec<ToolCall>) -> Re
         let name = name.trim();
         let spec = find_tool(name, tools)?;
         let arguments = parse_parameters(name, params, spec)?;
-        calls.push(ToolCall::new(format!("call_{}", calls.len()), name, Value::Object(arguments)));
+        calls.push(ToolCall::new(
+            format!("call_{}", calls.len()),
+            name,
+            Value::Object(arguments),
+        ));
     }
     Ok(())
 }
 
-fn parse_parameters(function: &str, body: &str, spec: Option<&ToolSpec>) -> Result<Map<String, Value>, ToolCallError> {
-    let properties = spec.and_then(|s| s.function.parameters.get("properties")).and_then(Value::as_object);
+fn parse_parameters(
+    function: &str,
+    body: &str,
+    spec: Option<&ToolSpec>,
+) -> Result<Map<String, Value>, ToolCallError> {
+    let properties = spec
+        .and_then(|s| s.function.parameters.get("properties"))
+        .and_then(Value::as_object);
     let declares_none = properties.is_none_or(Map::is_empty);
     let mut args = Map::new();
     let mut rest = body;
     while let Some(open) = rest.find(PARAMETER_OPEN) {
         let after = &rest[open + PARAMETER_OPEN.len()..];
-        let end = [after.find(PARAMETER_CLOSE), after.find(PARAMETER_OPEN)].into_iter().flatten().min();
+        let end = [after.find(PARAMETER_CLOSE), after.find(PARAMETER_OPEN)]
+            .into_iter()
+            .flatten()
+            .min();
         let (param, next) = match end {
-            Some(e) if after[e..].starts_with(PARAMETER_CLOSE) => (&after[..e], &after[e + PARAMETER_CLOSE.len()..]),
+            Some(e) if after[e..].starts_with(PARAMETER_CLOSE) => {
+                (&after[..e], &after[e + PARAMETER_CLOSE.len()..])
+            }
             Some(e) => (&after[..e], &after[e..]),
             None => (after, ""),
         };
@@ -107,7 +138,8 @@ fn parse_parameters(function: &str, body: &str, spec: Option<&ToolSpec>) -> Resu
             Some(schema) => convert(function, name, raw, schema)?,
             None if spec.is_none() || declares_none => Value::String(raw.to_owned()),
             None => {
-                let allowed: Vec<&String> = properties.map(|p| p.keys().collect()).unwrap_or_default();
+                let allowed: Vec<&String> =
+                    properties.map(|p| p.keys().collect()).unwrap_or_default();
                 return Err(ToolCallError::new(
                     ToolCallErrorKind::UnknownParameter,
                     format!(
@@ -150,7 +182,10 @@ fn convert(function: &str, name: &str, raw: &str, schema: &Value) -> Result<Valu
         return Ok(Value::String(raw.to_owned()));
     }
     let trimmed = raw.trim();
-    if ["int", "uint", "long", "short", "unsigned"].iter().any(|p| t.starts_with(p)) {
+    if ["int", "uint", "long", "short", "unsigned"]
+        .iter()
+        .any(|p| t.starts_with(p))
+    {
         return trimmed
             .parse::<i64>()
             .map(Value::from)
@@ -166,18 +201,31 @@ fn convert(function: &str, name: &str, raw: &str, schema: &Value) -> Result<Valu
         if f.fract() == 0.0 && f.abs() < 9.007_199_254_740_992e15 {
             return Ok(Value::from(f as i64));
         }
-        return Number::from_f64(f).map(Value::Number).ok_or_else(|| invalid(function, name, raw, "a float"));
+        return Number::from_f64(f)
+            .map(Value::Number)
+            .ok_or_else(|| invalid(function, name, raw, "a float"));
     }
     if matches!(t, "boolean" | "bool" | "binary") {
         return match trimmed.to_lowercase().as_str() {
             "true" => Ok(Value::Bool(true)),
             "false" => Ok(Value::Bool(false)),
-            _ => Err(invalid(function, name, raw, "a boolean (`true` or `false`)")),
+            _ => Err(invalid(
+                function,
+                name,
+                raw,
+                "a boolean (`true` or `false`)",
+            )),
         };
     }
-    let structured = matches!(t, "object" | "array" | "arr") || t.starts_with("dict") || t.starts_with("list");
+    let structured =
+        matches!(t, "object" | "array" | "arr") || t.starts_with("dict") || t.starts_with("list");
     serde_json::from_str::<Value>(trimmed).map_err(|_| {
-        invalid(function, name, raw, if structured { "valid JSON" } else { "valid" })
+        invalid(
+            function,
+            name,
+            raw,
+            if structured { "valid JSON" } else { "valid" },
+        )
     })
 }
 
@@ -223,7 +271,10 @@ mod tests {
                     <tool_call><function=finish>";
         let p = parse_qwen3_coder(text, &tools()).unwrap();
         assert_eq!(p.calls.len(), 3);
-        assert_eq!(p.calls[0].function.arguments, json!({"command": "a", "line": 3}));
+        assert_eq!(
+            p.calls[0].function.arguments,
+            json!({"command": "a", "line": 3})
+        );
         assert_eq!(p.calls[1].function.arguments, json!({"anything": "x"}));
         assert_eq!(p.calls[2].id, "call_2");
     }
@@ -232,15 +283,40 @@ mod tests {
     fn errors_are_typed() {
         for (text, kind) in [
             ("<tool_call><function=edit", ToolCallErrorKind::MissingName),
-            ("<tool_call><function=nope></function>", ToolCallErrorKind::UnknownFunction),
-            ("<tool_call><function=edit><parameter=line</function>", ToolCallErrorKind::MissingParameterName),
-            ("<tool_call><function=edit><parameter=zzz>1</parameter></function>", ToolCallErrorKind::UnknownParameter),
-            ("<tool_call><function=edit><parameter=line>4.5</parameter></function>", ToolCallErrorKind::InvalidValue),
-            ("<tool_call><function=edit><parameter=ratio>x</parameter></function>", ToolCallErrorKind::InvalidValue),
-            ("<tool_call><function=edit><parameter=force>yes</parameter></function>", ToolCallErrorKind::InvalidValue),
-            ("<tool_call><function=edit><parameter=lines>[1,</parameter></function>", ToolCallErrorKind::InvalidValue),
+            (
+                "<tool_call><function=nope></function>",
+                ToolCallErrorKind::UnknownFunction,
+            ),
+            (
+                "<tool_call><function=edit><parameter=line</function>",
+                ToolCallErrorKind::MissingParameterName,
+            ),
+            (
+                "<tool_call><function=edit><parameter=zzz>1</parameter></function>",
+                ToolCallErrorKind::UnknownParameter,
+            ),
+            (
+                "<tool_call><function=edit><parameter=line>4.5</parameter></function>",
+                ToolCallErrorKind::InvalidValue,
+            ),
+            (
+                "<tool_call><function=edit><parameter=ratio>x</parameter></function>",
+                ToolCallErrorKind::InvalidValue,
+            ),
+            (
+                "<tool_call><function=edit><parameter=force>yes</parameter></function>",
+                ToolCallErrorKind::InvalidValue,
+            ),
+            (
+                "<tool_call><function=edit><parameter=lines>[1,</parameter></function>",
+                ToolCallErrorKind::InvalidValue,
+            ),
         ] {
-            assert_eq!(parse_qwen3_coder(text, &tools()).unwrap_err().kind(), kind, "{text}");
+            assert_eq!(
+                parse_qwen3_coder(text, &tools()).unwrap_err().kind(),
+                kind,
+                "{text}"
+            );
         }
     }
 
