@@ -121,7 +121,11 @@ fn yes() -> bool {
 
 impl RolloutCache {
     /// A message-only cache (API-level backends).
-    pub fn messages_only(id: impl Into<String>, messages: Vec<Message>, tools: Vec<ToolSpec>) -> Self {
+    pub fn messages_only(
+        id: impl Into<String>,
+        messages: Vec<Message>,
+        tools: Vec<ToolSpec>,
+    ) -> Self {
         Self {
             id: id.into(),
             messages,
@@ -149,7 +153,11 @@ impl RolloutCache {
         ] {
             if let Some(allowed) = allowed {
                 if prompt_ids.len() > allowed {
-                    return Err(Error::LengthLimit { limit, needed: prompt_ids.len(), allowed });
+                    return Err(Error::LengthLimit {
+                        limit,
+                        needed: prompt_ids.len(),
+                        allowed,
+                    });
                 }
             }
         }
@@ -157,7 +165,10 @@ impl RolloutCache {
             id: id.into(),
             messages,
             tools,
-            tokens: Some(TokenTrace { prompt_ids, ..TokenTrace::default() }),
+            tokens: Some(TokenTrace {
+                prompt_ids,
+                ..TokenTrace::default()
+            }),
             limits,
             assistant_turns: 0,
             template_kwargs: serde_json::Map::new(),
@@ -256,16 +267,21 @@ impl RolloutCache {
             }
         }
         if budget == 0 {
-            let (limit, needed, allowed) = binding.unwrap_or((LengthLimitKind::MaxResponseLen, 1, 0));
-            return Err(Error::LengthLimit { limit, needed, allowed });
+            let (limit, needed, allowed) =
+                binding.unwrap_or((LengthLimitKind::MaxResponseLen, 1, 0));
+            return Err(Error::LengthLimit {
+                limit,
+                needed,
+                allowed,
+            });
         }
         Ok(budget)
     }
 
     fn trace_mut(&mut self) -> Result<&mut TokenTrace> {
-        self.tokens
-            .as_mut()
-            .ok_or_else(|| Error::invalid_input(format!("rollout `{}` has no token trace", self.id)))
+        self.tokens.as_mut().ok_or_else(|| {
+            Error::invalid_input(format!("rollout `{}` has no token trace", self.id))
+        })
     }
 
     fn check_room(&self, extra: usize) -> Result<()> {
@@ -273,13 +289,21 @@ impl RolloutCache {
         if let Some(max) = self.limits.max_response_len {
             let needed = t.response_ids.len() + extra;
             if needed > max {
-                return Err(Error::LengthLimit { limit: LengthLimitKind::MaxResponseLen, needed, allowed: max });
+                return Err(Error::LengthLimit {
+                    limit: LengthLimitKind::MaxResponseLen,
+                    needed,
+                    allowed: max,
+                });
             }
         }
         if let Some(max) = self.limits.max_model_len {
             let needed = t.len() + extra;
             if needed > max {
-                return Err(Error::LengthLimit { limit: LengthLimitKind::MaxModelLen, needed, allowed: max });
+                return Err(Error::LengthLimit {
+                    limit: LengthLimitKind::MaxModelLen,
+                    needed,
+                    allowed: max,
+                });
             }
         }
         Ok(())
@@ -287,7 +311,12 @@ impl RolloutCache {
 
     /// Appends tokens sampled by the policy (mask 1) with their logprobs. The turn index is the
     /// number of assistant messages pushed so far (push the message after its tokens).
-    pub fn append_sampled(&mut self, ids: &[u32], logprobs: &[f32], weight_version: Option<u64>) -> Result<()> {
+    pub fn append_sampled(
+        &mut self,
+        ids: &[u32],
+        logprobs: &[f32],
+        weight_version: Option<u64>,
+    ) -> Result<()> {
         if ids.len() != logprobs.len() {
             return Err(Error::invalid_input(format!(
                 "sampled tokens need one logprob each: {} ids, {} logprobs",
@@ -296,7 +325,9 @@ impl RolloutCache {
             )));
         }
         if let Some(bad) = logprobs.iter().find(|lp| !lp.is_finite() || **lp > 0.0) {
-            return Err(Error::invalid_input(format!("logprob {bad} is not a finite value <= 0")));
+            return Err(Error::invalid_input(format!(
+                "logprob {bad} is not a finite value <= 0"
+            )));
         }
         self.check_room(ids.len())?;
         let turn = self.assistant_turns;
@@ -304,8 +335,14 @@ impl RolloutCache {
         t.response_ids.extend_from_slice(ids);
         t.response_mask.extend(std::iter::repeat_n(1u8, ids.len()));
         t.response_logprobs.extend_from_slice(logprobs);
-        t.provenance
-            .extend(std::iter::repeat_n(Provenance { turn, source: TokenSource::Sampled, weight_version }, ids.len()));
+        t.provenance.extend(std::iter::repeat_n(
+            Provenance {
+                turn,
+                source: TokenSource::Sampled,
+                weight_version,
+            },
+            ids.len(),
+        ));
         Ok(())
     }
 
@@ -322,8 +359,16 @@ impl RolloutCache {
         let t = self.trace_mut()?;
         t.response_ids.extend_from_slice(ids);
         t.response_mask.extend(std::iter::repeat_n(0u8, ids.len()));
-        t.response_logprobs.extend(std::iter::repeat_n(0.0f32, ids.len()));
-        t.provenance.extend(std::iter::repeat_n(Provenance { turn, source, weight_version: None }, ids.len()));
+        t.response_logprobs
+            .extend(std::iter::repeat_n(0.0f32, ids.len()));
+        t.provenance.extend(std::iter::repeat_n(
+            Provenance {
+                turn,
+                source,
+                weight_version: None,
+            },
+            ids.len(),
+        ));
         Ok(())
     }
 
@@ -349,7 +394,11 @@ impl RolloutCache {
         ] {
             if let Some(allowed) = allowed {
                 if t.prompt_ids.len() > allowed {
-                    return Err(Error::LengthLimit { limit, needed: t.prompt_ids.len(), allowed });
+                    return Err(Error::LengthLimit {
+                        limit,
+                        needed: t.prompt_ids.len(),
+                        allowed,
+                    });
                 }
             }
         }
@@ -362,7 +411,12 @@ impl RolloutCache {
     pub fn mask_out_turn(&mut self, turn: u32) -> usize {
         let Some(t) = &mut self.tokens else { return 0 };
         let mut n = 0;
-        for ((m, lp), p) in t.response_mask.iter_mut().zip(&mut t.response_logprobs).zip(&t.provenance) {
+        for ((m, lp), p) in t
+            .response_mask
+            .iter_mut()
+            .zip(&mut t.response_logprobs)
+            .zip(&t.provenance)
+        {
             if p.turn == turn && p.source == TokenSource::Sampled && *m == 1 {
                 *m = 0;
                 *lp = 0.0;
@@ -392,12 +446,23 @@ impl RolloutCache {
                 t.provenance.len()
             )));
         }
-        for (i, ((&m, &lp), p)) in t.response_mask.iter().zip(&t.response_logprobs).zip(&t.provenance).enumerate() {
+        for (i, ((&m, &lp), p)) in t
+            .response_mask
+            .iter()
+            .zip(&t.response_logprobs)
+            .zip(&t.provenance)
+            .enumerate()
+        {
             if m == 0 && lp != 0.0 {
-                return Err(Error::internal(format!("token {i} has mask 0 but logprob {lp}")));
+                return Err(Error::internal(format!(
+                    "token {i} has mask 0 but logprob {lp}"
+                )));
             }
             if m == 1 && p.source != TokenSource::Sampled {
-                return Err(Error::internal(format!("token {i} has mask 1 but source {:?}", p.source)));
+                return Err(Error::internal(format!(
+                    "token {i} has mask 1 but source {:?}",
+                    p.source
+                )));
             }
             if m > 1 {
                 return Err(Error::internal(format!("token {i} has mask {m}")));
@@ -409,7 +474,11 @@ impl RolloutCache {
     /// Converts into verl's `AgentLoopOutput` (token fields empty for message-only caches).
     pub fn to_agent_loop_output(&self) -> super::AgentLoopOutput {
         let t = self.tokens.clone().unwrap_or_default();
-        let user_turns = self.messages.iter().filter(|m| m.role == crate::Role::User).count() as u32;
+        let user_turns = self
+            .messages
+            .iter()
+            .filter(|m| m.role == crate::Role::User)
+            .count() as u32;
         super::AgentLoopOutput {
             prompt_ids: t.prompt_ids,
             response_ids: t.response_ids,
@@ -430,33 +499,59 @@ mod tests {
     use super::*;
 
     fn cache(prompt: usize, limits: LengthLimits) -> RolloutCache {
-        RolloutCache::with_tokens("t", vec![], vec![], (0..prompt as u32).collect(), limits).unwrap()
+        RolloutCache::with_tokens("t", vec![], vec![], (0..prompt as u32).collect(), limits)
+            .unwrap()
     }
 
     #[test]
     fn over_long_prompt_is_an_error_not_a_truncation() {
-        let limits = LengthLimits { max_prompt_len: Some(4), ..Default::default() };
+        let limits = LengthLimits {
+            max_prompt_len: Some(4),
+            ..Default::default()
+        };
         let err = RolloutCache::with_tokens("t", vec![], vec![], vec![0; 5], limits).unwrap_err();
-        assert!(matches!(err, Error::LengthLimit { limit: LengthLimitKind::MaxPromptLen, needed: 5, allowed: 4 }));
+        assert!(matches!(
+            err,
+            Error::LengthLimit {
+                limit: LengthLimitKind::MaxPromptLen,
+                needed: 5,
+                allowed: 4
+            }
+        ));
     }
 
     #[test]
     fn budget_is_checked_before_generation() {
-        let limits = LengthLimits { max_model_len: Some(5), max_response_len: Some(10), ..Default::default() };
+        let limits = LengthLimits {
+            max_model_len: Some(5),
+            max_response_len: Some(10),
+            ..Default::default()
+        };
         let mut c = cache(3, limits);
         assert_eq!(c.generation_budget(Some(100)).unwrap(), 2);
         c.append_sampled(&[1, 2], &[-1.0, -1.0], None).unwrap();
         let err = c.generation_budget(None).unwrap_err();
-        assert!(matches!(err, Error::LengthLimit { limit: LengthLimitKind::MaxModelLen, .. }));
+        assert!(matches!(
+            err,
+            Error::LengthLimit {
+                limit: LengthLimitKind::MaxModelLen,
+                ..
+            }
+        ));
     }
 
     #[test]
     fn overflowing_observation_leaves_cache_unchanged() {
-        let limits = LengthLimits { max_response_len: Some(3), ..Default::default() };
+        let limits = LengthLimits {
+            max_response_len: Some(3),
+            ..Default::default()
+        };
         let mut c = cache(1, limits);
         c.append_sampled(&[5], &[-0.1], None).unwrap();
         let before = c.clone();
-        assert!(c.append_inserted(&[1, 2, 3], TokenSource::Observation).is_err());
+        assert!(c
+            .append_inserted(&[1, 2, 3], TokenSource::Observation)
+            .is_err());
         assert_eq!(c, before);
     }
 
@@ -469,9 +564,13 @@ mod tests {
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            (proptest::collection::vec(0u32..1000, 0..8), proptest::collection::vec(-20.0f32..=0.0, 0..8))
+            (
+                proptest::collection::vec(0u32..1000, 0..8),
+                proptest::collection::vec(-20.0f32..=0.0, 0..8)
+            )
                 .prop_map(|(ids, lps)| Op::Sampled(ids, lps)),
-            (proptest::collection::vec(0u32..1000, 0..8), any::<bool>()).prop_map(|(ids, glue)| Op::Inserted(ids, glue)),
+            (proptest::collection::vec(0u32..1000, 0..8), any::<bool>())
+                .prop_map(|(ids, glue)| Op::Inserted(ids, glue)),
             Just(Op::Assistant),
         ]
     }
