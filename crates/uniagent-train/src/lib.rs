@@ -10,3 +10,7 @@ pub mod rl;
 pub mod generate;
 #[cfg(feature = "tch")]
 pub mod trainer;
+
+/// The `tch` crate this crate is built against, so that dependents use the same version.
+#[cfg(feature = "tch")]
+pub use tch;

@@ -1,6 +1,7 @@
 //! The trainer on the tiny-qwen2 fixture: SFT learns, micro-batching keeps the gradient, AdamW
 //! groups, clipping, KL to a frozen reference, checkpoints that transformers loads.
 #![cfg(feature = "tch")]
+#![allow(clippy::unwrap_used)] // helpers outside #[test] fns unwrap too: a panic fails the test
 
 mod common;
 
@@ -12,21 +13,36 @@ use uniagent_train::generate::generate_batch;
 use uniagent_train::model::{ModelDtype, Qwen2ForCausalLM};
 use uniagent_train::rl::{KlEstimator, KlKind, LossAggMode, PolicyLossMode};
 use uniagent_train::trainer::{
-    KlLossConfig, OldLogProbSource, OptimConfig, RlObjective, TrainBatch, TrainMode, Trainer, TrainerConfig,
+    KlLossConfig, OldLogProbSource, OptimConfig, RlObjective, TrainBatch, TrainMode, Trainer,
+    TrainerConfig,
 };
 
 /// Four rollouts of two prompts (two per group), with a mask-0 "observation" token in the
 /// middle of each response and rewards 1/0 within each group.
 fn rollouts(model: &Qwen2ForCausalLM) -> (Vec<AgentLoopOutput>, Vec<String>) {
-    let prompts = [vec![151644u32, 872, 198, 9707, 1879], vec![9707, 11, 1246, 525]];
+    let prompts = [
+        vec![151644u32, 872, 198, 9707, 1879],
+        vec![9707, 11, 1246, 525],
+    ];
     let mut rows = Vec::new();
     let mut uids = Vec::new();
     for (p, prompt) in prompts.iter().enumerate() {
         for k in 0..2u64 {
-            let sampling = SamplingParams { seed: Some(10 * p as u64 + k), ..SamplingParams::default() };
-            let out = generate_batch(model, &[GenerateRequest::new(prompt.clone(), sampling, 6 + k as usize)], None)
-                .unwrap()
-                .remove(0);
+            let sampling = SamplingParams {
+                seed: Some(10 * p as u64 + k),
+                ..SamplingParams::default()
+            };
+            let out = generate_batch(
+                model,
+                &[GenerateRequest::new(
+                    prompt.clone(),
+                    sampling,
+                    6 + k as usize,
+                )],
+                None,
+            )
+            .unwrap()
+            .remove(0);
             let mut ids = out.token_ids.clone();
             let mut mask = vec![1u8; ids.len()];
             let mut logprobs = out.logprobs.clone();
@@ -57,7 +73,12 @@ fn rollouts(model: &Qwen2ForCausalLM) -> (Vec<AgentLoopOutput>, Vec<String>) {
 
 fn rl_config(agg: LossAggMode, loss_mode: PolicyLossMode, micro: usize) -> TrainerConfig {
     TrainerConfig {
-        mode: TrainMode::Rl(RlObjective { loss_mode, agg, entropy_coeff: 0.01, ..RlObjective::default() }),
+        mode: TrainMode::Rl(RlObjective {
+            loss_mode,
+            agg,
+            entropy_coeff: 0.01,
+            ..RlObjective::default()
+        }),
         micro_batch_size: micro,
         old_log_prob: OldLogProbSource::Rollout,
         ..TrainerConfig::default()
@@ -82,13 +103,23 @@ fn micro_batching_does_not_change_the_gradient() {
         let (full, full_loss) = grads_of(rl_config(agg, mode, 4), &batch);
         let (split, split_loss) = grads_of(rl_config(agg, mode, 1), &batch);
         let (three, _) = grads_of(rl_config(agg, mode, 3), &batch);
-        assert!((full_loss - split_loss).abs() < 1e-6, "{agg}: loss {full_loss} vs {split_loss}");
+        assert!(
+            (full_loss - split_loss).abs() < 1e-6,
+            "{agg}: loss {full_loss} vs {split_loss}"
+        );
         assert_eq!(full.len(), split.len());
         let mut total = 0.0;
         for ((name, a), ((_, b), (_, c))) in full.iter().zip(split.iter().zip(&three)) {
             let scale = a.abs().max().double_value(&[]).max(1e-6);
-            let d = (a - b).abs().max().double_value(&[]).max((a - c).abs().max().double_value(&[]));
-            assert!(d <= 1e-4 * scale + 1e-7, "{agg}/{mode}: gradient of {name} differs by {d} (scale {scale})");
+            let d = (a - b)
+                .abs()
+                .max()
+                .double_value(&[])
+                .max((a - c).abs().max().double_value(&[]));
+            assert!(
+                d <= 1e-4 * scale + 1e-7,
+                "{agg}/{mode}: gradient of {name} differs by {d} (scale {scale})"
+            );
             total += a.abs().sum(Kind::Float).double_value(&[]);
         }
         assert!(total > 0.0, "{agg}/{mode}: the gradient must not be zero");
@@ -101,14 +132,24 @@ fn sft_steps_reduce_the_loss() {
     let config = TrainerConfig {
         mode: TrainMode::Sft,
         micro_batch_size: 2,
-        optim: OptimConfig { lr: 1e-2, max_grad_norm: Some(1.0), ..OptimConfig::default() },
+        optim: OptimConfig {
+            lr: 1e-2,
+            max_grad_norm: Some(1.0),
+            ..OptimConfig::default()
+        },
         ..TrainerConfig::default()
     };
     let mut trainer = Trainer::new(common::tiny_model(), None, config).unwrap();
     let batch = TrainBatch::sft(rows);
     let losses: Vec<f64> = (0..6).map(|_| trainer.step(&batch).unwrap().loss).collect();
-    assert!(losses[0] > 5.0, "a random model should start with a high NLL: {losses:?}");
-    assert!(losses[5] < 0.8 * losses[0], "SFT did not reduce the loss: {losses:?}");
+    assert!(
+        losses[0] > 5.0,
+        "a random model should start with a high NLL: {losses:?}"
+    );
+    assert!(
+        losses[5] < 0.8 * losses[0],
+        "SFT did not reduce the loss: {losses:?}"
+    );
     assert_eq!(trainer.steps_done(), 6);
 }
 
@@ -120,7 +161,11 @@ fn weight_decay_skips_norms_and_biases() {
     batch.advantages = Some(vec![vec![0.0; 16]; 4]);
     let config = TrainerConfig {
         mode: TrainMode::Rl(RlObjective::default()),
-        optim: OptimConfig { lr: 0.1, weight_decay: 0.5, ..OptimConfig::default() },
+        optim: OptimConfig {
+            lr: 0.1,
+            weight_decay: 0.5,
+            ..OptimConfig::default()
+        },
         ..TrainerConfig::default()
     };
     let before = common::tiny_model();
@@ -129,7 +174,11 @@ fn weight_decay_skips_norms_and_biases() {
     let after = trainer.policy().var_store().variables();
     for (name, old) in before.var_store().variables() {
         let new = &after[&name];
-        let expected = if name.ends_with("norm.weight") || name.ends_with(".bias") { old.shallow_clone() } else { &old * 0.95 };
+        let expected = if name.ends_with("norm.weight") || name.ends_with(".bias") {
+            old.shallow_clone()
+        } else {
+            &old * 0.95
+        };
         let d = (new - expected).abs().max().double_value(&[]);
         assert!(d < 1e-6, "{name}: off by {d}");
     }
@@ -141,12 +190,25 @@ fn gradient_norm_is_clipped() {
     let mut trainer = Trainer::new(
         common::tiny_model(),
         None,
-        TrainerConfig { mode: TrainMode::Sft, optim: OptimConfig { max_grad_norm: Some(0.01), ..OptimConfig::default() }, ..TrainerConfig::default() },
+        TrainerConfig {
+            mode: TrainMode::Sft,
+            optim: OptimConfig {
+                max_grad_norm: Some(0.01),
+                ..OptimConfig::default()
+            },
+            ..TrainerConfig::default()
+        },
     )
     .unwrap();
-    trainer.accumulate_gradients(&TrainBatch::sft(rows)).unwrap();
+    trainer
+        .accumulate_gradients(&TrainBatch::sft(rows))
+        .unwrap();
     let norm = |grads: Vec<(String, Tensor)>| {
-        grads.iter().map(|(_, g)| g.pow_tensor_scalar(2).sum(Kind::Double).double_value(&[])).sum::<f64>().sqrt()
+        grads
+            .iter()
+            .map(|(_, g)| g.pow_tensor_scalar(2).sum(Kind::Double).double_value(&[]))
+            .sum::<f64>()
+            .sqrt()
     };
     let before = norm(trainer.gradients());
     let reported = trainer.clip_gradients();
@@ -160,20 +222,38 @@ fn kl_to_the_frozen_reference_starts_at_zero_and_grows() {
     let (rows, uids) = rollouts(&common::tiny_model());
     let batch = TrainBatch::with_grpo(rows, &uids, true).unwrap();
     let objective = RlObjective {
-        kl: Some(KlLossConfig { coef: 0.1, estimator: KlEstimator::plain(KlKind::K3) }),
+        kl: Some(KlLossConfig {
+            coef: 0.1,
+            estimator: KlEstimator::plain(KlKind::K3),
+        }),
         ..RlObjective::default()
     };
     let config = TrainerConfig {
         mode: TrainMode::Rl(objective),
-        optim: OptimConfig { lr: 1e-2, ..OptimConfig::default() },
+        optim: OptimConfig {
+            lr: 1e-2,
+            ..OptimConfig::default()
+        },
         ..TrainerConfig::default()
     };
-    assert!(Trainer::new(common::tiny_model(), None, config).is_err(), "KL without a reference must be refused");
-    let mut trainer = Trainer::new(common::tiny_model(), Some(common::tiny_model()), config).unwrap();
+    assert!(
+        Trainer::new(common::tiny_model(), None, config).is_err(),
+        "KL without a reference must be refused"
+    );
+    let mut trainer =
+        Trainer::new(common::tiny_model(), Some(common::tiny_model()), config).unwrap();
     let first = trainer.step(&batch).unwrap();
-    assert!(first.kl.abs() < 1e-7, "policy == reference at step 0: {}", first.kl);
+    assert!(
+        first.kl.abs() < 1e-7,
+        "policy == reference at step 0: {}",
+        first.kl
+    );
     let second = trainer.step(&batch).unwrap();
-    assert!(second.kl > 1e-6, "KL must grow once the policy moved: {}", second.kl);
+    assert!(
+        second.kl > 1e-6,
+        "KL must grow once the policy moved: {}",
+        second.kl
+    );
 }
 
 #[test]
@@ -188,8 +268,15 @@ fn bad_batches_are_typed_errors() {
     assert!(trainer.step(&TrainBatch::sft(rows)).is_err());
 }
 
-fn probe_logits(model: &Qwen2ForCausalLM, ids: &[i64], probes: &[i64]) -> (Vec<f64>, Vec<i64>, Vec<Vec<f64>>) {
-    let logits = tch::no_grad(|| model.forward(&Tensor::from_slice(ids).unsqueeze(0), None, None, None)).unwrap().get(0);
+fn probe_logits(
+    model: &Qwen2ForCausalLM,
+    ids: &[i64],
+    probes: &[i64],
+) -> (Vec<f64>, Vec<i64>, Vec<Vec<f64>>) {
+    let logits =
+        tch::no_grad(|| model.forward(&Tensor::from_slice(ids).unsqueeze(0), None, None, None))
+            .unwrap()
+            .get(0);
     let lse: Vec<f64> = Vec::try_from(logits.logsumexp([-1], false).to_kind(Kind::Double)).unwrap();
     let argmax: Vec<i64> = Vec::try_from(logits.argmax(-1, false)).unwrap();
     let idx = Tensor::from_slice(probes);
@@ -202,7 +289,14 @@ fn probe_logits(model: &Qwen2ForCausalLM, ids: &[i64], probes: &[i64]) -> (Vec<f
 #[test]
 fn checkpoints_load_back_here_and_in_transformers() {
     let (rows, _) = rollouts(&common::tiny_model());
-    let config = TrainerConfig { mode: TrainMode::Sft, optim: OptimConfig { lr: 1e-2, ..OptimConfig::default() }, ..TrainerConfig::default() };
+    let config = TrainerConfig {
+        mode: TrainMode::Sft,
+        optim: OptimConfig {
+            lr: 1e-2,
+            ..OptimConfig::default()
+        },
+        ..TrainerConfig::default()
+    };
     let mut trainer = Trainer::new(common::tiny_model(), None, config).unwrap();
     trainer.step(&TrainBatch::sft(rows)).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -213,10 +307,17 @@ fn checkpoints_load_back_here_and_in_transformers() {
     let original = probe_logits(&common::tiny_model(), &ids, &probes);
     assert_ne!(ours.2, original.2, "the step must have changed the weights");
     let reloaded = Qwen2ForCausalLM::load(dir.path(), tch::Device::Cpu, ModelDtype::F32).unwrap();
-    assert_eq!(probe_logits(&reloaded, &ids, &probes), ours, "reloaded checkpoint must be bit-identical");
+    assert_eq!(
+        probe_logits(&reloaded, &ids, &probes),
+        ours,
+        "reloaded checkpoint must be bit-identical"
+    );
 
-    let Some(python) = common::torch_python() else { return };
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts/hf_logits.py");
+    let Some(python) = common::torch_python() else {
+        return;
+    };
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts/hf_logits.py");
     let output = std::process::Command::new(python)
         .arg(script)
         .arg(dir.path())
@@ -224,14 +325,26 @@ fn checkpoints_load_back_here_and_in_transformers() {
         .arg(serde_json::to_string(&probes).unwrap())
         .output()
         .unwrap();
-    assert!(output.status.success(), "transformers failed: {}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "transformers failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let hf: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     for t in 0..ids.len() {
         let lse = hf["logsumexp"][t].as_f64().unwrap();
-        assert!((lse - ours.0[t]).abs() < 1e-4, "position {t}: logsumexp {lse} vs ours {}", ours.0[t]);
+        assert!(
+            (lse - ours.0[t]).abs() < 1e-4,
+            "position {t}: logsumexp {lse} vs ours {}",
+            ours.0[t]
+        );
         assert_eq!(hf["argmax"][t].as_i64().unwrap(), ours.1[t]);
         for (k, v) in common::floats_of(&hf["probes"][t]).iter().enumerate() {
-            assert!((v - ours.2[t][k]).abs() < 1e-4, "position {t} probe {k}: {v} vs {}", ours.2[t][k]);
+            assert!(
+                (v - ours.2[t][k]).abs() < 1e-4,
+                "position {t} probe {k}: {v} vs {}",
+                ours.2[t][k]
+            );
         }
     }
 }

@@ -1,7 +1,9 @@
 //! Batched generation with a KV cache: the synchronous core of the engine.
 
 use tch::{Kind, Tensor};
-use uniagent_core::{Error, FinishReason, GenerateOutput, GenerateRequest, LengthLimitKind, Result};
+use uniagent_core::{
+    Error, FinishReason, GenerateOutput, GenerateRequest, LengthLimitKind, Result,
+};
 
 use super::sampler::sample_token;
 use crate::model::Qwen2ForCausalLM;
@@ -14,7 +16,9 @@ pub(crate) fn validate_request(model: &Qwen2ForCausalLM, request: &GenerateReque
     }
     let vocab = model.config().vocab_size;
     if let Some(bad) = request.prompt_ids.iter().find(|&&id| id as usize >= vocab) {
-        return Err(Error::invalid_input(format!("prompt id {bad} is outside the vocabulary of {vocab}")));
+        return Err(Error::invalid_input(format!(
+            "prompt id {bad} is outside the vocabulary of {vocab}"
+        )));
     }
     let context = model.config().max_position_embeddings;
     if request.prompt_ids.len() >= context {
@@ -54,13 +58,18 @@ pub fn generate_batch(
         .iter()
         .map(|r| Row {
             budget: r.max_new_tokens.min(context - r.prompt_ids.len()),
-            rng: r.sampling.seed.map_or_else(fastrand::Rng::new, fastrand::Rng::with_seed),
+            rng: r
+                .sampling
+                .seed
+                .map_or_else(fastrand::Rng::new, fastrand::Rng::with_seed),
             tokens: Vec::new(),
             logprobs: Vec::new(),
             finish: (r.max_new_tokens == 0).then_some(FinishReason::Length),
         })
         .collect();
-    let mut active: Vec<usize> = (0..requests.len()).filter(|&i| rows[i].finish.is_none()).collect();
+    let mut active: Vec<usize> = (0..requests.len())
+        .filter(|&i| rows[i].finish.is_none())
+        .collect();
     if !active.is_empty() {
         tch::no_grad(|| decode(model, requests, &mut rows, &mut active))?;
     }
@@ -75,9 +84,18 @@ pub fn generate_batch(
         .collect())
 }
 
-fn decode(model: &Qwen2ForCausalLM, requests: &[GenerateRequest], rows: &mut [Row], active: &mut Vec<usize>) -> Result<()> {
+fn decode(
+    model: &Qwen2ForCausalLM,
+    requests: &[GenerateRequest],
+    rows: &mut [Row],
+    active: &mut Vec<usize>,
+) -> Result<()> {
     let device = model.device();
-    let width = active.iter().map(|&i| requests[i].prompt_ids.len()).max().unwrap_or(1);
+    let width = active
+        .iter()
+        .map(|&i| requests[i].prompt_ids.len())
+        .max()
+        .unwrap_or(1);
     let mut ids = Vec::with_capacity(active.len() * width);
     let mut mask = Vec::with_capacity(active.len() * width);
     let mut positions = Vec::with_capacity(active.len() * width);
@@ -97,17 +115,26 @@ fn decode(model: &Qwen2ForCausalLM, requests: &[GenerateRequest], rows: &mut [Ro
     let mut cache = model.new_cache();
     let vocab = model.config().vocab_size;
     loop {
-        let hidden = model.hidden_states(&input, Some(&position), Some(&attention), Some(&mut cache))?;
+        let hidden =
+            model.hidden_states(&input, Some(&position), Some(&attention), Some(&mut cache))?;
         let last = hidden.select(1, -1);
-        let logits = model.logits(&last).to_kind(Kind::Float).to_device(tch::Device::Cpu).contiguous();
-        let flat: Vec<f32> = Vec::try_from(logits.view([-1]))
-            .map_err(crate::model::tch_error("reading logits"))?;
+        let logits = model
+            .logits(&last)
+            .to_kind(Kind::Float)
+            .to_device(tch::Device::Cpu)
+            .contiguous();
+        let flat: Vec<f32> =
+            Vec::try_from(logits.view([-1])).map_err(crate::model::tch_error("reading logits"))?;
         let mut keep = Vec::with_capacity(active.len());
         let mut next_ids = Vec::with_capacity(active.len());
         for (slot, &i) in active.iter().enumerate() {
             let row = &mut rows[i];
             let request = &requests[i];
-            let sampled = sample_token(&flat[slot * vocab..(slot + 1) * vocab], &request.sampling, &mut row.rng);
+            let sampled = sample_token(
+                &flat[slot * vocab..(slot + 1) * vocab],
+                &request.sampling,
+                &mut row.rng,
+            );
             row.tokens.push(sampled.token);
             row.logprobs.push(sampled.logprob);
             if request.stop_token_ids.contains(&sampled.token) {
@@ -134,7 +161,13 @@ fn decode(model: &Qwen2ForCausalLM, requests: &[GenerateRequest], rows: &mut [Ro
         let n = active.len() as i64;
         input = Tensor::from_slice(&next_ids).view([n, 1]).to_device(device);
         position = Tensor::from_slice(&next_pos).view([n, 1]).to_device(device);
-        attention = Tensor::cat(&[&attention, &Tensor::ones([n, 1], (attention.kind(), device))], 1);
+        attention = Tensor::cat(
+            &[
+                &attention,
+                &Tensor::ones([n, 1], (attention.kind(), device)),
+            ],
+            1,
+        );
         for p in &mut next_pos {
             *p += 1;
         }

@@ -59,7 +59,9 @@ pub struct TchEngine {
 
 impl std::fmt::Debug for TchEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TchEngine").field("weight_version", &self.weight_version()).finish_non_exhaustive()
+        f.debug_struct("TchEngine")
+            .field("weight_version", &self.weight_version())
+            .finish_non_exhaustive()
     }
 }
 
@@ -73,7 +75,11 @@ impl TchEngine {
         let worker_version = Arc::clone(&version);
         let max_batch = config.max_batch_size.max(1);
         std::thread::spawn(move || run_worker(jobs, worker_model, worker_version, max_batch));
-        Self { queue, model, version }
+        Self {
+            queue,
+            model,
+            version,
+        }
     }
 
     /// The version reported with outputs generated from now on.
@@ -84,7 +90,10 @@ impl TchEngine {
     /// Copies the parameters of `source` (same architecture) into the engine's model, waiting
     /// for the running batch to finish, and returns the new weight version.
     pub fn update_weights(&self, source: &Qwen2ForCausalLM) -> Result<u64> {
-        let mut model = self.model.lock().map_err(|_| Error::internal("engine model lock poisoned"))?;
+        let mut model = self
+            .model
+            .lock()
+            .map_err(|_| Error::internal("engine model lock poisoned"))?;
         model.copy_weights_from(source)?;
         Ok(self.version.fetch_add(1, Ordering::SeqCst) + 1)
     }
@@ -106,7 +115,9 @@ fn run_worker(
         }
         let Ok(model) = model.lock() else {
             for job in batch {
-                let _ = job.reply.send(Err(Error::internal("engine model lock poisoned")));
+                let _ = job
+                    .reply
+                    .send(Err(Error::internal("engine model lock poisoned")));
             }
             continue;
         };
@@ -159,7 +170,9 @@ impl TokenGenerator for TchEngine {
             retryable: false,
             source: None,
         };
-        self.queue.send(Job { request, reply }).map_err(|_| gone())?;
+        self.queue
+            .send(Job { request, reply })
+            .map_err(|_| gone())?;
         answer.await.map_err(|_| gone())?
     }
 }

@@ -38,8 +38,15 @@ pub fn sample_token(logits: &[f32], params: &SamplingParams, rng: &mut fastrand:
     let log_z = max + logits.iter().map(|&l| (l - max).exp()).sum::<f32>().ln();
     let logprob_of = |token: usize| logits.get(token).map_or(f32::NEG_INFINITY, |&l| l - log_z);
     let greedy = params.temperature <= 0.0 || params.top_k == Some(1);
-    let token = if greedy { argmax(logits) } else { draw(logits, max, params, rng) };
-    Sampled { token: token as u32, logprob: logprob_of(token) }
+    let token = if greedy {
+        argmax(logits)
+    } else {
+        draw(logits, max, params, rng)
+    };
+    Sampled {
+        token: token as u32,
+        logprob: logprob_of(token),
+    }
 }
 
 fn argmax(logits: &[f32]) -> usize {
@@ -55,15 +62,26 @@ fn argmax(logits: &[f32]) -> usize {
 fn draw(logits: &[f32], max: f32, params: &SamplingParams, rng: &mut fastrand::Rng) -> usize {
     let inv_t = 1.0 / params.temperature;
     // Unnormalised probabilities, in f64 for a stable cumulative sum.
-    let weights: Vec<f64> = logits.iter().map(|&l| ((f64::from(l) - f64::from(max)) * inv_t).exp()).collect();
-    let top_k = params.top_k.map_or(logits.len(), |k| (k as usize).min(logits.len()));
+    let weights: Vec<f64> = logits
+        .iter()
+        .map(|&l| ((f64::from(l) - f64::from(max)) * inv_t).exp())
+        .collect();
+    let top_k = params
+        .top_k
+        .map_or(logits.len(), |k| (k as usize).min(logits.len()));
     let truncate = top_k < logits.len() || params.top_p < 1.0;
     if !truncate {
-        return inverse_cdf(weights.iter().copied().enumerate(), weights.iter().sum(), rng);
+        return inverse_cdf(
+            weights.iter().copied().enumerate(),
+            weights.iter().sum(),
+            rng,
+        );
     }
     let mut order: Vec<usize> = (0..logits.len()).collect();
     if top_k < order.len() {
-        order.select_nth_unstable_by(top_k, |&a, &b| weights[b].total_cmp(&weights[a]).then(a.cmp(&b)));
+        order.select_nth_unstable_by(top_k, |&a, &b| {
+            weights[b].total_cmp(&weights[a]).then(a.cmp(&b))
+        });
         order.truncate(top_k);
     }
     order.sort_unstable_by(|&a, &b| weights[b].total_cmp(&weights[a]).then(a.cmp(&b)));
@@ -85,7 +103,11 @@ fn draw(logits: &[f32], max: f32, params: &SamplingParams, rng: &mut fastrand::R
     inverse_cdf(kept.iter().map(|&i| (i, weights[i])), mass, rng)
 }
 
-fn inverse_cdf(items: impl Iterator<Item = (usize, f64)>, mass: f64, rng: &mut fastrand::Rng) -> usize {
+fn inverse_cdf(
+    items: impl Iterator<Item = (usize, f64)>,
+    mass: f64,
+    rng: &mut fastrand::Rng,
+) -> usize {
     let target = rng.f64() * mass;
     let mut acc = 0.0;
     let mut last = 0;
@@ -107,7 +129,12 @@ mod tests {
     use super::*;
 
     fn params(temperature: f64, top_p: f64, top_k: Option<u32>) -> SamplingParams {
-        SamplingParams { temperature, top_p, top_k, ..SamplingParams::default() }
+        SamplingParams {
+            temperature,
+            top_p,
+            top_k,
+            ..SamplingParams::default()
+        }
     }
 
     #[test]
@@ -135,7 +162,11 @@ mod tests {
         let z: f64 = w.iter().sum();
         for i in 0..3 {
             let p = counts[i] as f64 / n as f64;
-            assert!((p - w[i] / z).abs() < 0.02, "token {i}: {p} vs {}", w[i] / z);
+            assert!(
+                (p - w[i] / z).abs() < 0.02,
+                "token {i}: {p} vs {}",
+                w[i] / z
+            );
         }
     }
 

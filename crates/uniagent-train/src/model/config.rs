@@ -104,7 +104,12 @@ impl Qwen2Config {
     /// transformers default).
     pub fn rope_base(&self) -> f64 {
         self.rope_theta
-            .or_else(|| self.rope_parameters.as_ref().and_then(|p| p.get("rope_theta")).and_then(|v| v.as_f64()))
+            .or_else(|| {
+                self.rope_parameters
+                    .as_ref()
+                    .and_then(|p| p.get("rope_theta"))
+                    .and_then(|v| v.as_f64())
+            })
             .unwrap_or(10_000.0)
     }
 
@@ -115,7 +120,12 @@ impl Qwen2Config {
 
     /// Checks that the shapes are consistent and that no unsupported feature is asked for.
     pub fn validate(&self) -> Result<()> {
-        let bad = |message: String| Err(Error::Config { message, source: None });
+        let bad = |message: String| {
+            Err(Error::Config {
+                message,
+                source: None,
+            })
+        };
         if self.vocab_size == 0 || self.hidden_size == 0 || self.num_hidden_layers == 0 {
             return bad("vocab_size, hidden_size and num_hidden_layers must be > 0".into());
         }
@@ -126,7 +136,10 @@ impl Qwen2Config {
             ));
         }
         if self.head_dim() % 2 != 0 {
-            return bad(format!("head dim {} must be even for RoPE", self.head_dim()));
+            return bad(format!(
+                "head dim {} must be even for RoPE",
+                self.head_dim()
+            ));
         }
         let kv = self.kv_heads();
         if kv == 0 || self.num_attention_heads % kv != 0 {
@@ -136,20 +149,41 @@ impl Qwen2Config {
             ));
         }
         if self.hidden_act != "silu" {
-            return bad(format!("hidden_act `{}` is not supported (only silu)", self.hidden_act));
+            return bad(format!(
+                "hidden_act `{}` is not supported (only silu)",
+                self.hidden_act
+            ));
         }
         if self.use_sliding_window {
             return bad("use_sliding_window = true is not supported".into());
         }
-        let scaling_type = self.rope_scaling.as_ref().filter(|v| !v.is_null()).map(|v| {
-            v.get("rope_type").or_else(|| v.get("type")).and_then(|t| t.as_str()).unwrap_or("?").to_string()
-        });
+        let scaling_type = self
+            .rope_scaling
+            .as_ref()
+            .filter(|v| !v.is_null())
+            .map(|v| {
+                v.get("rope_type")
+                    .or_else(|| v.get("type"))
+                    .and_then(|t| t.as_str())
+                    .unwrap_or("?")
+                    .to_string()
+            });
         if scaling_type.as_ref().is_some_and(|t| t != "default") {
-            return bad(format!("rope_scaling `{}` is not supported", scaling_type.unwrap_or_default()));
+            return bad(format!(
+                "rope_scaling `{}` is not supported",
+                scaling_type.unwrap_or_default()
+            ));
         }
-        let rope_type = self.rope_parameters.as_ref().and_then(|p| p.get("rope_type")).and_then(|v| v.as_str());
+        let rope_type = self
+            .rope_parameters
+            .as_ref()
+            .and_then(|p| p.get("rope_type"))
+            .and_then(|v| v.as_str());
         if rope_type.is_some_and(|t| t != "default") {
-            return bad(format!("rope_type `{}` is not supported (only default)", rope_type.unwrap_or_default()));
+            return bad(format!(
+                "rope_type `{}` is not supported (only default)",
+                rope_type.unwrap_or_default()
+            ));
         }
         if !(self.rms_norm_eps > 0.0 && self.rope_base() > 0.0) {
             return bad("rms_norm_eps and rope_theta must be > 0".into());

@@ -21,8 +21,13 @@ pub(crate) struct Linear {
 
 impl Linear {
     pub(crate) fn new(path: &Path<'_>, in_dim: usize, out_dim: usize, bias: bool) -> Self {
-        let weight = path.set_group(DECAY_GROUP).zeros("weight", &[out_dim as i64, in_dim as i64]);
-        let bias = bias.then(|| path.set_group(NO_DECAY_GROUP).zeros("bias", &[out_dim as i64]));
+        let weight = path
+            .set_group(DECAY_GROUP)
+            .zeros("weight", &[out_dim as i64, in_dim as i64]);
+        let bias = bias.then(|| {
+            path.set_group(NO_DECAY_GROUP)
+                .zeros("bias", &[out_dim as i64])
+        });
         Self { weight, bias }
     }
 
@@ -40,7 +45,10 @@ pub(crate) struct RmsNorm {
 
 impl RmsNorm {
     pub(crate) fn new(path: &Path<'_>, dim: usize, eps: f64) -> Self {
-        Self { weight: path.set_group(NO_DECAY_GROUP).ones("weight", &[dim as i64]), eps }
+        Self {
+            weight: path.set_group(NO_DECAY_GROUP).ones("weight", &[dim as i64]),
+            eps,
+        }
     }
 
     pub(crate) fn forward(&self, x: &Tensor) -> Tensor {
@@ -56,15 +64,24 @@ impl RmsNorm {
 ///
 /// `inv_freq[i] = 1 / theta^(2i/d)` in float32; the angle is `position * inv_freq`, and the
 /// second half of the head repeats the first (the "half-split" layout of transformers).
-pub(crate) fn rope_tables(position_ids: &Tensor, head_dim: usize, theta: f64, kind: Kind) -> (Tensor, Tensor) {
+pub(crate) fn rope_tables(
+    position_ids: &Tensor,
+    head_dim: usize,
+    theta: f64,
+    kind: Kind,
+) -> (Tensor, Tensor) {
     let device = position_ids.device();
-    let exponents =
-        Tensor::arange_start_step(0, head_dim as i64, 2, (Kind::Int64, device)).to_kind(Kind::Float) / head_dim as f64;
+    let exponents = Tensor::arange_start_step(0, head_dim as i64, 2, (Kind::Int64, device))
+        .to_kind(Kind::Float)
+        / head_dim as f64;
     let base = Tensor::from(theta as f32).to_device(device);
     let inv_freq = base.pow(&exponents).reciprocal();
     let freqs = position_ids.to_kind(Kind::Float).unsqueeze(-1) * inv_freq;
     let emb = Tensor::cat(&[&freqs, &freqs], -1);
-    (emb.cos().to_kind(kind).unsqueeze(1), emb.sin().to_kind(kind).unsqueeze(1))
+    (
+        emb.cos().to_kind(kind).unsqueeze(1),
+        emb.sin().to_kind(kind).unsqueeze(1),
+    )
 }
 
 /// The most negative finite value of a floating kind (what transformers fills masked scores
@@ -144,10 +161,16 @@ impl Attention {
         let (k, v) = match cache {
             Some(slot) => {
                 let (k, v) = match slot.take() {
-                    Some(old) => (Tensor::cat(&[&old.keys, &k], 2), Tensor::cat(&[&old.values, &v], 2)),
+                    Some(old) => (
+                        Tensor::cat(&[&old.keys, &k], 2),
+                        Tensor::cat(&[&old.values, &v], 2),
+                    ),
                     None => (k, v),
                 };
-                *slot = Some(LayerCache { keys: k.shallow_clone(), values: v.shallow_clone() });
+                *slot = Some(LayerCache {
+                    keys: k.shallow_clone(),
+                    values: v.shallow_clone(),
+                });
                 (k, v)
             }
             None => (k, v),
@@ -158,7 +181,12 @@ impl Attention {
         // A fully masked row (a left-pad query) gets a uniform distribution, never NaN.
         let scores = scores.masked_fill(&allowed.logical_not(), lowest_finite(scores.kind()));
         let probs = scores.softmax(-1, Kind::Float).to_kind(q.kind());
-        let out = probs.matmul(&v).transpose(1, 2).contiguous().view([b, t, self.heads * self.head_dim]);
+        let out =
+            probs
+                .matmul(&v)
+                .transpose(1, 2)
+                .contiguous()
+                .view([b, t, self.heads * self.head_dim]);
         self.o_proj.forward(&out)
     }
 
@@ -170,7 +198,9 @@ impl Attention {
             return x.shallow_clone();
         }
         let s = x.size();
-        x.unsqueeze(2).expand([s[0], s[1], n_rep, s[2], s[3]], false).reshape([s[0], self.heads, s[2], s[3]])
+        x.unsqueeze(2)
+            .expand([s[0], s[1], n_rep, s[2], s[3]], false)
+            .reshape([s[0], self.heads, s[2], s[3]])
     }
 }
 
@@ -193,7 +223,8 @@ impl Mlp {
     }
 
     pub(crate) fn forward(&self, x: &Tensor) -> Tensor {
-        self.down_proj.forward(&(self.gate_proj.forward(x).silu() * self.up_proj.forward(x)))
+        self.down_proj
+            .forward(&(self.gate_proj.forward(x).silu() * self.up_proj.forward(x)))
     }
 }
 
@@ -212,7 +243,11 @@ impl DecoderLayer {
         Self {
             input_layernorm: RmsNorm::new(&(path / "input_layernorm"), config.hidden_size, eps),
             self_attn: Attention::new(&(path / "self_attn"), config),
-            post_attention_layernorm: RmsNorm::new(&(path / "post_attention_layernorm"), config.hidden_size, eps),
+            post_attention_layernorm: RmsNorm::new(
+                &(path / "post_attention_layernorm"),
+                config.hidden_size,
+                eps,
+            ),
             mlp: Mlp::new(&(path / "mlp"), config),
         }
     }
@@ -224,7 +259,9 @@ impl DecoderLayer {
         allowed: &Tensor,
         cache: Option<&mut Option<LayerCache>>,
     ) -> Tensor {
-        let h = x + self.self_attn.forward(&self.input_layernorm.forward(x), rope, allowed, cache);
+        let h = x + self
+            .self_attn
+            .forward(&self.input_layernorm.forward(x), rope, allowed, cache);
         &h + self.mlp.forward(&self.post_attention_layernorm.forward(&h))
     }
 }

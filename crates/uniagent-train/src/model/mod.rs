@@ -7,8 +7,8 @@ mod qwen2;
 mod weights;
 
 pub use config::Qwen2Config;
-pub use qwen2::{KvCache, Qwen2ForCausalLM};
 pub(crate) use layers::{DECAY_GROUP, NO_DECAY_GROUP};
+pub use qwen2::{KvCache, Qwen2ForCausalLM};
 
 use serde::{Deserialize, Serialize};
 use tch::Kind;
@@ -49,7 +49,9 @@ impl std::str::FromStr for ModelDtype {
         match s {
             "float32" | "f32" | "fp32" => Ok(Self::F32),
             "bfloat16" | "bf16" => Ok(Self::Bf16),
-            other => Err(Error::invalid_input(format!("unsupported dtype `{other}` (float32 or bfloat16)"))),
+            other => Err(Error::invalid_input(format!(
+                "unsupported dtype `{other}` (float32 or bfloat16)"
+            ))),
         }
     }
 }

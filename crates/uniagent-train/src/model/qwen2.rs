@@ -73,7 +73,9 @@ impl Qwen2ForCausalLM {
         let root = vs.root();
         let model = &root / "model";
         let (v, h) = (config.vocab_size as i64, config.hidden_size as i64);
-        let embed_tokens = (&model / "embed_tokens").set_group(DECAY_GROUP).zeros("weight", &[v, h]);
+        let embed_tokens = (&model / "embed_tokens")
+            .set_group(DECAY_GROUP)
+            .zeros("weight", &[v, h]);
         let layers = (0..config.num_hidden_layers)
             .map(|i| DecoderLayer::new(&(&model / "layers" / i), &config))
             .collect();
@@ -81,9 +83,19 @@ impl Qwen2ForCausalLM {
         let lm_head = if config.tie_word_embeddings {
             embed_tokens.shallow_clone()
         } else {
-            (&root / "lm_head").set_group(DECAY_GROUP).zeros("weight", &[v, h])
+            (&root / "lm_head")
+                .set_group(DECAY_GROUP)
+                .zeros("weight", &[v, h])
         };
-        let mut this = Self { config, vs, embed_tokens, layers, norm, lm_head, dtype: ModelDtype::F32 };
+        let mut this = Self {
+            config,
+            vs,
+            embed_tokens,
+            layers,
+            norm,
+            lm_head,
+            dtype: ModelDtype::F32,
+        };
         this.set_dtype(dtype);
         Ok(this)
     }
@@ -112,13 +124,16 @@ impl Qwen2ForCausalLM {
                 let std = if name.ends_with("norm.weight") {
                     let _ = var.fill_(1.0);
                     continue;
-                } else if size.len() == 2 && !name.contains("embed_tokens") && !name.starts_with("lm_head") {
+                } else if size.len() == 2
+                    && !name.contains("embed_tokens")
+                    && !name.starts_with("lm_head")
+                {
                     (1.0 / size[1] as f64).sqrt()
                 } else {
                     0.02
                 };
                 let noise = Tensor::randn(size.as_slice(), (Kind::Float, var.device())) * std;
-                let _ = var.copy_(&noise);
+                var.copy_(&noise);
             }
         });
     }
@@ -126,12 +141,14 @@ impl Qwen2ForCausalLM {
     /// Writes `config.json` and `model.safetensors` so that both this type and transformers'
     /// `Qwen2ForCausalLM.from_pretrained` load them.
     pub fn save_pretrained(&self, dir: &Path) -> Result<()> {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
         let config = self.config.to_hf_json(self.dtype.hf_name());
         let text = serde_json::to_string_pretty(&config)
             .map_err(|e| Error::internal(format!("serializing config.json: {e}")))?;
         let path = dir.join("config.json");
-        std::fs::write(&path, text).map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
+        std::fs::write(&path, text)
+            .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
         weights::save_from(&self.vs, dir)
     }
 
@@ -168,12 +185,17 @@ impl Qwen2ForCausalLM {
 
     /// Copies all parameters from another model of the same architecture (no gradient).
     pub fn copy_weights_from(&mut self, other: &Qwen2ForCausalLM) -> Result<()> {
-        self.vs.copy(&other.vs).map_err(super::tch_error("copying weights"))
+        self.vs
+            .copy(&other.vs)
+            .map_err(super::tch_error("copying weights"))
     }
 
     /// An empty cache for incremental decoding.
     pub fn new_cache(&self) -> KvCache {
-        KvCache { layers: (0..self.layers.len()).map(|_| None).collect(), len: 0 }
+        KvCache {
+            layers: (0..self.layers.len()).map(|_| None).collect(),
+            len: 0,
+        }
     }
 
     /// Logits `[B, T, vocab]` (in the parameter dtype) for `input_ids` `[B, T]` (int64).
@@ -208,7 +230,9 @@ impl Qwen2ForCausalLM {
     ) -> Result<Tensor> {
         let size = input_ids.size();
         let [b, t] = size.as_slice() else {
-            return Err(Error::invalid_input(format!("input_ids must be [batch, seq], got {size:?}")));
+            return Err(Error::invalid_input(format!(
+                "input_ids must be [batch, seq], got {size:?}"
+            )));
         };
         let (b, t) = (*b, *t);
         if b == 0 || t == 0 {
@@ -227,10 +251,15 @@ impl Qwen2ForCausalLM {
         let device = self.device();
         let positions = match position_ids {
             Some(p) if p.size() != [b, t] => {
-                return Err(Error::invalid_input(format!("position_ids must be [{b}, {t}], got {:?}", p.size())))
+                return Err(Error::invalid_input(format!(
+                    "position_ids must be [{b}, {t}], got {:?}",
+                    p.size()
+                )))
             }
             Some(p) => p.to_kind(Kind::Int64).to_device(device),
-            None => Tensor::arange_start(past, total, (Kind::Int64, device)).unsqueeze(0).expand([b, t], false),
+            None => Tensor::arange_start(past, total, (Kind::Int64, device))
+                .unsqueeze(0)
+                .expand([b, t], false),
         };
         let key_valid = match attention_mask {
             Some(m) if m.size() != [b, total] => {
@@ -246,8 +275,16 @@ impl Qwen2ForCausalLM {
         let query_pos = Tensor::arange_start(past, total, (Kind::Int64, device)).unsqueeze(1);
         let key_pos = Tensor::arange(total, (Kind::Int64, device)).unsqueeze(0);
         let causal = key_pos.le_tensor(&query_pos);
-        let allowed = causal.unsqueeze(0).logical_and(&key_valid.unsqueeze(1)).unsqueeze(1);
-        let rope = rope_tables(&positions, self.config.head_dim(), self.config.rope_base(), self.dtype.kind());
+        let allowed = causal
+            .unsqueeze(0)
+            .logical_and(&key_valid.unsqueeze(1))
+            .unsqueeze(1);
+        let rope = rope_tables(
+            &positions,
+            self.config.head_dim(),
+            self.config.rope_base(),
+            self.dtype.kind(),
+        );
         let mut h = Tensor::embedding(&self.embed_tokens, &ids, -1, false, false);
         for (i, layer) in self.layers.iter().enumerate() {
             let slot = cache.as_mut().and_then(|c| c.layers.get_mut(i));

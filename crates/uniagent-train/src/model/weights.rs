@@ -19,21 +19,31 @@ pub(crate) fn checkpoint_files(dir: &Path) -> Result<Vec<PathBuf>> {
     }
     let index = dir.join("model.safetensors.index.json");
     let text = std::fs::read_to_string(&index).map_err(|e| {
-        Error::io(format!("reading {} (no model.safetensors either)", index.display()), e)
+        Error::io(
+            format!("reading {} (no model.safetensors either)", index.display()),
+            e,
+        )
     })?;
     let parsed: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::Config {
         message: format!("{} is not valid JSON: {e}", index.display()),
         source: Some(Box::new(e)),
     })?;
-    let map = parsed.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| Error::Config {
-        message: format!("{} has no `weight_map` object", index.display()),
-        source: None,
-    })?;
+    let map = parsed
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or_else(|| Error::Config {
+            message: format!("{} has no `weight_map` object", index.display()),
+            source: None,
+        })?;
     let mut shards = BTreeSet::new();
     for (name, file) in map {
-        let file = file.as_str().filter(|f| !f.contains('/') && !f.contains("..")).ok_or_else(|| {
-            Error::Config { message: format!("{}: bad shard name for `{name}`", index.display()), source: None }
-        })?;
+        let file = file
+            .as_str()
+            .filter(|f| !f.contains('/') && !f.contains(".."))
+            .ok_or_else(|| Error::Config {
+                message: format!("{}: bad shard name for `{name}`", index.display()),
+                source: None,
+            })?;
         shards.insert(file.to_string());
     }
     Ok(shards.into_iter().map(|f| dir.join(f)).collect())
@@ -46,9 +56,12 @@ pub(crate) fn load_into(vs: &VarStore, dir: &Path) -> Result<()> {
     let mut variables: HashMap<String, Tensor> = vs.variables();
     let mut missing: BTreeSet<String> = variables.keys().cloned().collect();
     for file in checkpoint_files(dir)? {
-        let tensors = Tensor::read_safetensors(&file).map_err(tch_error(format!("reading {}", file.display())))?;
+        let tensors = Tensor::read_safetensors(&file)
+            .map_err(tch_error(format!("reading {}", file.display())))?;
         for (name, tensor) in tensors {
-            let Some(var) = variables.get_mut(&name) else { continue };
+            let Some(var) = variables.get_mut(&name) else {
+                continue;
+            };
             if var.size() != tensor.size() {
                 return Err(Error::Config {
                     message: format!(
@@ -60,13 +73,18 @@ pub(crate) fn load_into(vs: &VarStore, dir: &Path) -> Result<()> {
                     source: None,
                 });
             }
-            tch::no_grad(|| var.f_copy_(&tensor)).map_err(tch_error(format!("loading `{name}`")))?;
+            tch::no_grad(|| var.f_copy_(&tensor))
+                .map_err(tch_error(format!("loading `{name}`")))?;
             missing.remove(&name);
         }
     }
     if let Some(name) = missing.iter().next() {
         return Err(Error::Config {
-            message: format!("{}: checkpoint lacks `{name}` ({} missing tensors)", dir.display(), missing.len()),
+            message: format!(
+                "{}: checkpoint lacks `{name}` ({} missing tensors)",
+                dir.display(),
+                missing.len()
+            ),
             source: None,
         });
     }
@@ -83,5 +101,6 @@ pub(crate) fn save_from(vs: &VarStore, dir: &Path) -> Result<()> {
         .collect();
     named.sort_by(|a, b| a.0.cmp(&b.0));
     let path = dir.join("model.safetensors");
-    Tensor::write_safetensors(&named, &path).map_err(tch_error(format!("writing {}", path.display())))
+    Tensor::write_safetensors(&named, &path)
+        .map_err(tch_error(format!("writing {}", path.display())))
 }

@@ -18,26 +18,49 @@ pub struct TrainBatch {
 impl TrainBatch {
     /// A batch for SFT (no advantages).
     pub fn sft(rows: Vec<AgentLoopOutput>) -> Self {
-        Self { rows, advantages: None }
+        Self {
+            rows,
+            advantages: None,
+        }
     }
 
     /// A batch whose advantages are verl's GRPO outcome advantages: rows with equal `uids`
     /// form a group, each row's score is its `reward_score` (missing = 0).
-    pub fn with_grpo(rows: Vec<AgentLoopOutput>, uids: &[String], norm_by_std: bool) -> Result<Self> {
+    pub fn with_grpo(
+        rows: Vec<AgentLoopOutput>,
+        uids: &[String],
+        norm_by_std: bool,
+    ) -> Result<Self> {
         if uids.len() != rows.len() {
-            return Err(Error::invalid_input(format!("{} uids for {} rows", uids.len(), rows.len())));
+            return Err(Error::invalid_input(format!(
+                "{} uids for {} rows",
+                uids.len(),
+                rows.len()
+            )));
         }
         let padded = PaddedBatch::new(&rows, None, usize::MAX, Device::Cpu)?;
-        let scores: Vec<f32> = rows.iter().map(|r| r.reward_score.unwrap_or(0.0) as f32).collect();
+        let scores: Vec<f32> = rows
+            .iter()
+            .map(|r| r.reward_score.unwrap_or(0.0) as f32)
+            .collect();
         let scores = Tensor::from_slice(&scores);
         let rewards = token_level_rewards(&scores, &padded.response_mask).map_err(rl_error)?;
-        let adv = grpo_advantages(&rewards, &padded.response_mask, &Groups::from_uids(uids), norm_by_std, GRPO_EPSILON)
-            .map_err(rl_error)?;
+        let adv = grpo_advantages(
+            &rewards,
+            &padded.response_mask,
+            &Groups::from_uids(uids),
+            norm_by_std,
+            GRPO_EPSILON,
+        )
+        .map_err(rl_error)?;
         let advantages = (0..rows.len() as i64)
             .map(|i| Vec::<f32>::try_from(adv.get(i).to_kind(Kind::Float)))
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(crate::model::tch_error("reading advantages"))?;
-        Ok(Self { rows, advantages: Some(advantages) })
+        Ok(Self {
+            rows,
+            advantages: Some(advantages),
+        })
     }
 }
 
@@ -67,12 +90,20 @@ impl PaddedBatch {
         device: Device,
     ) -> Result<Self> {
         if rows.is_empty() {
-            return Err(Error::invalid_input("a training batch needs at least one row"));
+            return Err(Error::invalid_input(
+                "a training batch needs at least one row",
+            ));
         }
-        let width = rows.iter().map(|r| r.prompt_ids.len() + r.response_ids.len()).max().unwrap_or(0);
+        let width = rows
+            .iter()
+            .map(|r| r.prompt_ids.len() + r.response_ids.len())
+            .max()
+            .unwrap_or(0);
         let resp = rows.iter().map(|r| r.response_ids.len()).max().unwrap_or(0);
         if resp == 0 {
-            return Err(Error::invalid_input("every row of the batch has an empty response"));
+            return Err(Error::invalid_input(
+                "every row of the batch has an empty response",
+            ));
         }
         let (b, l, r) = (rows.len(), width, resp);
         let mut ids = vec![0i64; b * l];
@@ -93,8 +124,15 @@ impl PaddedBatch {
                     row.response_mask.len()
                 )));
             }
-            if let Some(bad) = row.prompt_ids.iter().chain(&row.response_ids).find(|&&t| t as usize >= vocab) {
-                return Err(Error::invalid_input(format!("row {i}: token id {bad} is outside the vocabulary")));
+            if let Some(bad) = row
+                .prompt_ids
+                .iter()
+                .chain(&row.response_ids)
+                .find(|&&t| t as usize >= vocab)
+            {
+                return Err(Error::invalid_input(format!(
+                    "row {i}: token id {bad} is outside the vocabulary"
+                )));
             }
             let p = row.prompt_ids.len();
             for (k, &t) in row.prompt_ids.iter().chain(&row.response_ids).enumerate() {
@@ -112,8 +150,16 @@ impl PaddedBatch {
                 adv[at] = row_adv.and_then(|a| a.get(t)).copied().unwrap_or(0.0) * rmask[at];
             }
         }
-        let two = |v: Vec<i64>, w: usize| Tensor::from_slice(&v).view([b as i64, w as i64]).to_device(device);
-        let twof = |v: Vec<f32>| Tensor::from_slice(&v).view([b as i64, r as i64]).to_device(device);
+        let two = |v: Vec<i64>, w: usize| {
+            Tensor::from_slice(&v)
+                .view([b as i64, w as i64])
+                .to_device(device)
+        };
+        let twof = |v: Vec<f32>| {
+            Tensor::from_slice(&v)
+                .view([b as i64, r as i64])
+                .to_device(device)
+        };
         Ok(Self {
             input_ids: two(ids, l),
             attention_mask: two(attn, l),

@@ -10,6 +10,8 @@ mod schedule;
 mod step;
 
 pub use batch::TrainBatch;
-pub use config::{KlLossConfig, OldLogProbSource, OptimConfig, RlObjective, TrainMode, TrainerConfig};
+pub use config::{
+    KlLossConfig, OldLogProbSource, OptimConfig, RlObjective, TrainMode, TrainerConfig,
+};
 pub use schedule::{LrSchedule, ScheduleKind};
 pub use step::{StepMetrics, Trainer};

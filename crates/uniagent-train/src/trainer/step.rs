@@ -10,7 +10,9 @@ use super::batch::{rl_error, PaddedBatch, TrainBatch};
 use super::config::{OldLogProbSource, RlObjective, TrainMode, TrainerConfig};
 use super::logprob::{response_logits, token_logprobs};
 use crate::model::{tch_error, Qwen2ForCausalLM};
-use crate::rl::{agg_loss, entropy_from_logits, kl_penalty, policy_loss, GlobalBatchInfo, LossAggMode};
+use crate::rl::{
+    agg_loss, entropy_from_logits, kl_penalty, policy_loss, GlobalBatchInfo, LossAggMode,
+};
 
 /// What one step measured.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -62,33 +64,55 @@ pub struct Trainer {
 
 impl std::fmt::Debug for Trainer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Trainer").field("config", &self.config).field("steps_done", &self.steps_done).finish()
+        f.debug_struct("Trainer")
+            .field("config", &self.config)
+            .field("steps_done", &self.steps_done)
+            .finish()
     }
 }
 
 impl Trainer {
     /// A trainer for `policy`. `reference` (frozen here) is required when the objective has a
     /// KL term.
-    pub fn new(policy: Qwen2ForCausalLM, reference: Option<Qwen2ForCausalLM>, config: TrainerConfig) -> Result<Self> {
+    pub fn new(
+        policy: Qwen2ForCausalLM,
+        reference: Option<Qwen2ForCausalLM>,
+        config: TrainerConfig,
+    ) -> Result<Self> {
         if let TrainMode::Rl(RlObjective { kl: Some(_), .. }) = config.mode {
             if reference.is_none() {
                 return Err(Error::invalid_input("a KL loss needs a reference policy"));
             }
         }
-        if config.micro_batch_size == 0 || !(config.temperature > 0.0) {
-            return Err(Error::invalid_input("micro_batch_size must be >= 1 and temperature > 0"));
+        if config.micro_batch_size == 0 || config.temperature.is_nan() || config.temperature <= 0.0
+        {
+            return Err(Error::invalid_input(
+                "micro_batch_size must be >= 1 and temperature > 0",
+            ));
         }
         let reference = reference.map(|mut r| {
             r.var_store_mut().freeze();
             r
         });
         let o = &config.optim;
-        let mut optimizer = nn::AdamW { beta1: o.beta1, beta2: o.beta2, wd: o.weight_decay, eps: o.eps, amsgrad: false }
-            .build(policy.var_store(), o.lr * o.schedule.multiplier(0))
-            .map_err(tch_error("building AdamW"))?;
+        let mut optimizer = nn::AdamW {
+            beta1: o.beta1,
+            beta2: o.beta2,
+            wd: o.weight_decay,
+            eps: o.eps,
+            amsgrad: false,
+        }
+        .build(policy.var_store(), o.lr * o.schedule.multiplier(0))
+        .map_err(tch_error("building AdamW"))?;
         optimizer.set_weight_decay_group(crate::model::DECAY_GROUP, o.weight_decay);
         optimizer.set_weight_decay_group(crate::model::NO_DECAY_GROUP, 0.0);
-        Ok(Self { policy, reference, optimizer, config, steps_done: 0 })
+        Ok(Self {
+            policy,
+            reference,
+            optimizer,
+            config,
+            steps_done: 0,
+        })
     }
 
     /// The policy being trained.
@@ -123,20 +147,34 @@ impl Trainer {
     pub fn accumulate_gradients(&mut self, batch: &TrainBatch) -> Result<StepMetrics> {
         self.optimizer.zero_grad();
         let vocab = self.policy.config().vocab_size;
-        let padded = PaddedBatch::new(&batch.rows, batch.advantages.as_deref(), vocab, self.policy.device())?;
+        let padded = PaddedBatch::new(
+            &batch.rows,
+            batch.advantages.as_deref(),
+            vocab,
+            self.policy.device(),
+        )?;
         let info = GlobalBatchInfo::for_mini_batch(&padded.response_mask).map_err(rl_error)?;
         let tokens = info.batch_num_tokens.unwrap_or(0);
         let temperature = self.config.temperature;
         let old = match (self.config.mode, self.config.old_log_prob) {
-            (TrainMode::Rl(_), OldLogProbSource::Recompute) => Some(self.no_grad_logprobs(&self.policy, &padded)?),
-            (TrainMode::Rl(_), OldLogProbSource::Rollout) => Some(padded.rollout_logprobs.shallow_clone()),
+            (TrainMode::Rl(_), OldLogProbSource::Recompute) => {
+                Some(self.no_grad_logprobs(&self.policy, &padded)?)
+            }
+            (TrainMode::Rl(_), OldLogProbSource::Rollout) => {
+                Some(padded.rollout_logprobs.shallow_clone())
+            }
             (TrainMode::Sft, _) => None,
         };
         let reference = match (&self.reference, self.config.mode) {
-            (Some(r), TrainMode::Rl(RlObjective { kl: Some(_), .. })) => Some(self.no_grad_logprobs(r, &padded)?),
+            (Some(r), TrainMode::Rl(RlObjective { kl: Some(_), .. })) => {
+                Some(self.no_grad_logprobs(r, &padded)?)
+            }
             _ => None,
         };
-        let mut m = StepMetrics { tokens, ..StepMetrics::default() };
+        let mut m = StepMetrics {
+            tokens,
+            ..StepMetrics::default()
+        };
         let micro = self.config.micro_batch_size as i64;
         let mut start = 0;
         while start < padded.rows() {
@@ -146,7 +184,13 @@ impl Trainer {
             let logp = token_logprobs(&logits, &mb.response_ids);
             let loss = match self.config.mode {
                 TrainMode::Sft => {
-                    let nll = agg_loss(&logp.neg(), &mb.response_mask, LossAggMode::TokenMean, &info).map_err(rl_error)?;
+                    let nll = agg_loss(
+                        &logp.neg(),
+                        &mb.response_mask,
+                        LossAggMode::TokenMean,
+                        &info,
+                    )
+                    .map_err(rl_error)?;
                     m.pg_loss += nll.double_value(&[]);
                     nll
                 }
@@ -169,16 +213,19 @@ impl Trainer {
                     m.pg_loss += out.loss.double_value(&[]);
                     let mut loss = out.loss;
                     if let (Some(kl), Some(ref_mb)) = (objective.kl, slice(&reference)) {
-                        let per_token = kl_penalty(&logp, &ref_mb, kl.estimator).map_err(rl_error)?;
-                        let kl_loss = agg_loss(&per_token, &mb.response_mask, objective.agg, &info).map_err(rl_error)?;
+                        let per_token =
+                            kl_penalty(&logp, &ref_mb, kl.estimator).map_err(rl_error)?;
+                        let kl_loss = agg_loss(&per_token, &mb.response_mask, objective.agg, &info)
+                            .map_err(rl_error)?;
                         m.kl += kl_loss.double_value(&[]);
-                        loss = loss + kl_loss * kl.coef;
+                        loss += kl_loss * kl.coef;
                     }
                     if objective.entropy_coeff != 0.0 {
                         let entropy = entropy_from_logits(&logits).map_err(rl_error)?;
-                        let ent = agg_loss(&entropy, &mb.response_mask, objective.agg, &info).map_err(rl_error)?;
+                        let ent = agg_loss(&entropy, &mb.response_mask, objective.agg, &info)
+                            .map_err(rl_error)?;
                         m.entropy += ent.double_value(&[]);
-                        loss = loss - ent * objective.entropy_coeff;
+                        loss -= ent * objective.entropy_coeff;
                     }
                     loss
                 }
@@ -199,7 +246,8 @@ impl Trainer {
             let len = micro.min(padded.rows() - start);
             let mb = padded.slice(start, len);
             let lp = tch::no_grad(|| {
-                response_logits(model, &mb, self.config.temperature).map(|l| token_logprobs(&l, &mb.response_ids))
+                response_logits(model, &mb, self.config.temperature)
+                    .map(|l| token_logprobs(&l, &mb.response_ids))
             })?;
             parts.push(lp);
             start += len;
@@ -222,8 +270,14 @@ impl Trainer {
             return 0.0;
         }
         let norm = tch::no_grad(|| {
-            let squares: Vec<Tensor> = grads.iter().map(|g| g.to_kind(Kind::Float).pow_tensor_scalar(2).sum(Kind::Float)).collect();
-            Tensor::stack(&squares, 0).sum(Kind::Float).sqrt().double_value(&[])
+            let squares: Vec<Tensor> = grads
+                .iter()
+                .map(|g| g.to_kind(Kind::Float).pow_tensor_scalar(2).sum(Kind::Float))
+                .collect();
+            Tensor::stack(&squares, 0)
+                .sum(Kind::Float)
+                .sqrt()
+                .double_value(&[])
         });
         if let Some(max) = self.config.optim.max_grad_norm {
             let coef = max / (norm + 1e-6);
@@ -258,8 +312,10 @@ impl Trainer {
     /// saved.
     pub fn save_checkpoint(&self, dir: &Path) -> Result<()> {
         self.policy.save_pretrained(dir)?;
-        let state = serde_json::json!({ "steps_done": self.steps_done, "next_lr": self.current_lr() });
+        let state =
+            serde_json::json!({ "steps_done": self.steps_done, "next_lr": self.current_lr() });
         let path = dir.join("trainer_state.json");
-        std::fs::write(&path, state.to_string()).map_err(|e| Error::io(format!("writing {}", path.display()), e))
+        std::fs::write(&path, state.to_string())
+            .map_err(|e| Error::io(format!("writing {}", path.display()), e))
     }
 }

@@ -1,5 +1,5 @@
 //! Helpers shared by the model/generation/trainer tests.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used)]
 
 use std::path::PathBuf;
 
@@ -20,11 +20,21 @@ pub fn reference() -> serde_json::Value {
 }
 
 pub fn ids_of(value: &serde_json::Value) -> Vec<i64> {
-    value.as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect()
+    value
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect()
 }
 
 pub fn floats_of(value: &serde_json::Value) -> Vec<f64> {
-    value.as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect()
+    value
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect()
 }
 
 /// The Python of `.venv-torch` when `UNIAGENT_TORCH_VENV` is set (it must then exist); `None`
