@@ -161,7 +161,9 @@ async fn rollouts_run_commands_in_their_own_sandbox_and_are_scored_before_stop()
             t.messages
         );
     }
-    for d in created.lock().unwrap().iter() {
+    let sandboxes: Vec<Arc<HostDeployment>> = created.lock().unwrap().clone();
+    assert_eq!(sandboxes.len(), 3);
+    for d in &sandboxes {
         assert!(
             d.is_alive().await.map(|r| !r.is_alive).unwrap_or(true),
             "sandbox still alive after the run"
