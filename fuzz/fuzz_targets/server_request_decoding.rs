@@ -10,22 +10,35 @@ use std::sync::OnceLock;
 
 use axum::extract::{FromRequest, Multipart};
 use libfuzzer_sys::fuzz_target;
-use uniagent_core::sandbox::{Action, CloseSessionRequest, Command, CreateSessionRequest, ReadFileRequest, WriteFileRequest};
+use uniagent_core::sandbox::{
+    Action, CloseSessionRequest, Command, CreateSessionRequest, ReadFileRequest, WriteFileRequest,
+};
 use uniagent_envs::server::upload::read_form;
-use uniagent_envs::server::validate::{parse_body, ACTION, CLOSE_SESSION, COMMAND, CREATE_SESSION, READ_FILE, WRITE_FILE};
+use uniagent_envs::server::validate::{
+    parse_body, ACTION, CLOSE_SESSION, COMMAND, CREATE_SESSION, READ_FILE, WRITE_FILE,
+};
 
 fn runtime() -> &'static tokio::runtime::Runtime {
     static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RT.get_or_init(|| tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime"))
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+    })
 }
 
 fn staging() -> &'static std::path::Path {
     static DIR: OnceLock<std::path::PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| std::env::temp_dir().join(format!("uniagent-fuzz-upload-{}", std::process::id())))
+    DIR.get_or_init(|| {
+        std::env::temp_dir().join(format!("uniagent-fuzz-upload-{}", std::process::id()))
+    })
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&selector, body)) = data.split_first() else { return };
+    let Some((&selector, body)) = data.split_first() else {
+        return;
+    };
     match selector % 7 {
         0 => drop(parse_body::<Action>(body, &ACTION)),
         1 => drop(parse_body::<CreateSessionRequest>(body, &CREATE_SESSION)),
