@@ -124,3 +124,44 @@ fn template_errors_are_typed_not_renders() {
     let err = codec.render(&ChatInput::default()).unwrap_err();
     assert_eq!(err.kind(), uniagent_core::ErrorKind::InvalidInput, "{err}");
 }
+
+#[test]
+fn probing_reports_glue_and_append_only_structure() {
+    let kwargs = serde_json::Map::new();
+    let qwen25 = Codec::from_dir(dir("qwen2.5"))
+        .unwrap()
+        .probe_template(&kwargs)
+        .unwrap();
+    assert_eq!(qwen25.generation_prompt, "<|im_start|>assistant\n");
+    assert_eq!(qwen25.turn_glue, "\n");
+    assert!(qwen25.append_only_after_tool && qwen25.append_only_after_user);
+    assert!(
+        qwen25.append_only_after_user_with_reasoning,
+        "Qwen2.5 ignores reasoning_content"
+    );
+    let qwen3 = Codec::from_dir(dir("qwen3"))
+        .unwrap()
+        .probe_template(&kwargs)
+        .unwrap();
+    assert_eq!(qwen3.turn_glue, "\n");
+    assert!(
+        qwen3.append_only_after_tool,
+        "reasoning after the last query is kept"
+    );
+    assert!(
+        !qwen3.append_only_after_user_with_reasoning,
+        "Qwen3 drops reasoning before a new query"
+    );
+    // Without reasoning, Qwen3 wraps only the *last* assistant turn in an empty think block.
+    assert!(!qwen3.append_only_after_user);
+    let mut off = serde_json::Map::new();
+    off.insert("enable_thinking".into(), serde_json::json!(false));
+    let qwen3_off = Codec::from_dir(dir("qwen3"))
+        .unwrap()
+        .probe_template(&off)
+        .unwrap();
+    assert_eq!(
+        qwen3_off.generation_prompt,
+        "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    );
+}

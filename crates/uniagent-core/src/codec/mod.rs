@@ -24,6 +24,7 @@
 
 mod incremental;
 mod load;
+mod probe;
 mod pyjson;
 mod replay;
 mod template;
@@ -33,6 +34,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 pub use incremental::SampledTurn;
+pub use probe::TemplateProbe;
 pub use pyjson::{py_float_repr, py_json_dumps, py_json_dumps_with, PyJsonOptions};
 pub use replay::Replay;
 pub use template::{ChatInput, ChatTemplate};
