@@ -25,13 +25,18 @@ use uniagent_core::testing::{
     RecordingTool, ScriptedChatModel, ScriptedTokenChatModel, ScriptedTurn,
 };
 use uniagent_core::{
-    ChatModel, EpisodeSignal, Error, LengthLimits, Message, Result, Task, ToolCall, ToolOutput,
+    ChatModel, Deployment, DeploymentExt, EpisodeSignal, Error, LengthLimits, Message, Result,
+    Task, Tool, ToolCall, ToolContext, ToolOutput, ToolSpec,
 };
+use uniagent_envs::{HostConfig, HostDeployment};
 
 struct Args {
     rollouts: usize,
     turns: usize,
     message_level: bool,
+    /// Run every rollout in its own real host sandbox (`uniagent-sandbox` child process), with
+    /// at most this many sandboxes at once; the tool runs `echo` in the sandbox's bash session.
+    host_sandboxes: Option<usize>,
 }
 
 fn parse_args() -> Result<Args> {
@@ -39,6 +44,7 @@ fn parse_args() -> Result<Args> {
         rollouts: 10_000,
         turns: 5,
         message_level: false,
+        host_sandboxes: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -52,14 +58,40 @@ fn parse_args() -> Result<Args> {
             "--rollouts" => args.rollouts = number("--rollouts")?,
             "--turns" => args.turns = number("--turns")?,
             "--message-level" => args.message_level = true,
+            "--host-sandboxes" => args.host_sandboxes = Some(number("--host-sandboxes")?),
             other => {
                 return Err(Error::invalid_input(format!(
-                    "unknown argument `{other}` (use --rollouts N, --turns T, --message-level)"
+                    "unknown argument `{other}` (use --rollouts N, --turns T, --message-level, --host-sandboxes N)"
                 )))
             }
         }
     }
     Ok(args)
+}
+
+/// Echoes its text through the rollout's bash session.
+#[derive(Debug)]
+struct SandboxEcho;
+
+#[async_trait::async_trait]
+impl Tool for SandboxEcho {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::function(
+            "echo",
+            "Echo a text in the sandbox.",
+            json!({"type": "object", "properties": {"text": {"type": "string"}}}),
+        )
+    }
+
+    async fn call(&self, args: serde_json::Value, ctx: &ToolContext) -> Result<ToolOutput> {
+        let text = args["text"].as_str().unwrap_or_default();
+        let sandbox = ctx.require_deployment("echo")?;
+        let command = format!("echo '{text}'");
+        let out = sandbox
+            .bash(&ctx.session, &command, ctx.timeout.as_secs_f64())
+            .await?;
+        Ok(ToolOutput::success(out.output))
+    }
 }
 
 /// Counts trajectories without keeping them.
@@ -125,9 +157,13 @@ async fn main() -> Result<()> {
             LengthLimits::default(),
         ))
     };
-    let echo = RecordingTool::new("echo", |a| {
-        Ok(ToolOutput::success(a["text"].as_str().unwrap_or_default()))
-    });
+    let echo: Arc<dyn Tool> = if args.host_sandboxes.is_some() {
+        Arc::new(SandboxEcho)
+    } else {
+        Arc::new(RecordingTool::new("echo", |a| {
+            Ok(ToolOutput::success(a["text"].as_str().unwrap_or_default()))
+        }))
+    };
     let finish = RecordingTool::new("finish", |a| {
         let answer = a["answer"].as_str().unwrap_or_default().to_owned();
         Ok(ToolOutput::success("done").with_signal(EpisodeSignal::Finish { answer }))
@@ -136,9 +172,9 @@ async fn main() -> Result<()> {
         max_turns: args.turns as u32 + 1,
         ..LoopConfig::default()
     };
-    let agent = AgentInteraction::new(model, vec![Arc::new(echo), Arc::new(finish)], loop_cfg)?;
+    let agent = AgentInteraction::new(model, vec![echo, Arc::new(finish)], loop_cfg)?;
     let runner_cfg = RunnerConfig {
-        max_concurrent_rollouts: args.rollouts,
+        max_concurrent_rollouts: args.host_sandboxes.unwrap_or(args.rollouts),
         max_concurrent_model_calls: args.rollouts,
         ..RunnerConfig::default()
     };
@@ -151,7 +187,13 @@ async fn main() -> Result<()> {
     let running = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
     let (pb, run_c, fail_c) = (bar.clone(), running.clone(), failed.clone());
-    let runner = Runner::new(agent, runner_cfg)?.with_progress(move |e| match e {
+    let mut runner = Runner::new(agent, runner_cfg)?;
+    if args.host_sandboxes.is_some() {
+        runner = runner.with_sandboxes(|_task: &Task| {
+            Ok(Box::new(HostDeployment::new(HostConfig::default())) as Box<dyn Deployment>)
+        });
+    }
+    let runner = runner.with_progress(move |e| match e {
         ProgressEvent::Started { .. } => {
             run_c.fetch_add(1, Ordering::Relaxed);
         }
@@ -196,6 +238,7 @@ async fn main() -> Result<()> {
         "cancelled": summary.exit_reasons[&ExitReason::Cancelled],
         "turns_total": summary.turns.total,
         "token_level": !args.message_level,
+        "host_sandboxes": args.host_sandboxes,
         "wall_s": wall.as_secs_f64(),
         "rollouts_per_s": summary.rollouts as f64 / wall.as_secs_f64(),
         "peak_rss_mib": peak_rss_kib().map(|k| k as f64 / 1024.0),
