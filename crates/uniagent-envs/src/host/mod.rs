@@ -4,7 +4,7 @@
 //! `home/` an empty `HOME`, `server.log` its output), picks a free loopback port and a random
 //! token, spawns the server in its own process group and waits until it answers `is_alive`.
 //! `stop`, dropping the deployment, cancelling `start` and a panic all end the server and every
-//! process it started (see [`process`](self) for how), and remove the directory unless
+//! process it started (see `host::process` in the source for how), and remove the directory unless
 //! [`HostConfig::keep_work_dir`] is set.
 
 mod binary;
