@@ -12,8 +12,11 @@ target=x86_64-unknown-linux-gnu
 RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
     cargo build --release -p uniagent-tools --bin uniagent-toolbox --target "$target" >&2
 out="${CARGO_TARGET_DIR:-target}/$target/release/uniagent-toolbox"
-if ldd "$out" >/dev/null 2>&1; then
-    echo "build-static-toolbox: $out is dynamically linked" >&2
+# A static-pie binary makes ldd print "statically linked" (exit 0); a plain static one "not a
+# dynamic executable" (exit 1). Anything else lists shared libraries.
+if ! ldd "$out" 2>&1 | grep -qE 'statically linked|not a dynamic executable'; then
+    echo "build-static-toolbox: $out is dynamically linked:" >&2
+    ldd "$out" >&2 || true
     exit 1
 fi
 "$out" --version >&2
