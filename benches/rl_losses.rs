@@ -68,9 +68,8 @@ fn main() {
         }
     }
     let grpo_ms = median_ms(|| {
-        std::hint::black_box(
-            grpo_advantages(&rewards, &mask, &groups, true, GRPO_EPSILON).unwrap(),
-        );
+        let adv = grpo_advantages(&rewards, &mask, &groups, true, GRPO_EPSILON).unwrap();
+        std::hint::black_box(&adv);
     });
     ours.push(("grpo advantages".to_owned(), grpo_ms));
 
