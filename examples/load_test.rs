@@ -13,8 +13,9 @@
 // `uniagent_core::Error` is large by design (it embeds a `RemoteException`).
 #![allow(clippy::result_large_err)]
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -186,7 +187,8 @@ async fn main() -> Result<()> {
     );
     let running = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
-    let (pb, run_c, fail_c) = (bar.clone(), running.clone(), failed.clone());
+    let exits: Arc<Mutex<BTreeMap<ExitReason, u64>>> = Arc::default();
+    let (pb, run_c, fail_c, exit_c) = (bar.clone(), running.clone(), failed.clone(), exits.clone());
     let mut runner = Runner::new(agent, runner_cfg)?;
     if args.host_sandboxes.is_some() {
         runner = runner.with_sandboxes(|_task: &Task| {
@@ -202,13 +204,18 @@ async fn main() -> Result<()> {
             if !exit_reason.is_success_path() {
                 fail_c.fetch_add(1, Ordering::Relaxed);
             }
+            let mut exits = exit_c
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            *exits.entry(*exit_reason).or_default() += 1;
             pb.inc(1);
-            if pb.position() % 500 == 0 {
+            if pb.position() % 100 == 0 || pb.position() == pb.length().unwrap_or(0) {
                 let (r, f) = (
                     run_c.load(Ordering::Relaxed),
                     fail_c.load(Ordering::Relaxed),
                 );
-                pb.set_message(format!("running {r} failed {f}"));
+                let counts: Vec<String> = exits.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+                pb.set_message(format!("running {r} failed {f} | {}", counts.join(" ")));
             }
         }
     });
