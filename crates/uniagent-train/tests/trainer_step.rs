@@ -264,6 +264,20 @@ fn bad_batches_are_typed_errors() {
     rows[0].response_mask.pop();
     assert!(trainer.step(&TrainBatch::sft(rows.clone())).is_err());
     rows[0].response_mask.push(1);
+    let mut no_logprobs = rows.clone();
+    no_logprobs[2].response_logprobs = None;
+    let mut rollout_trainer = Trainer::new(
+        common::tiny_model(),
+        None,
+        rl_config(LossAggMode::TokenMean, PolicyLossMode::Vanilla, 2),
+    )
+    .unwrap();
+    assert!(rollout_trainer
+        .step(&TrainBatch {
+            rows: no_logprobs,
+            advantages: None
+        })
+        .is_err());
     rows[1].response_ids[0] = 151_936;
     assert!(trainer.step(&TrainBatch::sft(rows)).is_err());
 }

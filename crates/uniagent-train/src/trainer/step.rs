@@ -146,6 +146,19 @@ impl Trainer {
     /// stepping (exposed so that gradients can be inspected).
     pub fn accumulate_gradients(&mut self, batch: &TrainBatch) -> Result<StepMetrics> {
         self.optimizer.zero_grad();
+        if matches!(self.config.mode, TrainMode::Rl(_))
+            && self.config.old_log_prob == OldLogProbSource::Rollout
+        {
+            if let Some(i) = batch
+                .rows
+                .iter()
+                .position(|r| r.response_logprobs.is_none())
+            {
+                return Err(Error::invalid_input(format!(
+                    "row {i} has no response_logprobs, which old_log_prob = rollout needs"
+                )));
+            }
+        }
         let vocab = self.policy.config().vocab_size;
         let padded = PaddedBatch::new(
             &batch.rows,
