@@ -13,8 +13,10 @@ RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
     cargo build --release -p uniagent-envs --no-default-features --features server \
     --bin uniagent-sandbox --target "$target" >&2
 out="${CARGO_TARGET_DIR:-target}/$target/release/uniagent-sandbox"
-if ldd "$out" >/dev/null 2>&1; then
-    echo "build-static-sandbox: $out is dynamically linked" >&2
+# A static(-pie) binary needs no shared library: ldd lists none ("statically linked").
+if ldd "$out" 2>&1 | grep -q "=>"; then
+    echo "build-static-sandbox: $out links shared libraries:" >&2
+    ldd "$out" >&2
     exit 1
 fi
 echo "$out"

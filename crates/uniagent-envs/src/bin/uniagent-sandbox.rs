@@ -60,6 +60,11 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    // Install the handlers before serving, so a SIGTERM at any time after start shuts down
+    // cleanly (closing every session) instead of killing the process.
+    let mut term = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
     let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port)).await?;
     let addr = listener.local_addr()?;
     let mut config = ServerConfig::new(args.auth_token);
@@ -71,21 +76,11 @@ async fn run(args: Args) -> std::io::Result<()> {
     let mut stdout = std::io::stdout();
     writeln!(stdout, "uniagent-sandbox listening on http://{addr}")?;
     stdout.flush()?;
-    serve(listener, config, shutdown_signal()).await
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
+    let shutdown = async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = interrupt.recv() => {}
         }
-        _ => std::future::pending().await,
-    }
+    };
+    serve(listener, config, shutdown).await
 }
