@@ -18,7 +18,7 @@
 //! Memory limit without swap, CPU quota, pids limit, not privileged, **all capabilities
 //! dropped** (the server binds an unprivileged port and runs shells as the image's user, so it
 //! needs none; add some back with [`DockerConfig::cap_add`]), `no-new-privileges`, no network
-//! (see [`network`](self::network) for how the host still reaches the server), optional
+//! (see [`network`] for how the host still reaches the server), optional
 //! read-only root with a writable work dir and `/tmp`, and a lifetime after which the container
 //! is removed whatever it is doing.
 //!
