@@ -1,0 +1,398 @@
+//! The closed loop: tokenizer + policy, SFT warm start on demonstrations, held-out
+//! evaluation, RL on the policy's own rollouts, metrics and trajectories on disk.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{json, Value};
+use uniagent_core::agent::Trajectory;
+use uniagent_core::{Error, Result, Task, TokenGenerator};
+use uniagent_envs::HostConfig;
+use uniagent_train::generate::{EngineConfig, TchEngine};
+use uniagent_train::model::Qwen2ForCausalLM;
+use uniagent_train::rl::PolicyLossMode;
+use uniagent_train::tch::Device;
+use uniagent_train::trainer::{
+    OptimConfig, RlObjective, TrainBatch, TrainMode, Trainer, TrainerConfig,
+};
+
+use crate::config::QuickstartConfig;
+use crate::policy::{load_hf, save_tokenizer, scratch_codec, scratch_model, train_tokenizer};
+use crate::pipeline::Rollouter;
+use crate::rollout::{demonstration, run_rollouts, Demonstrator, RolloutSettings, Seeded};
+use crate::task::FileQuestion;
+
+fn io(context: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |e| Error::io(context.to_owned(), e)
+}
+
+/// Tasks `prefix-0..n` drawn from `rng`.
+fn tasks(prefix: &str, n: usize, rng: &mut fastrand::Rng) -> Vec<FileQuestion> {
+    (0..n)
+        .map(|i| FileQuestion::generate(format!("{prefix}-{i}"), rng))
+        .collect()
+}
+
+/// The tokenizer's training text: questions, demonstrations and observations of many tasks.
+fn corpus(rng: &mut fastrand::Rng) -> Vec<String> {
+    let mut lines = Vec::new();
+    for t in tasks("corpus", 400, rng) {
+        lines.push(format!("<|im_start|>user\n{}<|im_end|>\n", t.question()));
+        lines.push(format!("<|im_start|>assistant\n{}<|im_end|>\n", demonstration(&t, 0)));
+        lines.push(format!("<|im_start|>tool\n{}\n<|im_end|>\n", t.answer()));
+        lines.push(format!("<|im_start|>assistant\n{}<|im_end|>\n", demonstration(&t, 1)));
+    }
+    lines
+}
+
+/// A copy of `model` (same architecture, device and dtype; same weights).
+fn clone_model(model: &Qwen2ForCausalLM) -> Result<Qwen2ForCausalLM> {
+    let mut copy = Qwen2ForCausalLM::new(model.config().clone(), model.device(), model.dtype())?;
+    copy.copy_weights_from(model)?;
+    Ok(copy)
+}
+
+fn bar(len: usize, what: &str) -> ProgressBar {
+    let pb = ProgressBar::new(len as u64);
+    if let Ok(style) = ProgressStyle::with_template(&format!(
+        "{{elapsed:>4}} {what:<10} [{{bar:30}}] {{pos}}/{{len}} {{msg}}"
+    )) {
+        pb.set_style(style);
+    }
+    pb
+}
+
+/// Success rate and mean reward of trajectories.
+fn success(ts: &[Trajectory]) -> f64 {
+    if ts.is_empty() {
+        return 0.0;
+    }
+    ts.iter().filter(|t| t.is_success()).count() as f64 / ts.len() as f64
+}
+
+fn exit_reasons(ts: &[Trajectory]) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for t in ts {
+        *m.entry(format!("{:?}", t.exit_reason)).or_insert(0) += 1;
+    }
+    m
+}
+
+/// Appends trajectories to the JSONL file, tagged with the phase, the step and the weight
+/// version of every sampled token (`weight_versions`, from `versions`).
+fn write_jsonl(
+    file: &mut std::fs::File,
+    phase: &str,
+    step: usize,
+    ts: &[Trajectory],
+    versions: &dyn Fn(&str) -> Vec<u64>,
+) -> Result<()> {
+    for t in ts {
+        let mut v = serde_json::to_value(t).map_err(|e| Error::internal(e.to_string()))?;
+        if let Value::Object(o) = &mut v {
+            o.insert("phase".into(), json!(phase));
+            o.insert("step".into(), json!(step));
+            o.insert("weight_versions".into(), json!(versions(&t.id)));
+        }
+        writeln!(file, "{v}").map_err(io("writing trajectories.jsonl"))?;
+    }
+    Ok(())
+}
+
+/// Runs the whole quickstart and returns the summary as JSON text.
+pub async fn run(config: &QuickstartConfig, out: &Path, model_dir: Option<&Path>) -> Result<String> {
+    let started = Instant::now();
+    std::fs::create_dir_all(out).map_err(io("creating the output directory"))?;
+    let toml_text = toml::to_string(config).map_err(|e| Error::internal(e.to_string()))?;
+    std::fs::write(out.join("config.toml"), toml_text).map_err(io("writing config.toml"))?;
+    let mut jsonl = std::fs::File::create(out.join("trajectories.jsonl"))
+        .map_err(io("creating trajectories.jsonl"))?;
+    uniagent_train::tch::manual_seed(config.seed as i64);
+    let mut rng = fastrand::Rng::with_seed(config.seed);
+    let mut eval_rng = fastrand::Rng::with_seed(config.seed ^ 0x5eed_e7a1);
+
+    // 1. Tokenizer, codec and policy.
+    let (codec, policy) = match model_dir {
+        Some(dir) => {
+            let device = Device::cuda_if_available();
+            load_hf(dir, device)?
+        }
+        None => {
+            let tokenizer = train_tokenizer(&corpus(&mut rng), config.vocab_size)?;
+            save_tokenizer(&tokenizer, &out.join("policy"))?;
+            let vocab = tokenizer.get_vocab_size(true);
+            let codec = scratch_codec(tokenizer)?;
+            (codec, scratch_model(&config.model, vocab, config.seed as i64)?)
+        }
+    };
+    let codec = Arc::new(codec);
+    let engine = Arc::new(TchEngine::new(
+        clone_model(&policy)?,
+        EngineConfig { max_batch_size: 64 },
+    ));
+    let seeded = Arc::new(Seeded::new(engine.clone(), config.seed));
+    let policy_gen: Arc<dyn TokenGenerator> = seeded.clone();
+    let settings = |temperature: f64, samples: u32| RolloutSettings {
+        temperature,
+        max_turn_tokens: config.max_turn_tokens,
+        max_turns: config.max_turns,
+        concurrency: config.concurrency,
+        samples_per_task: samples,
+        host: HostConfig::default(),
+    };
+    let held_out = tasks("eval", config.eval_tasks, &mut eval_rng);
+    let held_out_tasks: Vec<Task> = held_out.iter().map(FileQuestion::to_task).collect();
+
+    // 2. SFT warm start on demonstrations run through the real loop in real sandboxes.
+    let sft_tasks = tasks("sft", config.sft_tasks, &mut rng);
+    let demos = run_rollouts(
+        Arc::new(Demonstrator::new(codec.clone(), &sft_tasks)),
+        codec.clone(),
+        sft_tasks.iter().map(FileQuestion::to_task).collect(),
+        &settings(0.0, 1),
+    )
+    .await?;
+    write_jsonl(&mut jsonl, "demonstration", 0, &demos, &|_| Vec::new())?;
+    let demo_success = success(&demos);
+    if demo_success < 1.0 {
+        return Err(Error::internal(format!(
+            "only {:.0}% of the demonstrations succeed: {:?}",
+            demo_success * 100.0,
+            exit_reasons(&demos)
+        )));
+    }
+    let rows: Vec<_> = demos.iter().map(|t| t.output.clone()).collect();
+    let sft_config = TrainerConfig {
+        mode: TrainMode::Sft,
+        optim: OptimConfig {
+            lr: config.sft_lr,
+            weight_decay: 0.0,
+            ..OptimConfig::default()
+        },
+        micro_batch_size: 16,
+        ..TrainerConfig::default()
+    };
+    let mut sft = Trainer::new(policy, None, sft_config)?;
+    let pb = bar(config.sft_steps, "sft");
+    let mut order: Vec<usize> = (0..rows.len()).collect();
+    let mut cursor = order.len();
+    let mut sft_loss = Vec::new();
+    for _ in 0..config.sft_steps {
+        let mut batch = Vec::with_capacity(config.sft_batch);
+        while batch.len() < config.sft_batch.min(rows.len()) {
+            if cursor == order.len() {
+                rng.shuffle(&mut order);
+                cursor = 0;
+            }
+            batch.push(rows[order[cursor]].clone());
+            cursor += 1;
+        }
+        let m = sft.step(&TrainBatch::sft(batch))?;
+        sft_loss.push(m.loss);
+        pb.set_message(format!("nll {:.3}", m.loss));
+        pb.inc(1);
+    }
+    pb.finish();
+    engine.update_weights(sft.policy())?;
+
+    // 3. Held-out success of the SFT-only policy (greedy).
+    let eval = |step: usize| {
+        let tasks = held_out_tasks.clone();
+        let generator = policy_gen.clone();
+        let codec = codec.clone();
+        let s = settings(0.0, 1);
+        async move {
+            let ts = run_rollouts(generator, codec, tasks, &s).await?;
+            Ok::<_, Error>((step, ts))
+        }
+    };
+    let (_, sft_eval) = eval(0).await?;
+    write_jsonl(&mut jsonl, "eval", 0, &sft_eval, &|id| seeded.take_versions(id))?;
+    let sft_success = success(&sft_eval);
+    let mut curve = vec![(0usize, sft_success)];
+
+    // 4. RL on the policy's own rollouts.
+    let loss_mode = match config.loss.as_str() {
+        "grpo" => PolicyLossMode::Vanilla,
+        "gspo" => PolicyLossMode::Gspo,
+        other => return Err(Error::invalid_input(format!("unknown loss `{other}` (grpo or gspo)"))),
+    };
+    let rl_config = TrainerConfig {
+        mode: TrainMode::Rl(RlObjective {
+            loss_mode,
+            ..RlObjective::default()
+        }),
+        optim: OptimConfig {
+            lr: config.rl_lr,
+            weight_decay: 0.0,
+            ..OptimConfig::default()
+        },
+        micro_batch_size: 16,
+        temperature: config.temperature,
+        ..TrainerConfig::default()
+    };
+    let mut trainer = Trainer::new(clone_model(sft.policy())?, None, rl_config)?;
+    drop(sft);
+    let mut steps = Vec::new();
+    let (mut trainer_idle_s, mut train_secs) = (0.0f64, 0.0f64);
+    let rl_started = Instant::now();
+    let is_async = match config.mode.as_str() {
+        "sync" => false,
+        "async" => true,
+        other => return Err(Error::invalid_input(format!("unknown mode `{other}` (sync or async)"))),
+    };
+    let mut source = if is_async {
+        let (r, rx) = Rollouter::start(
+            policy_gen.clone(),
+            codec.clone(),
+            settings(config.temperature, config.group_size),
+            config.rl_tasks_per_step,
+            config.pipeline,
+            config.seed ^ 0xa5a5,
+        );
+        Some((r, rx))
+    } else {
+        None
+    };
+    let pb = bar(config.rl_steps, "rl");
+    for step in 1..=config.rl_steps {
+        let t0 = Instant::now();
+        let ts: Vec<Trajectory> = match &mut source {
+            None => {
+                let batch_tasks = tasks(&format!("rl{step}"), config.rl_tasks_per_step, &mut rng);
+                run_rollouts(
+                    policy_gen.clone(),
+                    codec.clone(),
+                    batch_tasks.iter().map(FileQuestion::to_task).collect(),
+                    &settings(config.temperature, config.group_size),
+                )
+                .await?
+            }
+            Some((_, rx)) => {
+                let mut all = Vec::new();
+                for _ in 0..config.rl_tasks_per_step {
+                    let group = rx
+                        .recv()
+                        .await
+                        .ok_or_else(|| Error::internal("the rollouter stopped"))??;
+                    all.extend(group);
+                }
+                all
+            }
+        };
+        let rollout_s = t0.elapsed().as_secs_f64();
+        trainer_idle_s += rollout_s;
+        let trained_version = engine.weight_version();
+        let staleness = std::cell::Cell::new(0u64);
+        write_jsonl(&mut jsonl, "rl", step, &ts, &|id| {
+            let v = seeded.take_versions(id);
+            if let Some(oldest) = v.iter().min() {
+                staleness.set(staleness.get().max(trained_version.saturating_sub(*oldest)));
+            }
+            v
+        })?;
+        let sampled: u64 = ts.iter().map(|t| t.counts.sampled_tokens).sum();
+        let mean_reward =
+            ts.iter().map(|t| t.output.reward_score.unwrap_or(0.0)).sum::<f64>() / ts.len().max(1) as f64;
+        let usable: Vec<&Trajectory> = ts.iter().filter(|t| !t.output.response_ids.is_empty()).collect();
+        let t1 = Instant::now();
+        let mut loss = f64::NAN;
+        if !usable.is_empty() {
+            let uids: Vec<String> = usable.iter().map(|t| t.task_id.clone()).collect();
+            let rows = usable.iter().map(|t| t.output.clone()).collect();
+            let batch = TrainBatch::with_grpo(rows, &uids, true)?;
+            let m = tokio::task::block_in_place(|| trainer.step(&batch))?;
+            loss = m.loss;
+        }
+        let sync_every = if is_async { config.pipeline.trigger_parameter_sync_step.max(1) } else { 1 };
+        if step % sync_every == 0 {
+            match &source {
+                None => {
+                    engine.update_weights(trainer.policy())?;
+                }
+                Some((r, _)) => {
+                    let consumed = step * config.rl_tasks_per_step;
+                    r.sync(consumed, || engine.update_weights(trainer.policy())).await?;
+                }
+            }
+        }
+        let train_s = t1.elapsed().as_secs_f64();
+        train_secs += train_s;
+        let mut row = json!({
+            "step": step,
+            "weight_version": engine.weight_version(),
+            "mean_reward": mean_reward,
+            "success_rate": success(&ts),
+            "loss": loss,
+            "sampled_tokens": sampled,
+            "tokens_per_s": sampled as f64 / rollout_s.max(1e-9),
+            "rollout_wait_s": rollout_s,
+            "train_s": train_s,
+            "staleness": staleness.get(),
+            "exit_reasons": exit_reasons(&ts),
+            "held_out_success": Value::Null,
+        });
+        if step % config.eval_every.max(1) == 0 || step == config.rl_steps {
+            let (_, ev) = eval(step).await?;
+            write_jsonl(&mut jsonl, "eval", step, &ev, &|id| seeded.take_versions(id))?;
+            let s = success(&ev);
+            curve.push((step, s));
+            row["held_out_success"] = json!(s);
+        }
+        pb.set_message(format!("reward {mean_reward:.2}"));
+        pb.inc(1);
+        steps.push(row);
+    }
+    let rl_wall = rl_started.elapsed().as_secs_f64();
+    let rollout_idle = match source {
+        Some((r, _)) => r.stop().await,
+        None => train_secs / rl_wall.max(1e-9),
+    };
+    pb.finish();
+    let rl_success = curve.last().map_or(sft_success, |c| c.1);
+    let summary = json!({
+        "mode": config.mode,
+        "pipeline": config.pipeline,
+        "loss": config.loss,
+        "held_out_tasks": config.eval_tasks,
+        "sft_only_success": sft_success,
+        "rl_success": rl_success,
+        "improvement_points": (rl_success - sft_success) * 100.0,
+        "sft_final_nll": sft_loss.last(),
+        "curve": curve,
+        "trainer_idle_ratio": trainer_idle_s / rl_wall.max(1e-9),
+        "rollout_idle_ratio": rollout_idle,
+        "rl_wall_s": rl_wall,
+        "wall_s": started.elapsed().as_secs_f64(),
+    });
+    write_metrics(out, &steps, &summary)?;
+    Ok(summary.to_string())
+}
+
+/// `metrics.csv` (one row per RL step) and `metrics.json` (steps and summary).
+fn write_metrics(out: &Path, steps: &[Value], summary: &Value) -> Result<()> {
+    let cols = [
+        "step", "weight_version", "mean_reward", "success_rate", "held_out_success", "loss",
+        "sampled_tokens", "tokens_per_s", "rollout_wait_s", "train_s", "staleness",
+    ];
+    let mut csv = cols.join(",");
+    csv.push('\n');
+    for s in steps {
+        let cells: Vec<String> = cols
+            .iter()
+            .map(|c| match &s[*c] {
+                Value::Null => String::new(),
+                v => v.to_string(),
+            })
+            .collect();
+        csv.push_str(&cells.join(","));
+        csv.push('\n');
+    }
+    std::fs::write(out.join("metrics.csv"), csv).map_err(io("writing metrics.csv"))?;
+    let all = json!({"steps": steps, "summary": summary});
+    std::fs::write(out.join("metrics.json"), all.to_string()).map_err(io("writing metrics.json"))
+}
