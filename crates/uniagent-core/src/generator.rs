@@ -46,7 +46,13 @@ pub struct GenerateRequest {
 impl GenerateRequest {
     /// A request without stop ids or session.
     pub fn new(prompt_ids: Vec<u32>, sampling: SamplingParams, max_new_tokens: usize) -> Self {
-        Self { prompt_ids, sampling, max_new_tokens, stop_token_ids: Vec::new(), session_id: None }
+        Self {
+            prompt_ids,
+            sampling,
+            max_new_tokens,
+            stop_token_ids: Vec::new(),
+            session_id: None,
+        }
     }
 
     /// Sets the stop token ids.

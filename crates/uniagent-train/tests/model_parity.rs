@@ -202,18 +202,32 @@ fn sharded_and_untied_checkpoints_load() {
     let weight_map: serde_json::Map<String, serde_json::Value> = first
         .iter()
         .map(|(n, _)| (n.clone(), "model-00001-of-00002.safetensors".into()))
-        .chain(second.iter().map(|(n, _)| (n.clone(), "model-00002-of-00002.safetensors".into())))
+        .chain(
+            second
+                .iter()
+                .map(|(n, _)| (n.clone(), "model-00002-of-00002.safetensors".into())),
+        )
         .collect();
     let index = serde_json::json!({ "metadata": {}, "weight_map": weight_map });
-    std::fs::write(dir.path().join("model.safetensors.index.json"), index.to_string()).unwrap();
-    let mut config: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(common::tiny_dir().join("config.json")).unwrap()).unwrap();
+    std::fs::write(
+        dir.path().join("model.safetensors.index.json"),
+        index.to_string(),
+    )
+    .unwrap();
+    let mut config: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(common::tiny_dir().join("config.json")).unwrap(),
+    )
+    .unwrap();
     config["tie_word_embeddings"] = false.into();
     std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
 
     let dtype = uniagent_train::model::ModelDtype::F32;
-    let untied = uniagent_train::model::Qwen2ForCausalLM::load(dir.path(), tch::Device::Cpu, dtype).unwrap();
-    assert!(untied.var_store().variables().contains_key("lm_head.weight"));
+    let untied =
+        uniagent_train::model::Qwen2ForCausalLM::load(dir.path(), tch::Device::Cpu, dtype).unwrap();
+    assert!(untied
+        .var_store()
+        .variables()
+        .contains_key("lm_head.weight"));
     let ids = Tensor::from_slice(&[9707i64, 1879, 13]).unsqueeze(0);
     let a = tch::no_grad(|| model.forward(&ids, None, None, None)).unwrap();
     let b = tch::no_grad(|| untied.forward(&ids, None, None, None)).unwrap();
@@ -221,7 +235,12 @@ fn sharded_and_untied_checkpoints_load() {
 
     // A shard that lacks a tensor is a typed error naming it.
     std::fs::remove_file(dir.path().join("model-00002-of-00002.safetensors")).unwrap();
-    Tensor::write_safetensors(&second[1..], dir.path().join("model-00002-of-00002.safetensors")).unwrap();
-    let err = uniagent_train::model::Qwen2ForCausalLM::load(dir.path(), tch::Device::Cpu, dtype).unwrap_err();
+    Tensor::write_safetensors(
+        &second[1..],
+        dir.path().join("model-00002-of-00002.safetensors"),
+    )
+    .unwrap();
+    let err = uniagent_train::model::Qwen2ForCausalLM::load(dir.path(), tch::Device::Cpu, dtype)
+        .unwrap_err();
     assert!(err.to_string().contains(&second[0].0), "{err}");
 }
