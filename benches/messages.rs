@@ -22,9 +22,13 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("decode_conversation_200_turns");
     group.throughput(Throughput::Bytes(text.len() as u64));
     group.bench_function("baseline_serde_json_value", |b| {
-        b.iter(|| serde_json::from_str::<serde_json::Value>(&text).map(|v| v.as_array().map(Vec::len)))
+        b.iter(|| {
+            serde_json::from_str::<serde_json::Value>(&text).map(|v| v.as_array().map(Vec::len))
+        })
     });
-    group.bench_function("typed_messages", |b| b.iter(|| serde_json::from_str::<Vec<Message>>(&text).map(|m| m.len())));
+    group.bench_function("typed_messages", |b| {
+        b.iter(|| serde_json::from_str::<Vec<Message>>(&text).map(|m| m.len()))
+    });
     group.finish();
 }
 

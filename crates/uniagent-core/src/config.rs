@@ -23,12 +23,20 @@ pub enum ConfigFormat {
 impl ConfigFormat {
     /// The format implied by a file extension.
     pub fn from_path(path: &Path) -> Result<Self> {
-        match path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
+        match path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase)
+            .as_deref()
+        {
             Some("yaml" | "yml") => Ok(Self::Yaml),
             Some("toml") => Ok(Self::Toml),
             Some("json") => Ok(Self::Json),
             _ => Err(Error::Config {
-                message: format!("{}: unknown config format (use .yaml, .yml, .toml or .json)", path.display()),
+                message: format!(
+                    "{}: unknown config format (use .yaml, .yml, .toml or .json)",
+                    path.display()
+                ),
                 source: None,
             }),
         }
@@ -52,31 +60,39 @@ pub fn parse<T: DeserializeOwned>(text: &str, format: ConfigFormat) -> Result<T>
         ConfigFormat::Toml => toml::from_str(text).map_err(Into::into),
         ConfigFormat::Json => serde_json::from_str(text).map_err(Into::into),
     };
-    result.map_err(|e| Error::Config { message: e.to_string(), source: Some(e) })
+    result.map_err(|e| Error::Config {
+        message: e.to_string(),
+        source: Some(e),
+    })
 }
 
 /// Reads and parses a configuration file; the format follows the extension.
 pub fn load<T: DeserializeOwned>(path: impl AsRef<Path>) -> Result<T> {
     let path = path.as_ref();
     let format = ConfigFormat::from_path(path)?;
-    let text =
-        std::fs::read_to_string(path).map_err(|e| Error::io(format!("reading config {}", path.display()), e))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::io(format!("reading config {}", path.display()), e))?;
     parse(&text, format).map_err(|e| match e {
-        Error::Config { message, source } => {
-            Error::Config { message: format!("{}: {message}", path.display()), source }
-        }
+        Error::Config { message, source } => Error::Config {
+            message: format!("{}: {message}", path.display()),
+            source,
+        },
         other => other,
     })
 }
 
 /// Serialises a configuration to text in the given format.
 pub fn to_string<T: serde::Serialize>(value: &T, format: ConfigFormat) -> Result<String> {
-    let result: std::result::Result<String, Box<dyn std::error::Error + Send + Sync>> = match format {
+    let result: std::result::Result<String, Box<dyn std::error::Error + Send + Sync>> = match format
+    {
         ConfigFormat::Yaml => serde_norway::to_string(value).map_err(Into::into),
         ConfigFormat::Toml => toml::to_string(value).map_err(Into::into),
         ConfigFormat::Json => serde_json::to_string_pretty(value).map_err(Into::into),
     };
-    result.map_err(|e| Error::Config { message: e.to_string(), source: Some(e) })
+    result.map_err(|e| Error::Config {
+        message: e.to_string(),
+        source: Some(e),
+    })
 }
 
 #[cfg(test)]
@@ -86,15 +102,28 @@ mod tests {
 
     #[test]
     fn round_trips_in_every_format() {
-        let retry = RetryConfig { max_attempts: 7, jitter: 0.25, ..RetryConfig::default() };
-        let limits = LengthLimits { max_prompt_len: Some(10), max_response_len: None, max_model_len: Some(99) };
-        let sampling = SamplingParams { top_k: Some(20), stop: vec!["</x>".into()], ..SamplingParams::default() };
+        let retry = RetryConfig {
+            max_attempts: 7,
+            jitter: 0.25,
+            ..RetryConfig::default()
+        };
+        let limits = LengthLimits {
+            max_prompt_len: Some(10),
+            max_response_len: None,
+            max_model_len: Some(99),
+        };
+        let sampling = SamplingParams {
+            top_k: Some(20),
+            stop: vec!["</x>".into()],
+            ..SamplingParams::default()
+        };
         for format in [ConfigFormat::Yaml, ConfigFormat::Toml, ConfigFormat::Json] {
             let back: RetryConfig = parse(&to_string(&retry, format).unwrap(), format).unwrap();
             assert_eq!(back, retry);
             let back: LengthLimits = parse(&to_string(&limits, format).unwrap(), format).unwrap();
             assert_eq!(back, limits);
-            let back: SamplingParams = parse(&to_string(&sampling, format).unwrap(), format).unwrap();
+            let back: SamplingParams =
+                parse(&to_string(&sampling, format).unwrap(), format).unwrap();
             assert_eq!(back, sampling);
         }
     }

@@ -248,7 +248,9 @@ impl Error {
             Self::Protocol { .. } => ErrorKind::Protocol,
             Self::Runtime { exception, .. } => match exception.class() {
                 ExceptionClass::CommandTimeout => ErrorKind::Timeout,
-                ExceptionClass::SessionDoesNotExist | ExceptionClass::FileNotFound => ErrorKind::NotFound,
+                ExceptionClass::SessionDoesNotExist | ExceptionClass::FileNotFound => {
+                    ErrorKind::NotFound
+                }
                 _ => ErrorKind::CommandFailed,
             },
             Self::RetriesExhausted { last, .. } => last.kind(),
@@ -271,22 +273,32 @@ impl Error {
 
     /// Shorthand for [`Error::InvalidInput`].
     pub fn invalid_input(message: impl Into<String>) -> Self {
-        Self::InvalidInput { message: message.into() }
+        Self::InvalidInput {
+            message: message.into(),
+        }
     }
 
     /// Shorthand for [`Error::Internal`].
     pub fn internal(message: impl Into<String>) -> Self {
-        Self::Internal { message: message.into() }
+        Self::Internal {
+            message: message.into(),
+        }
     }
 
     /// Shorthand for [`Error::NotSupported`].
     pub fn not_supported(operation: impl Into<String>, backend: impl Into<String>) -> Self {
-        Self::NotSupported { operation: operation.into(), backend: backend.into() }
+        Self::NotSupported {
+            operation: operation.into(),
+            backend: backend.into(),
+        }
     }
 
     /// Shorthand for [`Error::Io`].
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        Self::Io { context: context.into(), source }
+        Self::Io {
+            context: context.into(),
+            source,
+        }
     }
 }
 
@@ -311,7 +323,10 @@ mod tests {
         };
         assert!(!exhausted.is_retryable());
         assert_eq!(exhausted.kind(), ErrorKind::Unavailable);
-        let timeout = Error::Timeout { operation: "exec".into(), after: Duration::from_secs(2) };
+        let timeout = Error::Timeout {
+            operation: "exec".into(),
+            after: Duration::from_secs(2),
+        };
         assert!(!timeout.is_retryable());
         assert_eq!(timeout.kind(), ErrorKind::Timeout);
     }

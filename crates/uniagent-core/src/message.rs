@@ -114,12 +114,19 @@ impl Message {
 
     /// An assistant message with tool calls and optional text.
     pub fn assistant_with_calls(content: Option<String>, tool_calls: Vec<ToolCall>) -> Self {
-        Self { content, tool_calls, ..Self::with_role(Role::Assistant, "") }
+        Self {
+            content,
+            tool_calls,
+            ..Self::with_role(Role::Assistant, "")
+        }
     }
 
     /// A tool result answering the call with id `tool_call_id`.
     pub fn tool(tool_call_id: impl Into<String>, content: impl Into<String>) -> Self {
-        Self { tool_call_id: Some(tool_call_id.into()), ..Self::with_role(Role::Tool, content) }
+        Self {
+            tool_call_id: Some(tool_call_id.into()),
+            ..Self::with_role(Role::Tool, content)
+        }
     }
 
     /// The text content, or `""` when it is `null`.
@@ -172,7 +179,11 @@ fn function_type() -> String {
 impl ToolCall {
     /// A function call with parsed arguments.
     pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: Value) -> Self {
-        Self { id: id.into(), kind: function_type(), function: FunctionCall::new(name, arguments) }
+        Self {
+            id: id.into(),
+            kind: function_type(),
+            function: FunctionCall::new(name, arguments),
+        }
     }
 }
 
@@ -201,7 +212,11 @@ impl PartialEq for FunctionCall {
 impl FunctionCall {
     /// A call with parsed arguments.
     pub fn new(name: impl Into<String>, arguments: Value) -> Self {
-        Self { name: name.into(), arguments, wire: None }
+        Self {
+            name: name.into(),
+            arguments,
+            wire: None,
+        }
     }
 
     /// The arguments as a JSON object, or a message the model can be shown when they are not one.
@@ -212,7 +227,10 @@ impl FunctionCall {
                 "the arguments of `{}` are not a JSON object: {raw}",
                 self.name
             )),
-            other => Err(format!("the arguments of `{}` are not a JSON object: {other}", self.name)),
+            other => Err(format!(
+                "the arguments of `{}` are not a JSON object: {other}",
+                self.name
+            )),
         }
     }
 
@@ -239,28 +257,43 @@ impl FunctionCall {
 #[derive(Serialize, Deserialize)]
 struct WireFunctionCall {
     name: String,
-    #[serde(serialize_with = "serialize_arguments", deserialize_with = "deserialize_arguments")]
+    #[serde(
+        serialize_with = "serialize_arguments",
+        deserialize_with = "deserialize_arguments"
+    )]
     arguments: (Value, Option<String>),
 }
 
 impl From<WireFunctionCall> for FunctionCall {
     fn from(w: WireFunctionCall) -> Self {
-        Self { name: w.name, arguments: w.arguments.0, wire: w.arguments.1 }
+        Self {
+            name: w.name,
+            arguments: w.arguments.0,
+            wire: w.arguments.1,
+        }
     }
 }
 
 impl From<FunctionCall> for WireFunctionCall {
     fn from(f: FunctionCall) -> Self {
         let wire = f.arguments_wire();
-        Self { name: f.name, arguments: (Value::String(wire), None) }
+        Self {
+            name: f.name,
+            arguments: (Value::String(wire), None),
+        }
     }
 }
 
-fn serialize_arguments<S: serde::Serializer>(v: &(Value, Option<String>), s: S) -> Result<S::Ok, S::Error> {
+fn serialize_arguments<S: serde::Serializer>(
+    v: &(Value, Option<String>),
+    s: S,
+) -> Result<S::Ok, S::Error> {
     v.0.serialize(s)
 }
 
-fn deserialize_arguments<'de, D: Deserializer<'de>>(d: D) -> Result<(Value, Option<String>), D::Error> {
+fn deserialize_arguments<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<(Value, Option<String>), D::Error> {
     match Value::deserialize(d)? {
         Value::String(raw) => match serde_json::from_str::<Value>(&raw) {
             Ok(v @ Value::Object(_)) => Ok((v, Some(raw))),
@@ -301,7 +334,11 @@ pub struct ToolSpec {
 
 impl ToolSpec {
     /// A function tool.
-    pub fn function(name: impl Into<String>, description: impl Into<String>, parameters: Value) -> Self {
+    pub fn function(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        parameters: Value,
+    ) -> Self {
         Self {
             kind: function_type(),
             function: FunctionSpec {
@@ -368,15 +405,22 @@ mod tests {
 
     #[test]
     fn absent_content_reads_as_null_and_unknown_fields_are_kept() {
-        let m: Message =
-            serde_json::from_value(json!({"role": "assistant", "refusal": null, "annotations": []})).unwrap();
+        let m: Message = serde_json::from_value(
+            json!({"role": "assistant", "refusal": null, "annotations": []}),
+        )
+        .unwrap();
         assert_eq!(m.content, None);
         let back = serde_json::to_value(&m).unwrap();
-        assert_eq!(back, json!({"role": "assistant", "content": null, "refusal": null, "annotations": []}));
+        assert_eq!(
+            back,
+            json!({"role": "assistant", "content": null, "refusal": null, "annotations": []})
+        );
     }
 
     #[test]
     fn unknown_role_is_rejected() {
-        assert!(serde_json::from_value::<Message>(json!({"role": "robot", "content": "x"})).is_err());
+        assert!(
+            serde_json::from_value::<Message>(json!({"role": "robot", "content": "x"})).is_err()
+        );
     }
 }

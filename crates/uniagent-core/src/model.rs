@@ -25,12 +25,18 @@ pub struct ModelCapabilities {
 impl ModelCapabilities {
     /// A token-level backend with logprobs (the training path).
     pub const fn token_level() -> Self {
-        Self { token_level: true, logprobs: true }
+        Self {
+            token_level: true,
+            logprobs: true,
+        }
     }
 
     /// A message-level (API) backend without token data.
     pub const fn api() -> Self {
-        Self { token_level: false, logprobs: false }
+        Self {
+            token_level: false,
+            logprobs: false,
+        }
     }
 }
 
@@ -91,10 +97,19 @@ pub trait ChatModel: Send + Sync + Debug + 'static {
     fn capabilities(&self) -> ModelCapabilities;
 
     /// Creates the cache of a new trajectory.
-    async fn start(&self, id: &str, messages: Vec<Message>, tools: Vec<ToolSpec>) -> Result<RolloutCache>;
+    async fn start(
+        &self,
+        id: &str,
+        messages: Vec<Message>,
+        tools: Vec<ToolSpec>,
+    ) -> Result<RolloutCache>;
 
     /// Samples the next assistant turn and appends it to the cache.
-    async fn query(&self, cache: &mut RolloutCache, sampling: &SamplingParams) -> Result<AssistantTurn>;
+    async fn query(
+        &self,
+        cache: &mut RolloutCache,
+        sampling: &SamplingParams,
+    ) -> Result<AssistantTurn>;
 
     /// Appends tool results or user messages to the cache.
     async fn append(&self, cache: &mut RolloutCache, messages: Vec<Message>) -> Result<()>;
@@ -108,10 +123,19 @@ impl<T: ChatModel + ?Sized> ChatModel for Arc<T> {
     fn capabilities(&self) -> ModelCapabilities {
         (**self).capabilities()
     }
-    async fn start(&self, id: &str, messages: Vec<Message>, tools: Vec<ToolSpec>) -> Result<RolloutCache> {
+    async fn start(
+        &self,
+        id: &str,
+        messages: Vec<Message>,
+        tools: Vec<ToolSpec>,
+    ) -> Result<RolloutCache> {
         (**self).start(id, messages, tools).await
     }
-    async fn query(&self, cache: &mut RolloutCache, sampling: &SamplingParams) -> Result<AssistantTurn> {
+    async fn query(
+        &self,
+        cache: &mut RolloutCache,
+        sampling: &SamplingParams,
+    ) -> Result<AssistantTurn> {
         (**self).query(cache, sampling).await
     }
     async fn append(&self, cache: &mut RolloutCache, messages: Vec<Message>) -> Result<()> {
@@ -127,10 +151,19 @@ impl<T: ChatModel + ?Sized> ChatModel for Box<T> {
     fn capabilities(&self) -> ModelCapabilities {
         (**self).capabilities()
     }
-    async fn start(&self, id: &str, messages: Vec<Message>, tools: Vec<ToolSpec>) -> Result<RolloutCache> {
+    async fn start(
+        &self,
+        id: &str,
+        messages: Vec<Message>,
+        tools: Vec<ToolSpec>,
+    ) -> Result<RolloutCache> {
         (**self).start(id, messages, tools).await
     }
-    async fn query(&self, cache: &mut RolloutCache, sampling: &SamplingParams) -> Result<AssistantTurn> {
+    async fn query(
+        &self,
+        cache: &mut RolloutCache,
+        sampling: &SamplingParams,
+    ) -> Result<AssistantTurn> {
         (**self).query(cache, sampling).await
     }
     async fn append(&self, cache: &mut RolloutCache, messages: Vec<Message>) -> Result<()> {

@@ -62,7 +62,10 @@ impl Default for RetryConfig {
 impl RetryConfig {
     /// A configuration that never retries.
     pub fn none() -> Self {
-        Self { max_attempts: 1, ..Self::default() }
+        Self {
+            max_attempts: 1,
+            ..Self::default()
+        }
     }
 
     /// The delay after failed attempt number `attempt` (1-based), before jitter.
@@ -156,8 +159,11 @@ pub mod duration_secs {
     /// Reads non-negative, finite seconds.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let secs = f64::deserialize(d)?;
-        Duration::try_from_secs_f64(secs)
-            .map_err(|_| serde::de::Error::custom(format!("invalid duration {secs} s: must be finite and >= 0")))
+        Duration::try_from_secs_f64(secs).map_err(|_| {
+            serde::de::Error::custom(format!(
+                "invalid duration {secs} s: must be finite and >= 0"
+            ))
+        })
     }
 }
 
@@ -180,7 +186,9 @@ pub mod opt_duration_secs {
         match Option::<f64>::deserialize(d)? {
             None => Ok(None),
             Some(secs) => Duration::try_from_secs_f64(secs).map(Some).map_err(|_| {
-                serde::de::Error::custom(format!("invalid duration {secs} s: must be finite and >= 0"))
+                serde::de::Error::custom(format!(
+                    "invalid duration {secs} s: must be finite and >= 0"
+                ))
             }),
         }
     }
@@ -193,13 +201,21 @@ mod tests {
     use super::*;
 
     fn transient() -> Error {
-        Error::Model { backend: "t".into(), message: "503".into(), retryable: true, source: None }
+        Error::Model {
+            backend: "t".into(),
+            message: "503".into(),
+            retryable: true,
+            source: None,
+        }
     }
 
     #[tokio::test(start_paused = true)]
     async fn stops_at_max_attempts_and_wraps_last_error() {
         let calls = AtomicU32::new(0);
-        let cfg = RetryConfig { max_attempts: 3, ..RetryConfig::default() };
+        let cfg = RetryConfig {
+            max_attempts: 3,
+            ..RetryConfig::default()
+        };
         let err = cfg
             .retry(|| async {
                 calls.fetch_add(1, Ordering::SeqCst);

@@ -41,7 +41,11 @@ pub struct RewardOutcome {
 impl RewardOutcome {
     /// A binary outcome: score 1.0 when solved, else 0.0.
     pub fn binary(success: bool) -> Self {
-        Self { score: if success { 1.0 } else { 0.0 }, success, details: Map::new() }
+        Self {
+            score: if success { 1.0 } else { 0.0 },
+            success,
+            details: Map::new(),
+        }
     }
 
     /// Adds one detail.

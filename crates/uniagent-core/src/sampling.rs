@@ -52,7 +52,10 @@ impl Default for SamplingParams {
 impl SamplingParams {
     /// Greedy decoding.
     pub fn greedy() -> Self {
-        Self { temperature: 0.0, ..Self::default() }
+        Self {
+            temperature: 0.0,
+            ..Self::default()
+        }
     }
 
     /// Checks ranges; returns a message naming the bad field.
@@ -70,7 +73,9 @@ impl SamplingParams {
             )));
         }
         if self.top_k == Some(0) {
-            return Err(crate::Error::invalid_input("sampling.top_k must be >= 1 when set"));
+            return Err(crate::Error::invalid_input(
+                "sampling.top_k must be >= 1 when set",
+            ));
         }
         Ok(())
     }

@@ -29,7 +29,11 @@ pub struct Task {
 impl Task {
     /// A task with no metadata.
     pub fn new(id: impl Into<String>, messages: Vec<Message>) -> Self {
-        Self { id: id.into(), messages, metadata: Map::new() }
+        Self {
+            id: id.into(),
+            messages,
+            metadata: Map::new(),
+        }
     }
 
     /// Adds one metadata entry.

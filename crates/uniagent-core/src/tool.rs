@@ -59,17 +59,28 @@ pub struct ToolOutput {
 impl ToolOutput {
     /// A successful result.
     pub fn success(content: impl Into<String>) -> Self {
-        Self { content: content.into(), status: ToolStatus::Success, signal: None, metadata: Map::new() }
+        Self {
+            content: content.into(),
+            status: ToolStatus::Success,
+            signal: None,
+            metadata: Map::new(),
+        }
     }
 
     /// A failed result; `content` tells the model what went wrong.
     pub fn failed(content: impl Into<String>) -> Self {
-        Self { status: ToolStatus::Failed, ..Self::success(content) }
+        Self {
+            status: ToolStatus::Failed,
+            ..Self::success(content)
+        }
     }
 
     /// A timed-out result.
     pub fn timed_out(content: impl Into<String>) -> Self {
-        Self { status: ToolStatus::TimedOut, ..Self::success(content) }
+        Self {
+            status: ToolStatus::TimedOut,
+            ..Self::success(content)
+        }
     }
 
     /// Attaches an episode-ending signal.
@@ -97,10 +108,12 @@ pub struct ToolContext {
 impl ToolContext {
     /// The sandbox, or an error naming the tool when the trajectory has none.
     pub fn require_deployment(&self, tool: &str) -> Result<&Arc<dyn Deployment>> {
-        self.deployment.as_ref().ok_or_else(|| crate::Error::Config {
-            message: format!("tool `{tool}` needs a sandbox, but this rollout has none"),
-            source: None,
-        })
+        self.deployment
+            .as_ref()
+            .ok_or_else(|| crate::Error::Config {
+                message: format!("tool `{tool}` needs a sandbox, but this rollout has none"),
+                source: None,
+            })
     }
 }
 

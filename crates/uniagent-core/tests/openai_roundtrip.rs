@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 //! OpenAI chat-completions bodies survive a round trip through our types unchanged, and the
 //! typed view is what the wire means.
 
@@ -18,16 +19,28 @@ fn request_round_trips_and_parses_arguments() {
 
     let assistant = &req.messages[2];
     assert_eq!(assistant.role, Role::Assistant);
-    assert_eq!(assistant.reasoning_content.as_deref(), Some("The test name suggests an off-by-one."));
+    assert_eq!(
+        assistant.reasoning_content.as_deref(),
+        Some("The test name suggests an off-by-one.")
+    );
     assert_eq!(assistant.tool_calls.len(), 2);
-    assert_eq!(assistant.tool_calls[0].function.arguments["view_range"], json!([1, 40]));
-    assert_eq!(assistant.tool_calls[1].function.arguments["timeout"], json!(120));
+    assert_eq!(
+        assistant.tool_calls[0].function.arguments["view_range"],
+        json!([1, 40])
+    );
+    assert_eq!(
+        assistant.tool_calls[1].function.arguments["timeout"],
+        json!(120)
+    );
     assert_eq!(req.messages[3].tool_call_id.as_deref(), Some("call_0"));
     assert_eq!(req.messages[5].content, None);
     assert_eq!(req.tools[1].function.strict, Some(true));
     // Vendor extensions stay available.
     assert_eq!(req.extra["top_k"], json!(20));
-    assert_eq!(req.extra["chat_template_kwargs"]["enable_thinking"], json!(false));
+    assert_eq!(
+        req.extra["chat_template_kwargs"]["enable_thinking"],
+        json!(false)
+    );
 }
 
 #[test]
@@ -37,14 +50,18 @@ fn response_round_trips_and_keeps_vendor_fields() {
     assert_eq!(serde_json::to_value(&resp).unwrap(), wire);
     let choice = &resp.choices[0];
     assert_eq!(choice.finish_reason.as_deref(), Some("tool_calls"));
-    assert_eq!(choice.message.tool_calls[1].function.arguments["answer"], "42");
+    assert_eq!(
+        choice.message.tool_calls[1].function.arguments["answer"],
+        "42"
+    );
     assert_eq!(choice.extra["stop_reason"], Value::Null);
     assert_eq!(resp.usage.unwrap().total_tokens, 469);
 }
 
 #[test]
 fn tool_results_and_assistant_calls_serialise_to_the_wire_format() {
-    let call = uniagent_core::ToolCall::new("call_9", "execute_bash", json!({"command": "echo \"hi\""}));
+    let call =
+        uniagent_core::ToolCall::new("call_9", "execute_bash", json!({"command": "echo \"hi\""}));
     let assistant = Message::assistant_with_calls(None, vec![call]);
     let tool = Message::tool("call_9", "hi\n");
     assert_eq!(

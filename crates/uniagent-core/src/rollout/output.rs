@@ -18,7 +18,12 @@ pub struct AgentLoopMetrics {
 
 impl Default for AgentLoopMetrics {
     fn default() -> Self {
-        Self { generate_sequences: 0.0, tool_calls: 0.0, compute_score: 0.0, num_preempted: -1 }
+        Self {
+            generate_sequences: 0.0,
+            tool_calls: 0.0,
+            compute_score: 0.0,
+            num_preempted: -1,
+        }
     }
 }
 

@@ -155,13 +155,24 @@ forward_deployment!(Box);
 pub trait DeploymentExt: Deployment {
     /// Runs `command` in `session` with `check: silent` (the exit code is data) and a timeout in
     /// seconds.
-    async fn bash(&self, session: &str, command: &str, timeout_secs: f64) -> Result<BashObservation> {
-        self.run_in_session(Action::Bash(BashAction::new(session, command, Some(timeout_secs)))).await
+    async fn bash(
+        &self,
+        session: &str,
+        command: &str,
+        timeout_secs: f64,
+    ) -> Result<BashObservation> {
+        self.run_in_session(Action::Bash(BashAction::new(
+            session,
+            command,
+            Some(timeout_secs),
+        )))
+        .await
     }
 
     /// Runs a shell one-liner as a one-off process.
     async fn sh(&self, script: &str, timeout_secs: f64) -> Result<CommandResponse> {
-        self.execute(Command::shell(script, Some(timeout_secs))).await
+        self.execute(Command::shell(script, Some(timeout_secs)))
+            .await
     }
 
     /// Reads a UTF-8 text file.
@@ -171,7 +182,11 @@ pub trait DeploymentExt: Deployment {
 
     /// Writes a UTF-8 text file.
     async fn write_text(&self, path: &str, content: &str) -> Result<()> {
-        self.write_file(WriteFileRequest { content: content.to_owned(), path: path.to_owned() }).await
+        self.write_file(WriteFileRequest {
+            content: content.to_owned(),
+            path: path.to_owned(),
+        })
+        .await
     }
 }
 

@@ -130,7 +130,11 @@ pub struct BashAction {
 
 impl BashAction {
     /// A command whose exit code is returned as data (`check: silent`).
-    pub fn new(session: impl Into<String>, command: impl Into<String>, timeout: Option<f64>) -> Self {
+    pub fn new(
+        session: impl Into<String>,
+        command: impl Into<String>,
+        timeout: Option<f64>,
+    ) -> Self {
         Self {
             command: command.into(),
             session: session.into(),
@@ -311,7 +315,11 @@ pub struct ReadFileRequest {
 impl ReadFileRequest {
     /// Read `path` as strict UTF-8.
     pub fn new(path: impl Into<String>) -> Self {
-        Self { path: path.into(), encoding: None, errors: None }
+        Self {
+            path: path.into(),
+            encoding: None,
+            errors: None,
+        }
     }
 }
 
@@ -458,7 +466,9 @@ mod tests {
             "check": "raise", "error_msg": "", "is_interactive_command": false,
             "is_interactive_quit": false, "expect": [], "action_type": "bash"});
         let action: Action = serde_json::from_value(wire.clone()).unwrap();
-        let Action::Bash(ref a) = action else { panic!("wrong variant") };
+        let Action::Bash(ref a) = action else {
+            panic!("wrong variant")
+        };
         assert_eq!(a.command, "echo hi");
         assert_eq!(a.check, CheckMode::Raise);
         let back = serde_json::to_value(&action).unwrap();
@@ -481,9 +491,14 @@ mod tests {
 
     #[test]
     fn command_accepts_string_or_argv() {
-        let c: Command = serde_json::from_value(json!({"command": ["sh", "-c", "exit 3"]})).unwrap();
-        assert_eq!(c.command, CommandLine::Argv(vec!["sh".into(), "-c".into(), "exit 3".into()]));
-        let c: Command = serde_json::from_value(json!({"command": "echo hi", "shell": true})).unwrap();
+        let c: Command =
+            serde_json::from_value(json!({"command": ["sh", "-c", "exit 3"]})).unwrap();
+        assert_eq!(
+            c.command,
+            CommandLine::Argv(vec!["sh".into(), "-c".into(), "exit 3".into()])
+        );
+        let c: Command =
+            serde_json::from_value(json!({"command": "echo hi", "shell": true})).unwrap();
         assert_eq!(c.command, CommandLine::Text("echo hi".into()));
     }
 

@@ -56,8 +56,14 @@ impl Default for ScriptedDeployment {
 impl ScriptedDeployment {
     /// An empty sandbox (already started, for convenience in tests).
     pub fn new() -> Self {
-        let state = State { started: true, ..State::default() };
-        Self { replies: Arc::default(), state: Arc::new(Mutex::new(state)) }
+        let state = State {
+            started: true,
+            ..State::default()
+        };
+        Self {
+            replies: Arc::default(),
+            state: Arc::new(Mutex::new(state)),
+        }
     }
 
     fn with_reply(mut self, command: &str, reply: ScriptedReply) -> Self {
@@ -67,7 +73,13 @@ impl ScriptedDeployment {
 
     /// `command` prints `output` and exits with `exit_code`.
     pub fn on_command(self, command: &str, output: &str, exit_code: i32) -> Self {
-        self.with_reply(command, ScriptedReply::Output { output: output.to_owned(), exit_code })
+        self.with_reply(
+            command,
+            ScriptedReply::Output {
+                output: output.to_owned(),
+                exit_code,
+            },
+        )
     }
 
     /// `command` times out.
@@ -82,7 +94,9 @@ impl ScriptedDeployment {
 
     /// Adds a file.
     pub fn with_file(self, path: &str, content: impl Into<Vec<u8>>) -> Self {
-        lock(&self.state).files.insert(path.to_owned(), content.into());
+        lock(&self.state)
+            .files
+            .insert(path.to_owned(), content.into());
         self
     }
 
@@ -128,7 +142,10 @@ impl ScriptedDeployment {
                 backend: "scripted".into(),
                 exception: RemoteException::new(
                     ExceptionClass::CommandTimeout,
-                    format!("timeout after {} seconds while running command '{command}'", timeout.unwrap_or(0.0)),
+                    format!(
+                        "timeout after {} seconds while running command '{command}'",
+                        timeout.unwrap_or(0.0)
+                    ),
                 ),
             }),
             Some(ScriptedReply::Crash { retryable }) => Err(Error::Sandbox {
@@ -178,7 +195,10 @@ impl Deployment for ScriptedDeployment {
 
     async fn is_alive(&self) -> Result<IsAliveResponse> {
         let s = lock(&self.state);
-        Ok(IsAliveResponse { is_alive: s.started && !s.stopped, message: String::new() })
+        Ok(IsAliveResponse {
+            is_alive: s.started && !s.stopped,
+            message: String::new(),
+        })
     }
 
     async fn create_session(&self, request: CreateSessionRequest) -> Result<CreateSessionResponse> {
@@ -192,7 +212,10 @@ impl Deployment for ScriptedDeployment {
                 ),
             });
         }
-        Ok(CreateSessionResponse { output: String::new(), session_type: SessionType::Bash })
+        Ok(CreateSessionResponse {
+            output: String::new(),
+            session_type: SessionType::Bash,
+        })
     }
 
     async fn run_in_session(&self, action: Action) -> Result<BashObservation> {
@@ -249,7 +272,9 @@ impl Deployment for ScriptedDeployment {
                 ),
             });
         }
-        Ok(CloseSessionResponse { session_type: SessionType::Bash })
+        Ok(CloseSessionResponse {
+            session_type: SessionType::Bash,
+        })
     }
 
     async fn execute(&self, command: Command) -> Result<CommandResponse> {
@@ -259,18 +284,26 @@ impl Deployment for ScriptedDeployment {
         };
         self.live("execute", &text)?;
         let (stdout, code) = self.reply(&text, command.timeout)?;
-        Ok(CommandResponse { stdout, stderr: String::new(), exit_code: Some(code) })
+        Ok(CommandResponse {
+            stdout,
+            stderr: String::new(),
+            exit_code: Some(code),
+        })
     }
 
     async fn read_file(&self, request: ReadFileRequest) -> Result<ReadFileResponse> {
         self.live("read_file", &request.path)?;
-        let bytes = lock(&self.state).files.get(&request.path).cloned().ok_or_else(|| Error::Runtime {
-            backend: "scripted".into(),
-            exception: RemoteException::new(
-                ExceptionClass::FileNotFound,
-                format!("[Errno 2] No such file or directory: '{}'", request.path),
-            ),
-        })?;
+        let bytes = lock(&self.state)
+            .files
+            .get(&request.path)
+            .cloned()
+            .ok_or_else(|| Error::Runtime {
+                backend: "scripted".into(),
+                exception: RemoteException::new(
+                    ExceptionClass::FileNotFound,
+                    format!("[Errno 2] No such file or directory: '{}'", request.path),
+                ),
+            })?;
         let content = String::from_utf8(bytes).map_err(|e| Error::Runtime {
             backend: "scripted".into(),
             exception: RemoteException::new(ExceptionClass::UnicodeDecode, e.to_string()),
@@ -280,7 +313,9 @@ impl Deployment for ScriptedDeployment {
 
     async fn write_file(&self, request: WriteFileRequest) -> Result<()> {
         self.live("write_file", &request.path)?;
-        lock(&self.state).files.insert(request.path, request.content.into_bytes());
+        lock(&self.state)
+            .files
+            .insert(request.path, request.content.into_bytes());
         Ok(())
     }
 
@@ -289,7 +324,9 @@ impl Deployment for ScriptedDeployment {
         if request.unzip {
             return Err(Error::not_supported("upload with unzip", "scripted"));
         }
-        lock(&self.state).files.insert(request.target_path, request.data);
+        lock(&self.state)
+            .files
+            .insert(request.target_path, request.data);
         Ok(())
     }
 }

@@ -13,7 +13,8 @@ mod tool;
 pub use deployment::{ScriptedDeployment, ScriptedReply};
 pub use model::{ModelRequest, ScriptedChatModel, ScriptedTurn};
 pub use token_model::{
-    char_ids, render_message, ScriptedTokenChatModel, END_OF_TURN, GENERATION_PROMPT, SCRIPTED_LOGPROB,
+    char_ids, render_message, ScriptedTokenChatModel, END_OF_TURN, GENERATION_PROMPT,
+    SCRIPTED_LOGPROB,
 };
 pub use tool::{RecordedCall, RecordingTool};
 

@@ -74,7 +74,11 @@ pub struct ScriptedChatModel {
 impl ScriptedChatModel {
     /// A model that replays `script` and records every request.
     pub fn new(script: Vec<ScriptedTurn>) -> Self {
-        Self { script: Arc::new(script), record: true, requests: Arc::default() }
+        Self {
+            script: Arc::new(script),
+            record: true,
+            requests: Arc::default(),
+        }
     }
 
     /// Stops recording requests (for load tests with many trajectories).
@@ -99,11 +103,20 @@ impl ChatModel for ScriptedChatModel {
         ModelCapabilities::api()
     }
 
-    async fn start(&self, id: &str, messages: Vec<Message>, tools: Vec<ToolSpec>) -> Result<RolloutCache> {
+    async fn start(
+        &self,
+        id: &str,
+        messages: Vec<Message>,
+        tools: Vec<ToolSpec>,
+    ) -> Result<RolloutCache> {
         Ok(RolloutCache::messages_only(id, messages, tools))
     }
 
-    async fn query(&self, cache: &mut RolloutCache, sampling: &SamplingParams) -> Result<AssistantTurn> {
+    async fn query(
+        &self,
+        cache: &mut RolloutCache,
+        sampling: &SamplingParams,
+    ) -> Result<AssistantTurn> {
         sampling.validate()?;
         if self.record {
             lock(&self.requests).push(ModelRequest {
@@ -113,32 +126,59 @@ impl ChatModel for ScriptedChatModel {
             });
         }
         let index = cache.assistant_turns() as usize;
-        let step = self.script.get(index).cloned().ok_or_else(|| Error::Model {
-            backend: "scripted".into(),
-            message: format!("script has {} turns; turn {index} was requested", self.script.len()),
-            retryable: false,
-            source: None,
-        })?;
+        let step = self
+            .script
+            .get(index)
+            .cloned()
+            .ok_or_else(|| Error::Model {
+                backend: "scripted".into(),
+                message: format!(
+                    "script has {} turns; turn {index} was requested",
+                    self.script.len()
+                ),
+                retryable: false,
+                source: None,
+            })?;
         let (message, format_error) = match step {
             ScriptedTurn::Reply(m) => (m, None),
-            ScriptedTurn::FormatError { content, error } => (Message::assistant(content), Some(error)),
+            ScriptedTurn::FormatError { content, error } => {
+                (Message::assistant(content), Some(error))
+            }
             ScriptedTurn::Fail { message, retryable } => {
-                return Err(Error::Model { backend: "scripted".into(), message, retryable, source: None })
+                return Err(Error::Model {
+                    backend: "scripted".into(),
+                    message,
+                    retryable,
+                    source: None,
+                })
             }
             ScriptedTurn::Hang => std::future::pending().await,
         };
         if message.role != crate::Role::Assistant {
-            return Err(Error::invalid_input(format!("scripted turn {index} is not an assistant message")));
+            return Err(Error::invalid_input(format!(
+                "scripted turn {index} is not an assistant message"
+            )));
         }
-        let finish_reason = if message.tool_calls.is_empty() { FinishReason::Stop } else { FinishReason::ToolCalls };
+        let finish_reason = if message.tool_calls.is_empty() {
+            FinishReason::Stop
+        } else {
+            FinishReason::ToolCalls
+        };
         cache.push_message(message.clone());
-        Ok(AssistantTurn { message, finish_reason, format_error, sampled_tokens: 0 })
+        Ok(AssistantTurn {
+            message,
+            finish_reason,
+            format_error,
+            sampled_tokens: 0,
+        })
     }
 
     async fn append(&self, cache: &mut RolloutCache, messages: Vec<Message>) -> Result<()> {
         for m in messages {
             if m.role == crate::Role::Assistant {
-                return Err(Error::invalid_input("append takes non-assistant messages only"));
+                return Err(Error::invalid_input(
+                    "append takes non-assistant messages only",
+                ));
             }
             cache.push_message(m);
         }

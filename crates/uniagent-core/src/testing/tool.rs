@@ -53,13 +53,18 @@ pub struct RecordingTool {
 
 impl std::fmt::Debug for RecordingTool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RecordingTool").field("name", &self.spec.function.name).finish_non_exhaustive()
+        f.debug_struct("RecordingTool")
+            .field("name", &self.spec.function.name)
+            .finish_non_exhaustive()
     }
 }
 
 impl RecordingTool {
     /// A tool named `name` taking any object, answered by `respond`.
-    pub fn new(name: &str, respond: impl Fn(&Value) -> Result<ToolOutput> + Send + Sync + 'static) -> Self {
+    pub fn new(
+        name: &str,
+        respond: impl Fn(&Value) -> Result<ToolOutput> + Send + Sync + 'static,
+    ) -> Self {
         let spec = ToolSpec::function(
             name,
             format!("Scripted tool `{name}`."),
@@ -69,8 +74,15 @@ impl RecordingTool {
     }
 
     /// A tool with an explicit spec.
-    pub fn with_spec(spec: ToolSpec, respond: impl Fn(&Value) -> Result<ToolOutput> + Send + Sync + 'static) -> Self {
-        Self { spec, respond: Arc::new(respond), calls: Arc::default() }
+    pub fn with_spec(
+        spec: ToolSpec,
+        respond: impl Fn(&Value) -> Result<ToolOutput> + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            spec,
+            respond: Arc::new(respond),
+            calls: Arc::default(),
+        }
     }
 
     /// Every call so far.
@@ -86,7 +98,10 @@ impl Tool for RecordingTool {
     }
 
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
-        lock(&self.calls).push(RecordedCall { call_id: ctx.call_id.clone(), args: args.clone() });
+        lock(&self.calls).push(RecordedCall {
+            call_id: ctx.call_id.clone(),
+            args: args.clone(),
+        });
         (self.respond)(&args)
     }
 }
