@@ -125,8 +125,12 @@ impl Rollouter {
         let workers = (settings.concurrency / settings.samples_per_task.max(1) as usize).max(1);
         let mut handles = Vec::new();
         for _ in 0..workers {
-            let (generator, codec, settings, tx) =
-                (generator.clone(), codec.clone(), settings.clone(), tx.clone());
+            let (generator, codec, settings, tx) = (
+                generator.clone(),
+                codec.clone(),
+                settings.clone(),
+                tx.clone(),
+            );
             let (gate, rng, counter) = (gate.clone(), rng.clone(), counter.clone());
             handles.push(tokio::spawn(async move {
                 loop {
@@ -145,9 +149,13 @@ impl Rollouter {
                         Ok(mut rng) => FileQuestion::generate(format!("rla{k}"), &mut rng),
                         Err(_) => break,
                     };
-                    let ts =
-                        run_rollouts(generator.clone(), codec.clone(), vec![task.to_task()], &settings)
-                            .await;
+                    let ts = run_rollouts(
+                        generator.clone(),
+                        codec.clone(),
+                        vec![task.to_task()],
+                        &settings,
+                    )
+                    .await;
                     drop(guard);
                     let t1 = Instant::now();
                     if tx.send(ts).await.is_err() {

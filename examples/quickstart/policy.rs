@@ -73,11 +73,12 @@ pub fn train_tokenizer(corpus: &[String], vocab_size: usize) -> Result<Tokenizer
     tokenizer
         .train(&mut trainer, corpus.iter())
         .map_err(tok_error("training the tokenizer"))?;
-    tokenizer.add_tokens([
-        AddedToken::from("<tool_call>", false),
-        AddedToken::from("</tool_call>", false),
-    ])
-    .map_err(tok_error("adding the tool-call tokens"))?;
+    tokenizer
+        .add_tokens([
+            AddedToken::from("<tool_call>", false),
+            AddedToken::from("</tool_call>", false),
+        ])
+        .map_err(tok_error("adding the tool-call tokens"))?;
     Ok(Tokenizer::from(tokenizer))
 }
 
@@ -86,12 +87,16 @@ pub fn scratch_codec(tokenizer: Tokenizer) -> Result<Codec> {
     let mut globals = serde_json::Map::new();
     globals.insert("eos_token".into(), "<|im_end|>".into());
     let template = ChatTemplate::new(CHAT_TEMPLATE.to_owned(), globals.into_iter().collect())?;
-    Ok(Codec::new(tokenizer, template, "<|im_end|>", &[])?.with_tool_parser(ToolCallFormat::Hermes))
+    Ok(
+        Codec::new(tokenizer, template, "<|im_end|>", &[])?
+            .with_tool_parser(ToolCallFormat::Hermes),
+    )
 }
 
 /// Writes the tokenizer and template as a Hugging Face model directory's tokenizer files.
 pub fn save_tokenizer(tokenizer: &Tokenizer, dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
     tokenizer
         .save(dir.join("tokenizer.json"), false)
         .map_err(tok_error("saving tokenizer.json"))?;

@@ -115,7 +115,9 @@ impl TokenGenerator for Demonstrator {
     }
     async fn generate(&self, request: GenerateRequest) -> Result<GenerateOutput> {
         let session = request.session_id.clone().unwrap_or_default();
-        let task_id = session.rsplit_once(':').map_or(session.as_str(), |(t, _)| t);
+        let task_id = session
+            .rsplit_once(':')
+            .map_or(session.as_str(), |(t, _)| t);
         let task = self
             .tasks
             .get(task_id)
@@ -189,8 +191,8 @@ pub async fn run_rollouts(
         format_error_budget: 1,
         ..LoopConfig::default()
     };
-    let agent = AgentInteraction::new(Arc::new(model), tools, config)?
-        .with_reward(Arc::new(CodeReward));
+    let agent =
+        AgentInteraction::new(Arc::new(model), tools, config)?.with_reward(Arc::new(CodeReward));
     let host = settings.host.clone();
     let runner = Runner::new(
         agent,

@@ -16,8 +16,8 @@ use uniagent_core::sandbox::{
     ReadFileResponse, UploadRequest, WriteFileRequest,
 };
 use uniagent_core::{
-    Capabilities, Deployment, DeploymentExt, EpisodeSignal, Error, Message, Result,
-    RewardContext, RewardOutcome, RewardSpec, Task,
+    Capabilities, Deployment, DeploymentExt, EpisodeSignal, Error, Message, Result, RewardContext,
+    RewardOutcome, RewardSpec, Task,
 };
 use uniagent_envs::{HostConfig, HostDeployment};
 
@@ -61,7 +61,10 @@ impl FileQuestion {
 
     /// The user question.
     pub fn question(&self) -> String {
-        format!("What is the code of {}? The codes are in files under data/.", self.target)
+        format!(
+            "What is the code of {}? The codes are in files under data/.",
+            self.target
+        )
     }
 
     /// The task as the loop sees it (metadata: `target`, `files`).
@@ -87,8 +90,9 @@ impl FileQuestion {
             .as_str()
             .ok_or_else(|| Error::invalid_input("task metadata has no `target`"))?
             .to_owned();
-        let files: Vec<(String, String)> = serde_json::from_value(task.metadata["files"].clone())
-            .map_err(|e| Error::invalid_input(format!("task metadata `files`: {e}")))?;
+        let files: Vec<(String, String)> =
+            serde_json::from_value(task.metadata["files"].clone())
+                .map_err(|e| Error::invalid_input(format!("task metadata `files`: {e}")))?;
         Ok(Self {
             id: task.id.clone(),
             target,
@@ -126,7 +130,10 @@ impl Deployment for SeededSandbox {
         self.inner.start().await?;
         let out = self.inner.sh(&self.script, 10.0).await?;
         if out.exit_code != Some(0) {
-            return Err(Error::internal(format!("task setup failed: {}", out.stderr)));
+            return Err(Error::internal(format!(
+                "task setup failed: {}",
+                out.stderr
+            )));
         }
         Ok(())
     }
@@ -178,7 +185,10 @@ impl RewardSpec for CodeReward {
         let sandbox: &Arc<dyn Deployment> = ctx
             .deployment
             .ok_or_else(|| Error::internal("the reward needs the task's sandbox"))?;
-        let truth = sandbox.sh(&format!("cat data/{target}.txt"), 10.0).await?.stdout;
+        let truth = sandbox
+            .sh(&format!("cat data/{target}.txt"), 10.0)
+            .await?
+            .stdout;
         let truth = truth.trim();
         Ok(RewardOutcome::binary(!truth.is_empty() && answer == truth)
             .with_detail("expected", json!(truth)))

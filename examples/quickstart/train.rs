@@ -21,8 +21,8 @@ use uniagent_train::trainer::{
 };
 
 use crate::config::QuickstartConfig;
-use crate::policy::{load_hf, save_tokenizer, scratch_codec, scratch_model, train_tokenizer};
 use crate::pipeline::Rollouter;
+use crate::policy::{load_hf, save_tokenizer, scratch_codec, scratch_model, train_tokenizer};
 use crate::rollout::{demonstration, run_rollouts, Demonstrator, RolloutSettings, Seeded};
 use crate::task::FileQuestion;
 
@@ -42,9 +42,15 @@ fn corpus(rng: &mut fastrand::Rng) -> Vec<String> {
     let mut lines = Vec::new();
     for t in tasks("corpus", 400, rng) {
         lines.push(format!("<|im_start|>user\n{}<|im_end|>\n", t.question()));
-        lines.push(format!("<|im_start|>assistant\n{}<|im_end|>\n", demonstration(&t, 0)));
+        lines.push(format!(
+            "<|im_start|>assistant\n{}<|im_end|>\n",
+            demonstration(&t, 0)
+        ));
         lines.push(format!("<|im_start|>tool\n{}\n<|im_end|>\n", t.answer()));
-        lines.push(format!("<|im_start|>assistant\n{}<|im_end|>\n", demonstration(&t, 1)));
+        lines.push(format!(
+            "<|im_start|>assistant\n{}<|im_end|>\n",
+            demonstration(&t, 1)
+        ));
     }
     lines
 }
@@ -104,7 +110,11 @@ fn write_jsonl(
 }
 
 /// Runs the whole quickstart and returns the summary as JSON text.
-pub async fn run(config: &QuickstartConfig, out: &Path, model_dir: Option<&Path>) -> Result<String> {
+pub async fn run(
+    config: &QuickstartConfig,
+    out: &Path,
+    model_dir: Option<&Path>,
+) -> Result<String> {
     let started = Instant::now();
     std::fs::create_dir_all(out).map_err(io("creating the output directory"))?;
     let toml_text = toml::to_string(config).map_err(|e| Error::internal(e.to_string()))?;
@@ -126,7 +136,10 @@ pub async fn run(config: &QuickstartConfig, out: &Path, model_dir: Option<&Path>
             save_tokenizer(&tokenizer, &out.join("policy"))?;
             let vocab = tokenizer.get_vocab_size(true);
             let codec = scratch_codec(tokenizer)?;
-            (codec, scratch_model(&config.model, vocab, config.seed as i64)?)
+            (
+                codec,
+                scratch_model(&config.model, vocab, config.seed as i64)?,
+            )
         }
     };
     let codec = Arc::new(codec);
@@ -211,7 +224,9 @@ pub async fn run(config: &QuickstartConfig, out: &Path, model_dir: Option<&Path>
         }
     };
     let (_, sft_eval) = eval(0).await?;
-    write_jsonl(&mut jsonl, "eval", 0, &sft_eval, &|id| seeded.take_versions(id))?;
+    write_jsonl(&mut jsonl, "eval", 0, &sft_eval, &|id| {
+        seeded.take_versions(id)
+    })?;
     let sft_success = success(&sft_eval);
     let mut curve = vec![(0usize, sft_success)];
 
@@ -219,7 +234,11 @@ pub async fn run(config: &QuickstartConfig, out: &Path, model_dir: Option<&Path>
     let loss_mode = match config.loss.as_str() {
         "grpo" => PolicyLossMode::Vanilla,
         "gspo" => PolicyLossMode::Gspo,
-        other => return Err(Error::invalid_input(format!("unknown loss `{other}` (grpo or gspo)"))),
+        other => {
+            return Err(Error::invalid_input(format!(
+                "unknown loss `{other}` (grpo or gspo)"
+            )))
+        }
     };
     let rl_config = TrainerConfig {
         mode: TrainMode::Rl(RlObjective {
@@ -243,7 +262,11 @@ pub async fn run(config: &QuickstartConfig, out: &Path, model_dir: Option<&Path>
     let is_async = match config.mode.as_str() {
         "sync" => false,
         "async" => true,
-        other => return Err(Error::invalid_input(format!("unknown mode `{other}` (sync or async)"))),
+        other => {
+            return Err(Error::invalid_input(format!(
+                "unknown mode `{other}` (sync or async)"
+            )))
+        }
     };
     let mut source = if is_async {
         let (r, rx) = Rollouter::start(
@@ -296,9 +319,15 @@ pub async fn run(config: &QuickstartConfig, out: &Path, model_dir: Option<&Path>
             v
         })?;
         let sampled: u64 = ts.iter().map(|t| t.counts.sampled_tokens).sum();
-        let mean_reward =
-            ts.iter().map(|t| t.output.reward_score.unwrap_or(0.0)).sum::<f64>() / ts.len().max(1) as f64;
-        let usable: Vec<&Trajectory> = ts.iter().filter(|t| !t.output.response_ids.is_empty()).collect();
+        let mean_reward = ts
+            .iter()
+            .map(|t| t.output.reward_score.unwrap_or(0.0))
+            .sum::<f64>()
+            / ts.len().max(1) as f64;
+        let usable: Vec<&Trajectory> = ts
+            .iter()
+            .filter(|t| !t.output.response_ids.is_empty())
+            .collect();
         let t1 = Instant::now();
         let mut loss = f64::NAN;
         if !usable.is_empty() {
@@ -308,7 +337,11 @@ pub async fn run(config: &QuickstartConfig, out: &Path, model_dir: Option<&Path>
             let m = tokio::task::block_in_place(|| trainer.step(&batch))?;
             loss = m.loss;
         }
-        let sync_every = if is_async { config.pipeline.trigger_parameter_sync_step.max(1) } else { 1 };
+        let sync_every = if is_async {
+            config.pipeline.trigger_parameter_sync_step.max(1)
+        } else {
+            1
+        };
         if step % sync_every == 0 {
             match &source {
                 None => {
@@ -316,7 +349,8 @@ pub async fn run(config: &QuickstartConfig, out: &Path, model_dir: Option<&Path>
                 }
                 Some((r, _)) => {
                     let consumed = step * config.rl_tasks_per_step;
-                    r.sync(consumed, || engine.update_weights(trainer.policy())).await?;
+                    r.sync(consumed, || engine.update_weights(trainer.policy()))
+                        .await?;
                 }
             }
         }
@@ -338,7 +372,9 @@ pub async fn run(config: &QuickstartConfig, out: &Path, model_dir: Option<&Path>
         });
         if step % config.eval_every.max(1) == 0 || step == config.rl_steps {
             let (_, ev) = eval(step).await?;
-            write_jsonl(&mut jsonl, "eval", step, &ev, &|id| seeded.take_versions(id))?;
+            write_jsonl(&mut jsonl, "eval", step, &ev, &|id| {
+                seeded.take_versions(id)
+            })?;
             let s = success(&ev);
             curve.push((step, s));
             row["held_out_success"] = json!(s);
@@ -376,8 +412,17 @@ pub async fn run(config: &QuickstartConfig, out: &Path, model_dir: Option<&Path>
 /// `metrics.csv` (one row per RL step) and `metrics.json` (steps and summary).
 fn write_metrics(out: &Path, steps: &[Value], summary: &Value) -> Result<()> {
     let cols = [
-        "step", "weight_version", "mean_reward", "success_rate", "held_out_success", "loss",
-        "sampled_tokens", "tokens_per_s", "rollout_wait_s", "train_s", "staleness",
+        "step",
+        "weight_version",
+        "mean_reward",
+        "success_rate",
+        "held_out_success",
+        "loss",
+        "sampled_tokens",
+        "tokens_per_s",
+        "rollout_wait_s",
+        "train_s",
+        "staleness",
     ];
     let mut csv = cols.join(",");
     csv.push('\n');
