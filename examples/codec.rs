@@ -79,11 +79,7 @@ fn read_input(path: &PathBuf) -> Result<ChatInput, Box<Error>> {
     let add_generation_prompt = match obj.remove("add_generation_prompt") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => b,
-        Some(_) => {
-            return Err(bad(
-                "`add_generation_prompt` must be a boolean",
-            ))
-        }
+        Some(_) => return Err(bad("`add_generation_prompt` must be a boolean")),
     };
     let template_kwargs = match obj.remove("template_kwargs") {
         None | Some(Value::Null) => Map::new(),

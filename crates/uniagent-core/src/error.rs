@@ -168,8 +168,8 @@ pub enum Error {
     Runtime {
         /// Backend name.
         backend: String,
-        /// The exception, with SWE-ReX's class path.
-        exception: crate::sandbox::RemoteException,
+        /// The exception, with SWE-ReX's class path (boxed to keep `Error` small).
+        exception: Box<crate::sandbox::RemoteException>,
     },
     /// Retrying did not help; carries the last error.
     #[error("gave up after {attempts} attempts over {elapsed:?}: {last}")]
@@ -275,6 +275,14 @@ impl Error {
     pub fn invalid_input(message: impl Into<String>) -> Self {
         Self::InvalidInput {
             message: message.into(),
+        }
+    }
+
+    /// Shorthand for [`Error::Runtime`].
+    pub fn runtime(backend: impl Into<String>, exception: crate::sandbox::RemoteException) -> Self {
+        Self::Runtime {
+            backend: backend.into(),
+            exception: Box::new(exception),
         }
     }
 

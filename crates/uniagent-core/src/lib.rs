@@ -1,8 +1,5 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
-// `Error` carries a whole `RemoteException` (large); every fallible function returns it, so the
-// size lint is silenced crate-wide (as in uniagent-envs) rather than per function.
-#![allow(clippy::result_large_err)]
 
 pub mod agent;
 #[cfg(feature = "codec")]

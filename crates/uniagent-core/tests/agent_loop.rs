@@ -2,7 +2,7 @@
 //! episode and asserted, together with what the trajectory holds.
 
 // Test helpers may unwrap (a panic fails the test); core's `Error` is large by design.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::result_large_err)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

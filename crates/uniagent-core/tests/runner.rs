@@ -2,7 +2,7 @@
 //! before stop, isolation of errors and panics, cancellation, JSONL output and the summary.
 
 // Test helpers may unwrap (a panic fails the test); core's `Error` is large by design.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::result_large_err)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -3,7 +3,7 @@
 //! of the conversation and whose mask is 1 exactly on the sampled tokens.
 
 // Test helpers may unwrap (a panic fails the test); core's `Error` is large by design.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::result_large_err)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::{Arc, Mutex};
 

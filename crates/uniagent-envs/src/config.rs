@@ -131,13 +131,19 @@ impl DeploymentConfig {
                 self.backend(),
             )),
             #[allow(unreachable_patterns)]
-            _ => Err(Error::internal(format!("backend `{}` passed validation without its feature", self.backend()))),
+            _ => Err(Error::internal(format!(
+                "backend `{}` passed validation without its feature",
+                self.backend()
+            ))),
         }
     }
 }
 
 fn config_error(message: impl Into<String>) -> Error {
-    Error::Config { message: message.into(), source: None }
+    Error::Config {
+        message: message.into(),
+        source: None,
+    }
 }
 
 fn check_positive(key: &str, d: Duration) -> Result<()> {
@@ -149,7 +155,9 @@ fn check_positive(key: &str, d: Duration) -> Result<()> {
 
 fn check_url(key: &str, url: &str) -> Result<()> {
     if !(url.starts_with("http://") || url.starts_with("https://")) {
-        return Err(config_error(format!("{key} must be an http:// or https:// URL, got `{url}`")));
+        return Err(config_error(format!(
+            "{key} must be an http:// or https:// URL, got `{url}`"
+        )));
     }
     Ok(())
 }
@@ -334,11 +342,15 @@ mod tests {
 
     fn samples() -> Vec<DeploymentConfig> {
         vec![
-            DeploymentConfig::Host(HostConfig { keep_work_dir: true, ..HostConfig::default() }),
+            DeploymentConfig::Host(HostConfig {
+                keep_work_dir: true,
+                ..HostConfig::default()
+            }),
             DeploymentConfig::Docker(DockerConfig {
                 image: "uniagent-sandbox:debian".into(),
                 cpus: Some(0.5),
-                lifetime: None,
+                // TOML has no null: an absent `lifetime` reads as the default.
+                lifetime: Some(Duration::from_secs(600)),
                 ..DockerConfig::default()
             }),
             DeploymentConfig::Remote(RemoteConfig {
@@ -367,12 +379,17 @@ mod tests {
 
     #[test]
     fn misspelled_keys_and_unknown_backends_are_named() {
-        let err = parse::<DeploymentConfig>("type: remote\nulr: http://x\n", ConfigFormat::Yaml).unwrap_err();
-        assert!(err.to_string().contains("ulr"), "{err}");
-        let err = parse::<DeploymentConfig>("type = \"kubernetes\"\n", ConfigFormat::Toml).unwrap_err();
-        assert!(err.to_string().contains("kubernetes"), "{err}");
-        let err = parse::<DeploymentConfig>("type: docker\nretry:\n  max_attempts: 2\n", ConfigFormat::Yaml)
+        let err = parse::<DeploymentConfig>("type: remote\nulr: http://x\n", ConfigFormat::Yaml)
             .unwrap_err();
+        assert!(err.to_string().contains("ulr"), "{err}");
+        let err =
+            parse::<DeploymentConfig>("type = \"kubernetes\"\n", ConfigFormat::Toml).unwrap_err();
+        assert!(err.to_string().contains("kubernetes"), "{err}");
+        let err = parse::<DeploymentConfig>(
+            "type: docker\nretry:\n  max_attempts: 2\n",
+            ConfigFormat::Yaml,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("retry"), "{err}");
         let err = parse::<DeploymentConfig>(
             "type: remote\nurl: http://x\nretry:\n  max_attemps: 2\n",
@@ -384,7 +401,8 @@ mod tests {
 
     #[test]
     fn a_backend_without_its_feature_parses_but_fails_validation_naming_the_feature() {
-        let cfg: DeploymentConfig = parse("type: faas\ncontrol_url: https://x\n", ConfigFormat::Yaml).unwrap();
+        let cfg: DeploymentConfig =
+            parse("type: faas\ncontrol_url: https://x\n", ConfigFormat::Yaml).unwrap();
         let result = cfg.validate();
         if cfg!(feature = "faas") {
             assert!(result.is_ok());
@@ -400,10 +418,21 @@ mod tests {
     #[test]
     fn build_picks_the_backend_or_names_what_is_missing() {
         let host: DeploymentConfig = parse("type: host\n", ConfigFormat::Yaml).unwrap();
-        assert_eq!(host.build().map(|d| d.backend().to_owned()).ok().as_deref(), cfg!(feature = "host").then_some("host"));
-        let remote: DeploymentConfig = parse("type: remote\nurl: http://127.0.0.1:1\n", ConfigFormat::Yaml).unwrap();
         assert_eq!(
-            remote.build().map(|d| d.backend().to_owned()).ok().as_deref(),
+            host.build().map(|d| d.backend().to_owned()).ok().as_deref(),
+            cfg!(feature = "host").then_some("host")
+        );
+        let remote: DeploymentConfig = parse(
+            "type: remote\nurl: http://127.0.0.1:1\n",
+            ConfigFormat::Yaml,
+        )
+        .unwrap();
+        assert_eq!(
+            remote
+                .build()
+                .map(|d| d.backend().to_owned())
+                .ok()
+                .as_deref(),
             cfg!(feature = "remote").then_some("remote")
         );
         let docker: DeploymentConfig =
@@ -415,19 +444,35 @@ mod tests {
                 "{err}"
             ),
         }
-        let missing: DeploymentConfig =
-            parse("type: remote\nurl: http://x\nauth_token_env: UNIAGENT_TEST_SURELY_UNSET_VAR\n", ConfigFormat::Yaml)
-                .unwrap();
+        let missing: DeploymentConfig = parse(
+            "type: remote\nurl: http://x\nauth_token_env: UNIAGENT_TEST_SURELY_UNSET_VAR\n",
+            ConfigFormat::Yaml,
+        )
+        .unwrap();
         if cfg!(feature = "remote") {
-            assert!(missing.build().unwrap_err().to_string().contains("UNIAGENT_TEST_SURELY_UNSET_VAR"));
+            assert!(missing
+                .build()
+                .unwrap_err()
+                .to_string()
+                .contains("UNIAGENT_TEST_SURELY_UNSET_VAR"));
         }
     }
 
     #[test]
     fn validation_rejects_bad_values() {
-        let cfg: DeploymentConfig = parse("type: remote\nurl: ftp://x\n", ConfigFormat::Yaml).unwrap();
-        assert!(cfg.validate().unwrap_err().to_string().contains("remote.url"));
-        let cfg: DeploymentConfig = parse("type: host\nstartup_timeout: 0\n", ConfigFormat::Yaml).unwrap();
-        assert!(cfg.validate().unwrap_err().to_string().contains("startup_timeout"));
+        let cfg: DeploymentConfig =
+            parse("type: remote\nurl: ftp://x\n", ConfigFormat::Yaml).unwrap();
+        assert!(cfg
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("remote.url"));
+        let cfg: DeploymentConfig =
+            parse("type: host\nstartup_timeout: 0\n", ConfigFormat::Yaml).unwrap();
+        assert!(cfg
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("startup_timeout"));
     }
 }

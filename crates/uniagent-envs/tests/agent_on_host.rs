@@ -4,7 +4,7 @@
 //! tool timeout and counted against the budget.
 
 #![cfg(all(feature = "host", feature = "server"))]
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::result_large_err)] // test helpers
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};

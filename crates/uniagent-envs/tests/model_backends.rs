@@ -3,7 +3,7 @@
 //! client sends as well as on what it makes of the answers.
 
 // Test helpers may unwrap (a panic fails the test); core's `Error` is large by design.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::result_large_err)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};

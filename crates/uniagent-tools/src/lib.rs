@@ -1,6 +1,4 @@
 #![doc = include_str!("../README.md")]
-// Results carry uniagent_core::Error, the workspace-wide error type, whatever its size.
-#![allow(clippy::result_large_err)]
 
 mod install;
 pub mod search;

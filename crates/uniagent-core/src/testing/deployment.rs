@@ -140,13 +140,13 @@ impl ScriptedDeployment {
             Some(ScriptedReply::Output { output, exit_code }) => Ok((output.clone(), *exit_code)),
             Some(ScriptedReply::Timeout) => Err(Error::Runtime {
                 backend: "scripted".into(),
-                exception: RemoteException::new(
+                exception: Box::new(RemoteException::new(
                     ExceptionClass::CommandTimeout,
                     format!(
                         "timeout after {} seconds while running command '{command}'",
                         timeout.unwrap_or(0.0)
                     ),
-                ),
+                )),
             }),
             Some(ScriptedReply::Crash { retryable }) => Err(Error::Sandbox {
                 backend: "scripted".into(),
@@ -206,10 +206,10 @@ impl Deployment for ScriptedDeployment {
         if !lock(&self.state).sessions.insert(request.session.clone()) {
             return Err(Error::Runtime {
                 backend: "scripted".into(),
-                exception: RemoteException::new(
+                exception: Box::new(RemoteException::new(
                     ExceptionClass::SessionExists,
                     format!("session {} already exists", request.session),
-                ),
+                )),
             });
         }
         Ok(CreateSessionResponse {
@@ -227,10 +227,10 @@ impl Deployment for ScriptedDeployment {
         if !lock(&self.state).sessions.contains(action.session()) {
             return Err(Error::Runtime {
                 backend: "scripted".into(),
-                exception: RemoteException::new(
+                exception: Box::new(RemoteException::new(
                     ExceptionClass::SessionDoesNotExist,
                     format!("session {} does not exist", action.session()),
-                ),
+                )),
             });
         }
         let (output, exit_code) = match &action {
@@ -240,10 +240,10 @@ impl Deployment for ScriptedDeployment {
                     CheckMode::Raise if code != 0 => {
                         return Err(Error::Runtime {
                             backend: "scripted".into(),
-                            exception: RemoteException::new(
+                            exception: Box::new(RemoteException::new(
                                 ExceptionClass::NonZeroExitCode,
                                 format!("Command '{}' failed with exit code {code}.", a.command),
-                            ),
+                            )),
                         })
                     }
                     CheckMode::Ignore => (output, None),
@@ -266,10 +266,10 @@ impl Deployment for ScriptedDeployment {
         if !lock(&self.state).sessions.remove(&request.session) {
             return Err(Error::Runtime {
                 backend: "scripted".into(),
-                exception: RemoteException::new(
+                exception: Box::new(RemoteException::new(
                     ExceptionClass::SessionDoesNotExist,
                     format!("session {} does not exist", request.session),
-                ),
+                )),
             });
         }
         Ok(CloseSessionResponse {
@@ -299,14 +299,17 @@ impl Deployment for ScriptedDeployment {
             .cloned()
             .ok_or_else(|| Error::Runtime {
                 backend: "scripted".into(),
-                exception: RemoteException::new(
+                exception: Box::new(RemoteException::new(
                     ExceptionClass::FileNotFound,
                     format!("[Errno 2] No such file or directory: '{}'", request.path),
-                ),
+                )),
             })?;
         let content = String::from_utf8(bytes).map_err(|e| Error::Runtime {
             backend: "scripted".into(),
-            exception: RemoteException::new(ExceptionClass::UnicodeDecode, e.to_string()),
+            exception: Box::new(RemoteException::new(
+                ExceptionClass::UnicodeDecode,
+                e.to_string(),
+            )),
         })?;
         Ok(ReadFileResponse { content })
     }

@@ -1,11 +1,6 @@
 //! Shared helpers of the loop and runner tests: real tools over the scripted parts.
 
-#![allow(
-    dead_code,
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::result_large_err
-)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -78,7 +78,7 @@ fn decode_exception(backend: &str, body: &[u8]) -> Error {
     match serde_json::from_slice::<ExceptionPayload>(body) {
         Ok(payload) => Error::Runtime {
             backend: backend.to_owned(),
-            exception: payload.swerexception,
+            exception: Box::new(payload.swerexception),
         },
         Err(e) => Error::Protocol {
             message: format!(

@@ -235,7 +235,7 @@ pub(crate) fn expect_exception<T: std::fmt::Debug>(
     what: &str,
 ) -> Result<RemoteException, Failure> {
     match result {
-        Err(Error::Runtime { exception, .. }) if exception.class() == class => Ok(exception),
+        Err(Error::Runtime { exception, .. }) if exception.class() == class => Ok(*exception),
         other => Err(Failure::Failed(format!(
             "{what}: expected {}, got {other:?}",
             class.class_path()

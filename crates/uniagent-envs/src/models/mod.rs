@@ -12,9 +12,6 @@
 //! [`TokenGenerator`]: uniagent_core::TokenGenerator
 //! [`ChatModel`]: uniagent_core::ChatModel
 
-// `uniagent_core::Error` is large; every fallible function here returns it.
-#![allow(clippy::result_large_err)]
-
 mod http;
 #[cfg(feature = "openai")]
 mod openai;

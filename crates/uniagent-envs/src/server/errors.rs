@@ -48,8 +48,8 @@ pub mod class {
 /// A failure while handling one request.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ServerError {
-    /// A runtime exception: HTTP 511 with a `swerexception` body.
-    Exception(RemoteException),
+    /// A runtime exception: HTTP 511 with a `swerexception` body (boxed: keeps results small).
+    Exception(Box<RemoteException>),
     /// The body failed validation: HTTP 422 with FastAPI's `{"detail": [...]}`.
     Validation(Vec<Value>),
     /// A plain HTTP error: `{"detail": "..."}`.
@@ -64,12 +64,12 @@ pub enum ServerError {
 impl ServerError {
     /// A runtime exception of Python class `class_path`.
     pub fn exception(class_path: &str, message: impl Into<String>) -> Self {
-        Self::Exception(RemoteException {
+        Self::Exception(Box::new(RemoteException {
             message: message.into(),
             class_path: class_path.to_owned(),
             traceback: String::new(),
             extra_info: Map::new(),
-        })
+        }))
     }
 
     /// Like [`ServerError::exception`], with `extra_info`.
@@ -78,12 +78,12 @@ impl ServerError {
         message: impl Into<String>,
         extra_info: Map<String, Value>,
     ) -> Self {
-        Self::Exception(RemoteException {
+        Self::Exception(Box::new(RemoteException {
             message: message.into(),
             class_path: class_path.to_owned(),
             traceback: String::new(),
             extra_info,
-        })
+        }))
     }
 
     /// An operating-system error on `path`, as Python's `OSError` subclasses print it:
@@ -146,7 +146,7 @@ impl IntoResponse for ServerError {
                 let status = StatusCode::from_u16(EXCEPTION_STATUS)
                     .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
                 let mut response =
-                    (status, axum::Json(ExceptionPayload { swerexception: e })).into_response();
+                    (status, axum::Json(ExceptionPayload { swerexception: *e })).into_response();
                 response.extensions_mut().insert(NotCacheable);
                 response
             }

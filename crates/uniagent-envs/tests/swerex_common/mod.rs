@@ -2,7 +2,7 @@
 //! ports in their own process group, and replaying `tests/swerex/scenarios.json` through our
 //! client.
 
-#![allow(dead_code, clippy::result_large_err)]
+#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
