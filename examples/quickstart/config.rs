@@ -62,7 +62,7 @@ impl Default for QuickstartConfig {
             rl_steps: 20,
             rl_tasks_per_step: 8,
             group_size: 4,
-            rl_lr: 1e-3,
+            rl_lr: 1e-4,
             loss: "grpo".into(),
             temperature: 1.0,
             eval_tasks: 48,
