@@ -160,6 +160,45 @@ impl HttpClient {
     }
 
     /// POSTs `body` to `path` on an endpoint chosen for `session`, retrying retryable failures.
+    /// One token-level generation round trip, with the checks every token backend needs: an
+    /// empty prompt is an input error, a zero token budget answers without a request, and a
+    /// server that returns more tokens than allowed breaks the protocol.
+    #[cfg(any(feature = "vllm", feature = "sglang"))]
+    pub(crate) async fn generate_tokens(
+        &self,
+        backend: &str,
+        path: &str,
+        request: &uniagent_core::GenerateRequest,
+        body: impl FnOnce() -> Value,
+        parse: fn(&Value) -> Result<uniagent_core::GenerateOutput>,
+    ) -> Result<uniagent_core::GenerateOutput> {
+        if request.prompt_ids.is_empty() {
+            return Err(Error::invalid_input(format!("{backend}: empty prompt")));
+        }
+        if request.max_new_tokens == 0 {
+            return Ok(uniagent_core::GenerateOutput {
+                token_ids: Vec::new(),
+                logprobs: Vec::new(),
+                finish_reason: uniagent_core::FinishReason::Length,
+                weight_version: None,
+            });
+        }
+        let response = self
+            .post_json(path, &body(), request.session_id.as_deref())
+            .await?;
+        let out = parse(&response)?;
+        if out.token_ids.len() > request.max_new_tokens {
+            return Err(Error::Protocol {
+                message: format!(
+                    "{backend}: {} tokens returned, {} allowed",
+                    out.token_ids.len(),
+                    request.max_new_tokens
+                ),
+            });
+        }
+        Ok(out)
+    }
+
     pub(crate) async fn post_json(
         &self,
         path: &str,

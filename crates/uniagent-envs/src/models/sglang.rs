@@ -117,31 +117,15 @@ impl TokenGenerator for SglangGenerator {
     }
 
     async fn generate(&self, request: GenerateRequest) -> Result<GenerateOutput> {
-        if request.prompt_ids.is_empty() {
-            return Err(Error::invalid_input("sglang: empty prompt"));
-        }
-        if request.max_new_tokens == 0 {
-            return Ok(GenerateOutput {
-                token_ids: Vec::new(),
-                logprobs: Vec::new(),
-                finish_reason: FinishReason::Length,
-                weight_version: None,
-            });
-        }
-        let body = self.request_body(&request);
-        let response = self
-            .http
-            .post_json("/generate", &body, request.session_id.as_deref())
-            .await?;
-        let out = parse_generate(&response)?;
-        if out.token_ids.len() > request.max_new_tokens {
-            return Err(protocol(format!(
-                "{} tokens returned, {} allowed",
-                out.token_ids.len(),
-                request.max_new_tokens
-            )));
-        }
-        Ok(out)
+        self.http
+            .generate_tokens(
+                "sglang",
+                "/generate",
+                &request,
+                || self.request_body(&request),
+                parse_generate,
+            )
+            .await
     }
 }
 

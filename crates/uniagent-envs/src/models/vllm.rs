@@ -132,31 +132,15 @@ impl TokenGenerator for VllmGenerator {
     }
 
     async fn generate(&self, request: GenerateRequest) -> Result<GenerateOutput> {
-        if request.prompt_ids.is_empty() {
-            return Err(Error::invalid_input("vllm: empty prompt"));
-        }
-        if request.max_new_tokens == 0 {
-            return Ok(GenerateOutput {
-                token_ids: Vec::new(),
-                logprobs: Vec::new(),
-                finish_reason: FinishReason::Length,
-                weight_version: None,
-            });
-        }
-        let body = self.request_body(&request);
-        let response = self
-            .http
-            .post_json("/v1/completions", &body, request.session_id.as_deref())
-            .await?;
-        let out = parse_completion(&response)?;
-        if out.token_ids.len() > request.max_new_tokens {
-            return Err(protocol(format!(
-                "{} tokens returned, {} allowed",
-                out.token_ids.len(),
-                request.max_new_tokens
-            )));
-        }
-        Ok(out)
+        self.http
+            .generate_tokens(
+                "vllm",
+                "/v1/completions",
+                &request,
+                || self.request_body(&request),
+                parse_completion,
+            )
+            .await
     }
 }
 
