@@ -74,7 +74,17 @@ async fn start_with_descendants(d: &HostDeployment) -> (HostInfo, Vec<u32>) {
         );
     }
     assert!(pids.iter().all(|&p| alive(p)), "not all started: {pids:?}");
-    assert!(marked_processes(&format!("{INSTANCE_ENV}={}", info.instance_id)).len() >= 4);
+    // A child caught inside `execve` shows an empty environment for a moment: poll.
+    let needle = format!("{INSTANCE_ENV}={}", info.instance_id);
+    let mut marked = 0;
+    for _ in 0..100 {
+        marked = marked_processes(&needle).len();
+        if marked >= 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(marked >= 4, "only {marked} marked processes");
     (info, pids)
 }
 

@@ -152,14 +152,24 @@ impl Drop for ServerProcess {
 
 /// Kills (SIGKILL) every process whose environment holds `var=value`, repeating while new ones
 /// appear (a process may fork while being swept). Returns how many were signalled.
+///
+/// A process in the middle of `execve` briefly shows an empty environment, so one empty sweep
+/// is not proof: the sweep ends only after two empty ones a few milliseconds apart.
 pub fn kill_marked_processes(var: &str, value: &str) -> usize {
     let needle = format!("{var}={value}");
     let mut killed = 0;
-    for _ in 0..10 {
+    let mut empty_sweeps = 0;
+    for _ in 0..20 {
         let found = marked_processes(&needle);
         if found.is_empty() {
-            break;
+            empty_sweeps += 1;
+            if empty_sweeps == 2 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            continue;
         }
+        empty_sweeps = 0;
         for pid in found {
             if nix::sys::signal::kill(pid, Signal::SIGKILL).is_ok() {
                 killed += 1;
