@@ -123,7 +123,7 @@ async fn run() {
     let (host_med, host_p90) = sequential_host().await;
     let (wall, conc_med) = concurrent_docker().await;
     println!("start() -> first execute, {SEQUENTIAL} sequential starts:");
-    println!("  docker network=none (isolated)   median {iso_med:7.1} ms  p90 {iso_p90:7.1} ms");
+    println!("  docker network=none (exec relay) median {iso_med:7.1} ms  p90 {iso_p90:7.1} ms");
     println!("  docker network=bridge (published) median {br_med:7.1} ms  p90 {br_p90:7.1} ms");
     println!("  host backend (baseline)           median {host_med:7.1} ms  p90 {host_p90:7.1} ms");
     println!(

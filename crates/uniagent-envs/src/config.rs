@@ -196,9 +196,10 @@ impl Default for HostConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum NetworkMode {
-    /// No route out of the container: it joins `uniagent-isolated`, an internal bridge network
-    /// (no gateway, no NAT, inter-container traffic off) on which only this host reaches the
-    /// server, at the container's address.
+    /// No network at all: Docker's `none` network, the container has only loopback. The host
+    /// reaches the server through a relay of `docker exec`s over the Docker API, at a loopback
+    /// port of the host; nothing in the container can reach the host, other containers or the
+    /// internet.
     #[default]
     None,
     /// Docker's default bridge network; the server's port is published on 127.0.0.1 with an

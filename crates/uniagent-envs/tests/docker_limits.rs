@@ -2,6 +2,7 @@
 //! error, a fork bomb is held by the pids limit, and the network is unreachable by default.
 
 #![cfg(feature = "docker")]
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers fail by panicking
 
 mod docker_common;
 
@@ -107,53 +108,143 @@ EOF"#;
     sandbox.stop().await.unwrap();
 }
 
+/// Every IPv4 address of this host's interfaces (the `LOCAL` entries of `/proc/net/fib_trie`),
+/// loopback and the Docker bridge's gateway included.
+fn host_ipv4_addresses() -> Vec<String> {
+    let trie = std::fs::read_to_string("/proc/net/fib_trie").unwrap();
+    let lines: Vec<&str> = trie.lines().collect();
+    let mut addresses: Vec<String> = lines
+        .windows(2)
+        .filter(|pair| pair[1].trim() == "/32 host LOCAL")
+        .filter_map(|pair| pair[0].trim().strip_prefix("|-- "))
+        .map(str::to_owned)
+        .collect();
+    addresses.sort();
+    addresses.dedup();
+    addresses
+}
+
+/// The gateway of a container on Docker's default bridge: the host's address on that bridge.
+async fn bridge_gateway(container: &str) -> String {
+    let docker = uniagent_envs::docker::engine().await.unwrap();
+    let inspected = docker
+        .inspect_container(
+            container,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .unwrap();
+    inspected.network_settings.unwrap().networks.unwrap()["bridge"]
+        .gateway
+        .clone()
+        .unwrap()
+}
+
+/// A probe run inside a sandbox: one line per target, `HOST PORT connected` or
+/// `HOST PORT <error>`.
+fn connect_probe(targets: &[(String, u16)]) -> String {
+    let list = targets
+        .iter()
+        .map(|(h, p)| format!("('{h}', {p})"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        r#"python3 - <<'EOF'
+import socket
+for host, port in [{list}]:
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+        print(host, port, 'connected')
+    except OSError as e:
+        print(host, port, type(e).__name__, e.errno)
+EOF"#
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_network_is_unreachable_by_default() {
     let Some(config) = config_or_skip("network").await else {
         return;
     };
-    let a = DockerDeployment::new(config.clone());
-    let b = DockerDeployment::new(config);
-    assert!(a.capabilities().network_isolation);
-    let (ra, rb) = tokio::join!(a.start(), b.start());
+    // A host service listening on every interface, as careless services do.
+    let service = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = service.local_addr().unwrap().port();
+    let addresses = host_ipv4_addresses();
+    assert!(addresses.contains(&"127.0.0.1".to_owned()), "{addresses:?}");
+    let mut targets: Vec<(String, u16)> = addresses.iter().map(|a| (a.clone(), port)).collect();
+    // The internet and its DNS, too.
+    targets.extend([("1.1.1.1".to_owned(), 80), ("8.8.8.8".to_owned(), 53)]);
+
+    let isolated = DockerDeployment::new(config.clone());
+    assert!(isolated.capabilities().network_isolation);
+    let bridged = DockerDeployment::new(uniagent_envs::DockerConfig {
+        network: uniagent_envs::NetworkMode::Bridge,
+        ..config
+    });
+    assert!(!bridged.capabilities().network_isolation);
+    let (ra, rb) = tokio::join!(isolated.start(), bridged.start());
     ra.unwrap();
     rb.unwrap();
-    let b_url = b.info().await.unwrap().url;
-    let b_addr = b_url.trim_start_matches("http://").replace(':', "', ");
-    let probe = format!(
-        r#"python3 - <<'EOF'
-import socket
-for target in [('1.1.1.1', 80), ('8.8.8.8', 53), ('{b_addr}), ('127.0.0.1', 8000)]:
-    try:
-        socket.create_connection(target, timeout=2).close()
-        print(target, 'connected')
-    except OSError as e:
-        print(target, type(e).__name__, e.errno)
-try:
-    socket.getaddrinfo('deb.debian.org', 80)
-    print('dns resolved')
-except OSError as e:
-    print('dns failed')
-EOF"#
+    let gateway = bridge_gateway(&bridged.info().await.unwrap().container_id).await;
+    assert!(
+        addresses.contains(&gateway),
+        "{gateway} not in {addresses:?}"
     );
-    let out = a.sh(&probe, 30.0).await.unwrap();
+    assert!(
+        isolated
+            .info()
+            .await
+            .unwrap()
+            .url
+            .starts_with("http://127.0.0.1:"),
+        "the host reaches the server on its own loopback"
+    );
+
+    // Only loopback inside.
+    let interfaces = isolated.sh("ls /sys/class/net", 10.0).await.unwrap();
+    assert_eq!(
+        interfaces.stdout.split_whitespace().collect::<Vec<_>>(),
+        ["lo"]
+    );
+
+    let probe = connect_probe(&targets);
+    let out = isolated.sh(&probe, 60.0).await.unwrap();
     let lines: Vec<&str> = out.stdout.lines().collect();
-    assert_eq!(lines.len(), 5, "{out:?}");
-    // The probe does detect a connection: the sandbox's own server on loopback answers.
-    assert_eq!(lines[3], "('127.0.0.1', 8000) connected", "{out:?}");
-    // Nothing answers: the internal network drops every packet leaving its subnet (a timeout),
-    // or the kernel finds no route (errno 101 ENETUNREACH / 113 EHOSTUNREACH).
-    for line in &lines[..3] {
+    assert_eq!(lines.len(), targets.len(), "{out:?}");
+    for line in &lines {
         assert!(
-            line.ends_with("TimeoutError None")
-                || line.ends_with("OSError 101")
-                || line.ends_with("OSError 113"),
-            "unexpectedly reachable: {out:?}"
+            !line.ends_with("connected"),
+            "reachable from the sandbox: {out:?}"
         );
     }
-    assert_eq!(lines[4], "dns failed", "{out:?}");
-    // The host reaches both servers.
-    assert_eq!(b.sh("echo b", 10.0).await.unwrap().stdout, "b\n");
-    a.stop().await.unwrap();
-    b.stop().await.unwrap();
+    // The probe does detect a connection: the sandbox's own server on loopback answers.
+    let own = isolated
+        .sh(&connect_probe(&[("127.0.0.1".into(), 8000)]), 10.0)
+        .await
+        .unwrap();
+    assert_eq!(own.stdout, "127.0.0.1 8000 connected\n", "{own:?}");
+    let dns = isolated
+        .sh(
+            "python3 -c \"import socket; socket.getaddrinfo('deb.debian.org', 80)\" 2>/dev/null \
+             && echo resolved || echo failed",
+            30.0,
+        )
+        .await
+        .unwrap();
+    assert_eq!(dns.stdout, "failed\n", "{dns:?}");
+
+    // Positive control: the same probe from a bridged sandbox reaches the host's bridge address.
+    let out = bridged
+        .sh(&connect_probe(&[(gateway.clone(), port)]), 30.0)
+        .await
+        .unwrap();
+    assert_eq!(
+        out.stdout,
+        format!("{gateway} {port} connected\n"),
+        "{out:?}"
+    );
+
+    isolated.stop().await.unwrap();
+    bridged.stop().await.unwrap();
+    drop(service);
 }

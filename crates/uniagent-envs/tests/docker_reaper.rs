@@ -121,3 +121,76 @@ async fn killed_processes_leave_containers_that_cleanup_and_the_stale_sweep_remo
     live.stop().await.unwrap();
     assert_eq!(containers_of(&live_run).await, 0);
 }
+
+/// The payload images built from `server` (a host path), by tag.
+async fn payload_images_of(server: &std::path::Path) -> Vec<String> {
+    use std::collections::HashMap;
+    use uniagent_envs::docker::{LABEL_PAYLOAD_FILES, PAYLOAD_REPO};
+    let docker = engine().await.unwrap();
+    let images = docker
+        .list_images(Some(bollard::query_parameters::ListImagesOptions {
+            filters: Some(HashMap::from([(
+                "reference".to_owned(),
+                vec![format!("{PAYLOAD_REPO}:*")],
+            )])),
+            ..Default::default()
+        }))
+        .await
+        .unwrap();
+    let needle = serde_json::to_string(&server.display().to_string()).unwrap();
+    images
+        .into_iter()
+        .filter(|i| {
+            i.labels
+                .get(LABEL_PAYLOAD_FILES)
+                .is_some_and(|files| files.contains(&needle))
+        })
+        .flat_map(|i| i.repo_tags)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payload_images_of_rebuilt_or_deleted_binaries_are_pruned() {
+    let Some(mut config) = config_or_skip("prune").await else {
+        return;
+    };
+    // A private copy of the server, "rebuilt" below by appending bytes (an ELF file runs the
+    // same with trailing bytes).
+    let dir = tempfile::tempdir().unwrap();
+    let server = dir.path().join("uniagent-sandbox");
+    std::fs::copy(config.server_binary.as_ref().unwrap(), &server).unwrap();
+    config.server_binary = Some(server.clone());
+    config.toolbox_binary = None;
+
+    let first = DockerDeployment::new(config.clone());
+    first.start().await.unwrap();
+    first.stop().await.unwrap();
+    let old = payload_images_of(&server).await;
+    assert_eq!(old.len(), 1, "{old:?}");
+
+    let mut bytes = std::fs::read(&server).unwrap();
+    bytes.extend_from_slice(b"rebuilt");
+    std::fs::write(&server, bytes).unwrap();
+    let second = DockerDeployment::new(config);
+    second.start().await.unwrap();
+    let now = payload_images_of(&server).await;
+    assert_eq!(
+        now.len(),
+        1,
+        "the old image was pruned when the new one was built: {now:?}"
+    );
+    assert_ne!(now, old);
+    // An image a container uses is kept, even once its binary is gone.
+    std::fs::remove_file(&server).unwrap();
+    let docker = engine().await.unwrap();
+    uniagent_envs::docker::prune_payload_images(&docker)
+        .await
+        .unwrap();
+    assert_eq!(payload_images_of(&server).await, now, "in use");
+    second.stop().await.unwrap();
+    let removed = uniagent_envs::docker::prune_payload_images(&docker)
+        .await
+        .unwrap();
+    assert_eq!(removed, now);
+    assert!(payload_images_of(&server).await.is_empty());
+}

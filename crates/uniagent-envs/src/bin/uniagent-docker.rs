@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! uniagent-docker cleanup --run-id RUN   remove every container of run RUN
-//! uniagent-docker cleanup --stale        remove containers of crashed or expired runs
+//! uniagent-docker cleanup --stale        remove containers of crashed or expired runs, and
+//!                                        payload images whose binaries were rebuilt
 //! uniagent-docker list [--run-id RUN]    list uniagent containers
 //! ```
 //!
@@ -13,7 +14,9 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use uniagent_envs::docker::{engine, list_managed, reap_run, reap_stale, Reaped};
+use uniagent_envs::docker::{
+    engine, list_managed, prune_payload_images, reap_run, reap_stale, Reaped,
+};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -33,7 +36,8 @@ enum Cmd {
         /// The run whose containers to remove.
         #[arg(long, required_unless_present = "stale", conflicts_with = "stale")]
         run_id: Option<String>,
-        /// Remove containers whose owner process is gone or whose lifetime passed.
+        /// Remove containers whose owner process is gone or whose lifetime passed, and payload
+        /// images built from binaries that were since rebuilt or deleted.
         #[arg(long)]
         stale: bool,
     },
@@ -72,7 +76,14 @@ async fn run(args: Args) -> uniagent_core::Result<ExitCode> {
         Cmd::Cleanup { run_id, stale } => {
             let reaped = match (run_id, stale) {
                 (Some(run), _) => reap_run(&docker, &run).await?,
-                (None, _) => reap_stale(&docker).await?,
+                (None, _) => {
+                    // Containers first: an image is removable once no container uses it.
+                    let reaped = reap_stale(&docker).await?;
+                    for tag in prune_payload_images(&docker).await? {
+                        println!("removed image {tag}");
+                    }
+                    reaped
+                }
             };
             Ok(report(&reaped))
         }

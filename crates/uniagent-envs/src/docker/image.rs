@@ -7,13 +7,19 @@
 //! times. Every later sandbox of that image starts from the committed image, so 64 starts copy
 //! the binaries once instead of 64 times, and a read-only root needs no writable place for
 //! them.
+//!
+//! Each payload image records which files it was built from (labels [`LABEL_PAYLOAD_FILES`] and
+//! [`LABEL_PAYLOAD_STAMP`]). Once those files change (a rebuilt binary) or disappear, nobody can
+//! ask for that image again: [`prune_payload_images`] removes such images after every new
+//! commit and in `uniagent-docker cleanup`, leaving the ones a container still uses.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::{
-    CommitContainerOptions, CreateContainerOptions, UploadToContainerOptions,
+    CommitContainerOptions, CreateContainerOptions, ListImagesOptions, RemoveImageOptions,
+    UploadToContainerOptions,
 };
 use bollard::Docker;
 use tokio::sync::Mutex;
@@ -26,6 +32,11 @@ use super::payload::Payload;
 
 /// The repository of committed payload images.
 pub const PAYLOAD_REPO: &str = "uniagent-sandbox-payload";
+/// Label of a payload image: the host paths of the files it holds, as a JSON array.
+pub const LABEL_PAYLOAD_FILES: &str = "dev.uniagent.payload-files";
+/// Label of a payload image: hash (hex) of those files' sizes and modification times when it
+/// was built.
+pub const LABEL_PAYLOAD_STAMP: &str = "dev.uniagent.payload-stamp";
 
 static BUILDING: Mutex<Option<HashMap<u64, String>>> = Mutex::const_new(None);
 
@@ -46,7 +57,20 @@ pub(crate) async fn payload_image(
     }
     match docker.inspect_image(&tag).await {
         Ok(_) => {}
-        Err(e) if is_not_found(&e) => commit(docker, base_id, payload, &tag, labels).await?,
+        Err(e) if is_not_found(&e) => {
+            let mut labels = labels;
+            labels.extend(payload_labels(payload)?);
+            commit(docker, base_id, payload, &tag, labels).await?;
+            // A new payload usually means a rebuilt binary: the images of the old one are
+            // garbage now.
+            match prune_payload_images(docker).await {
+                Ok(removed) if !removed.is_empty() => {
+                    tracing::info!(count = removed.len(), "removed stale payload images")
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "could not prune stale payload images"),
+            }
+        }
         Err(e) => return Err(docker_error(&format!("inspecting `{tag}`"), e)),
     }
     built
@@ -113,12 +137,126 @@ async fn commit(
 fn cache_key(base_id: &str, payload: &Payload) -> Result<u64> {
     let mut hasher = DefaultHasher::new();
     base_id.hash(&mut hasher);
-    for path in std::iter::once(&payload.server).chain(payload.toolbox.iter()) {
-        let meta = std::fs::metadata(path)
-            .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+    files_stamp(&payload_files(payload))
+        .map_err(|(path, e)| Error::io(format!("reading {path}"), e))?
+        .hash(&mut hasher);
+    Ok(hasher.finish())
+}
+
+fn payload_files(payload: &Payload) -> Vec<String> {
+    std::iter::once(&payload.server)
+        .chain(payload.toolbox.iter())
+        .map(|p| p.display().to_string())
+        .collect()
+}
+
+/// Hash of each file's path, size and modification time; `Err((path, error))` when one cannot
+/// be read.
+fn files_stamp(files: &[String]) -> std::result::Result<u64, (String, std::io::Error)> {
+    let mut hasher = DefaultHasher::new();
+    for path in files {
+        let meta = std::fs::metadata(path).map_err(|e| (path.clone(), e))?;
         path.hash(&mut hasher);
         meta.len().hash(&mut hasher);
         meta.modified().ok().hash(&mut hasher);
     }
     Ok(hasher.finish())
+}
+
+/// The labels recording which files a payload image was built from.
+fn payload_labels(payload: &Payload) -> Result<HashMap<String, String>> {
+    let files = payload_files(payload);
+    let stamp = files_stamp(&files).map_err(|(path, e)| Error::io(format!("reading {path}"), e))?;
+    let files = serde_json::to_string(&files)
+        .map_err(|e| Error::internal(format!("encoding the payload file list: {e}")))?;
+    Ok(HashMap::from([
+        (LABEL_PAYLOAD_FILES.to_owned(), files),
+        (LABEL_PAYLOAD_STAMP.to_owned(), format!("{stamp:016x}")),
+    ]))
+}
+
+/// Whether a payload image with these labels can never be asked for again: the files it was
+/// built from changed or are gone. Images without the labels (or with unreadable ones) are
+/// kept.
+fn is_stale_payload(labels: &HashMap<String, String>) -> bool {
+    let (Some(files), Some(stamp)) = (
+        labels.get(LABEL_PAYLOAD_FILES),
+        labels.get(LABEL_PAYLOAD_STAMP),
+    ) else {
+        return false;
+    };
+    let Ok(files) = serde_json::from_str::<Vec<String>>(files) else {
+        return false;
+    };
+    match files_stamp(&files) {
+        Ok(now) => format!("{now:016x}") != *stamp,
+        Err((_, e)) => e.kind() == std::io::ErrorKind::NotFound,
+    }
+}
+
+/// Removes this backend's payload images (`uniagent-sandbox-payload:*`, labelled
+/// [`LABEL_MANAGED`]) whose binaries were rebuilt or deleted since (see the module docs).
+/// Images a container still uses are left; returns the removed tags.
+pub async fn prune_payload_images(docker: &Docker) -> Result<Vec<String>> {
+    let images = docker
+        .list_images(Some(ListImagesOptions {
+            filters: Some(HashMap::from([
+                ("label".to_owned(), vec![format!("{LABEL_MANAGED}=true")]),
+                ("reference".to_owned(), vec![format!("{PAYLOAD_REPO}:*")]),
+            ])),
+            ..Default::default()
+        }))
+        .await
+        .map_err(|e| docker_error("listing payload images", e))?;
+    let mut removed = Vec::new();
+    for image in images {
+        if !is_stale_payload(&image.labels) {
+            continue;
+        }
+        for tag in image
+            .repo_tags
+            .iter()
+            .filter(|t| t.starts_with(&format!("{PAYLOAD_REPO}:")))
+        {
+            match docker
+                .remove_image(tag, None::<RemoveImageOptions>, None)
+                .await
+            {
+                Ok(_) => removed.push(tag.clone()),
+                // In use by a container (409) or removed meanwhile (404): not ours to force.
+                Err(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404 | 409,
+                    ..
+                }) => {}
+                Err(e) => return Err(docker_error(&format!("removing image `{tag}`"), e)),
+            }
+        }
+    }
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_payload_image_is_stale_once_its_files_change_or_vanish() {
+        let dir = tempfile::tempdir().unwrap();
+        let server = dir.path().join("uniagent-sandbox");
+        std::fs::write(&server, b"v1").unwrap();
+        let payload = Payload {
+            server: server.clone(),
+            toolbox: None,
+        };
+        let labels = payload_labels(&payload).unwrap();
+        assert!(!is_stale_payload(&labels), "the files are as built");
+        std::fs::write(&server, b"v2, longer").unwrap();
+        assert!(is_stale_payload(&labels), "rebuilt");
+        std::fs::remove_file(&server).unwrap();
+        assert!(is_stale_payload(&labels), "deleted");
+        assert!(
+            !is_stale_payload(&HashMap::new()),
+            "unlabelled images are kept"
+        );
+    }
 }

@@ -18,9 +18,21 @@
 //! Memory limit without swap, CPU quota, pids limit, not privileged, **all capabilities
 //! dropped** (the server binds an unprivileged port and runs shells as the image's user, so it
 //! needs none; add some back with [`DockerConfig::cap_add`]), `no-new-privileges`, no network
-//! (see [`network`] for how the host still reaches the server), optional
-//! read-only root with a writable work dir and `/tmp`, and a lifetime after which the container
-//! is removed whatever it is doing.
+//! at all (Docker's `none` network: the container has only loopback, and the host reaches the
+//! server through a relay of `docker exec`s, see below), optional read-only root with a writable
+//! work dir and `/tmp`, and a lifetime after which the container is removed whatever it is
+//! doing.
+//!
+//! # Reaching the server
+//! - `network: none` (default): the server listens on 127.0.0.1:8000 inside the container. The
+//!   deployment binds a listener on the host's 127.0.0.1 (ephemeral port) and, for each
+//!   connection to it, runs `uniagent-sandbox --relay-stdio 127.0.0.1:8000` in the container
+//!   through the Docker API (attached stdin/stdout, no TTY), copying bytes both ways. Nothing in
+//!   the container can reach the host, other sandboxes or the internet, on any Docker host and
+//!   without firewall rules; the client's keep-alive pays one exec per connection, not per
+//!   request. The relay's tasks end when the deployment stops or is dropped.
+//! - `network: bridge`: Docker's default bridge, the server's port published on 127.0.0.1.
+//! - `network: host`: the host's network namespace, the server on a free loopback port.
 //!
 //! # Errors
 //! A command killed by the kernel's OOM killer, a server that died, and a sandbox that outlived
@@ -30,9 +42,9 @@ mod engine;
 mod guard;
 mod image;
 mod labels;
-pub mod network;
 mod payload;
 mod reaper;
+mod relay;
 mod spec;
 mod startup;
 mod watch;
@@ -49,7 +61,7 @@ use uniagent_core::sandbox::*;
 use uniagent_core::{Capabilities, Error, Result, RetryConfig};
 
 pub use engine::{daemon_reachable, engine};
-pub use image::PAYLOAD_REPO;
+pub use image::{prune_payload_images, LABEL_PAYLOAD_FILES, LABEL_PAYLOAD_STAMP, PAYLOAD_REPO};
 pub use labels::{
     run_id, Owner, LABEL_DEADLINE, LABEL_MANAGED, LABEL_OWNER, LABEL_RUN_ID, RUN_ID_ENV,
 };
@@ -60,7 +72,8 @@ use crate::client::{RemoteRuntime, RemoteRuntimeOptions};
 use crate::config::{DockerConfig, NetworkMode};
 use engine::{docker_error, is_not_found, sandbox_error, BACKEND};
 use guard::ContainerGuard;
-use spec::Reach;
+use relay::Relay;
+use spec::{Reach, SERVER_PORT};
 use startup::{free_loopback_port, server_url, start_slots, wait_until_alive};
 use watch::Watch;
 
@@ -99,11 +112,12 @@ enum State {
     Running(Box<Running>),
 }
 
-/// Field order matters: the lifetime timer is aborted before the container is removed.
+/// Field order matters: the lifetime timer and the relay stop before the container is removed.
 #[derive(Debug)]
 struct Running {
     watch: Watch,
     lifetime_timer: Option<AbortOnDrop>,
+    relay: Option<Relay>,
     container: ContainerGuard,
     info: DockerInfo,
 }
@@ -115,7 +129,8 @@ pub struct DockerInfo {
     pub container_id: String,
     /// Container name (`uniagent-<hex>`).
     pub name: String,
-    /// The server's base URL as seen from the host.
+    /// The server's base URL as seen from the host (with `network: none`, the relay's
+    /// listener on 127.0.0.1).
     pub url: String,
     /// The run id the container is labelled with.
     pub run_id: String,
@@ -191,11 +206,6 @@ impl DockerDeployment {
             labels::container_labels(&run_id, Some(reaper::now_unix() + 600)),
         )
         .await?;
-        let network = match config.network {
-            NetworkMode::None => network::isolated_network(&docker).await?,
-            NetworkMode::Bridge => "bridge".into(),
-            NetworkMode::Host => "host".into(),
-        };
         let reach = spec::reach_for(config.network, free_loopback_port);
         if let Reach::HostPort(0) = reach {
             return Err(sandbox_error("cannot find a free loopback port"));
@@ -211,7 +221,6 @@ impl DockerDeployment {
             token: &token,
             labels: labels::container_labels(&run_id, deadline),
             image_path,
-            network,
             reach,
         });
         // Armed before the request: a cancelled or failed start removes whatever was created.
@@ -235,7 +244,13 @@ impl DockerDeployment {
             )
             .await
             .map_err(|e| docker_error("starting the container", e))?;
-        let url = server_url(&docker, &created.id, reach).await?;
+        let (url, relay) = match reach {
+            Reach::Relay => {
+                let relay = Relay::start(docker.clone(), created.id.clone(), SERVER_PORT).await?;
+                (relay.url(), Some(relay))
+            }
+            _ => (server_url(&docker, &created.id, reach).await?, None),
+        };
         let probe_runtime = RemoteRuntime::new(
             &url,
             Some(token.clone()),
@@ -285,6 +300,7 @@ impl DockerDeployment {
             },
             watch,
             lifetime_timer,
+            relay,
             container,
         })
     }
@@ -340,12 +356,14 @@ impl DockerDeployment {
         let Running {
             watch,
             lifetime_timer,
+            relay,
             container,
             ..
         } = *running;
         drop(lifetime_timer);
         // Sessions first, so shells end their jobs the polite way; a dead server is no error.
         let _ = tokio::time::timeout(Duration::from_secs(2), watch.runtime.close()).await;
+        drop(relay);
         container.remove(&watch.docker).await
     }
 }

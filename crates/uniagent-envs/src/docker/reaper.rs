@@ -84,7 +84,9 @@ pub async fn reap_run(docker: &Docker, run_id: &str) -> Result<Reaped> {
     Ok(remove_all(docker, ids).await)
 }
 
-/// Removes the containers of crashed or expired runs (see [`ManagedContainer::is_stale`]).
+/// Removes the containers of crashed or expired runs (see [`ManagedContainer::is_stale`]),
+/// and the internal network `uniagent-isolated` that earlier versions created for
+/// `network: none` (now Docker's own `none` network) when nothing uses it any more.
 pub async fn reap_stale(docker: &Docker) -> Result<Reaped> {
     let now = now_unix();
     let ids = list_managed(docker, None)
@@ -93,7 +95,36 @@ pub async fn reap_stale(docker: &Docker) -> Result<Reaped> {
         .filter(|c| c.is_stale(now))
         .map(|c| c.id)
         .collect();
-    Ok(remove_all(docker, ids).await)
+    let reaped = remove_all(docker, ids).await;
+    remove_legacy_network(docker).await;
+    Ok(reaped)
+}
+
+/// The network earlier versions put `network: none` sandboxes on.
+const LEGACY_NETWORK: &str = "uniagent-isolated";
+
+/// Removes [`LEGACY_NETWORK`] if it exists, is ours and is unused; anything else is left alone.
+async fn remove_legacy_network(docker: &Docker) {
+    let Ok(network) = docker
+        .inspect_network(
+            LEGACY_NETWORK,
+            None::<bollard::query_parameters::InspectNetworkOptions>,
+        )
+        .await
+    else {
+        return;
+    };
+    let ours = network
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.get(LABEL_MANAGED).map(String::as_str) == Some("true"));
+    let unused = network.containers.as_ref().is_none_or(HashMap::is_empty);
+    if ours && unused {
+        match docker.remove_network(LEGACY_NETWORK).await {
+            Ok(()) => tracing::info!("removed the unused legacy network {LEGACY_NETWORK}"),
+            Err(e) => tracing::debug!(error = %e, "could not remove {LEGACY_NETWORK}"),
+        }
+    }
 }
 
 /// [`reap_stale`] once per process; failures are logged, not fatal.

@@ -8,14 +8,15 @@ use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
 use super::payload::{BIN_DIR, SERVER_NAME};
 use crate::config::{DockerConfig, NetworkMode};
 
-/// The port the server listens on inside the container (bridge and isolated networks).
+/// The port the server listens on inside the container (`none` and `bridge` networks).
 pub(crate) const SERVER_PORT: u16 = 8000;
 
 /// How the host reaches the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Reach {
-    /// At the container's address on the isolated network, port [`SERVER_PORT`].
-    ContainerAddress,
+    /// Through a [`Relay`](super::relay::Relay) of `docker exec`s to 127.0.0.1:[`SERVER_PORT`]
+    /// inside a container that has only loopback.
+    Relay,
     /// At 127.0.0.1 on the ephemeral host port Docker published for [`SERVER_PORT`].
     PublishedPort,
     /// At 127.0.0.1 on this port, in the host's network namespace.
@@ -31,8 +32,6 @@ pub(crate) struct Launch<'a> {
     pub labels: HashMap<String, String>,
     /// `PATH` of the image, to which the binaries' directory is prepended.
     pub image_path: Option<String>,
-    /// The network to join (the isolated network's id for `network: none`).
-    pub network: String,
     pub reach: Reach,
 }
 
@@ -41,7 +40,8 @@ pub(crate) fn container_body(launch: &Launch<'_>) -> ContainerCreateBody {
     let config = launch.config;
     let (listen_host, port) = match launch.reach {
         Reach::HostPort(port) => ("127.0.0.1", port),
-        Reach::ContainerAddress | Reach::PublishedPort => ("0.0.0.0", SERVER_PORT),
+        Reach::Relay => ("127.0.0.1", SERVER_PORT),
+        Reach::PublishedPort => ("0.0.0.0", SERVER_PORT),
     };
     let port_key = format!("{SERVER_PORT}/tcp");
     let path = format!(
@@ -54,7 +54,7 @@ pub(crate) fn container_body(launch: &Launch<'_>) -> ContainerCreateBody {
     let mut env = vec![format!("PATH={path}")];
     env.extend(config.env.iter().map(|(k, v)| format!("{k}={v}")));
     let mut host = HostConfig {
-        network_mode: Some(launch.network.clone()),
+        network_mode: Some(network_mode(config.network).into()),
         privileged: Some(false),
         cap_drop: Some(vec!["ALL".into()]),
         cap_add: (!config.cap_add.is_empty()).then(|| config.cap_add.clone()),
@@ -107,10 +107,19 @@ pub(crate) fn container_body(launch: &Launch<'_>) -> ContainerCreateBody {
     }
 }
 
+/// Docker's network mode for `network`: `none` leaves the container only loopback.
+pub(crate) fn network_mode(network: NetworkMode) -> &'static str {
+    match network {
+        NetworkMode::None => "none",
+        NetworkMode::Bridge => "bridge",
+        NetworkMode::Host => "host",
+    }
+}
+
 /// How `network` is reached, before the container exists.
 pub(crate) fn reach_for(network: NetworkMode, free_host_port: impl FnOnce() -> u16) -> Reach {
     match network {
-        NetworkMode::None => Reach::ContainerAddress,
+        NetworkMode::None => Reach::Relay,
         NetworkMode::Bridge => Reach::PublishedPort,
         NetworkMode::Host => Reach::HostPort(free_host_port()),
     }
@@ -127,7 +136,6 @@ mod tests {
             token: "tok",
             labels: HashMap::from([("l".into(), "v".into())]),
             image_path: Some("/usr/bin:/bin".into()),
-            network: "net".into(),
             reach,
         })
     }
@@ -138,7 +146,7 @@ mod tests {
             image: "img".into(),
             ..DockerConfig::default()
         };
-        let body = body(&config, Reach::ContainerAddress);
+        let body = body(&config, Reach::Relay);
         let host = body.host_config.unwrap();
         assert_eq!(host.privileged, Some(false));
         assert_eq!(host.cap_drop, Some(vec!["ALL".to_owned()]));
@@ -147,11 +155,9 @@ mod tests {
         assert_eq!(host.memory_swap, host.memory);
         assert_eq!(host.nano_cpus, Some(1_000_000_000));
         assert_eq!(host.pids_limit, Some(512));
-        assert_eq!(host.network_mode.as_deref(), Some("net"));
-        assert_eq!(
-            host.port_bindings, None,
-            "nothing published on the isolated network"
-        );
+        assert_eq!(host.network_mode.as_deref(), Some("none"), "only loopback");
+        assert_eq!(host.port_bindings, None, "nothing published");
+        assert_eq!(body.exposed_ports, None);
         assert_eq!(
             host.security_opt,
             Some(vec!["no-new-privileges".to_owned()])
@@ -160,7 +166,15 @@ mod tests {
         assert_eq!(body.image.as_deref(), Some("img+payload"));
         assert_eq!(
             body.cmd.unwrap(),
-            ["--host", "0.0.0.0", "--port", "8000", "--auth-token", "tok"]
+            [
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "8000",
+                "--auth-token",
+                "tok"
+            ],
+            "reached through the relay on the container's loopback"
         );
     }
 
@@ -170,7 +184,16 @@ mod tests {
             image: "img".into(),
             ..DockerConfig::default()
         };
-        let host = body(&config, Reach::PublishedPort).host_config.unwrap();
+        let bridged = body(
+            &DockerConfig {
+                network: NetworkMode::Bridge,
+                ..config.clone()
+            },
+            Reach::PublishedPort,
+        );
+        assert_eq!(bridged.cmd.unwrap()[..2], ["--host", "0.0.0.0"]);
+        let host = bridged.host_config.unwrap();
+        assert_eq!(host.network_mode.as_deref(), Some("bridge"));
         let bindings = host.port_bindings.unwrap();
         let binding = &bindings["8000/tcp"].as_ref().unwrap()[0];
         assert_eq!(binding.host_ip.as_deref(), Some("127.0.0.1"));
@@ -186,7 +209,7 @@ mod tests {
             read_only_root: true,
             ..DockerConfig::default()
         };
-        let body = body(&config, Reach::ContainerAddress);
+        let body = body(&config, Reach::Relay);
         let host = body.host_config.unwrap();
         assert_eq!(host.readonly_rootfs, Some(true));
         let tmpfs = host.tmpfs.unwrap();

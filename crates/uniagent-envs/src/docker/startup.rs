@@ -10,7 +10,6 @@ use tokio::time::Instant;
 use uniagent_core::{Error, Result};
 
 use super::engine::{docker_error, is_not_found, sandbox_error};
-use super::network;
 use super::spec::{Reach, SERVER_PORT};
 use crate::client::RemoteRuntime;
 
@@ -28,10 +27,12 @@ pub(crate) fn free_loopback_port() -> u16 {
         .unwrap_or(0)
 }
 
-/// The server's URL as seen from the host.
+/// The server's URL as seen from the host, for the reaches without a relay.
 pub(crate) async fn server_url(docker: &Docker, id: &str, reach: Reach) -> Result<String> {
-    if let Reach::HostPort(port) = reach {
-        return Ok(format!("http://127.0.0.1:{port}"));
+    match reach {
+        Reach::HostPort(port) => return Ok(format!("http://127.0.0.1:{port}")),
+        Reach::Relay => return Err(sandbox_error("a relayed server has no direct URL")),
+        Reach::PublishedPort => {}
     }
     let inspected = docker
         .inspect_container(
@@ -41,36 +42,18 @@ pub(crate) async fn server_url(docker: &Docker, id: &str, reach: Reach) -> Resul
         .await
         .map_err(|e| docker_error("inspecting the container", e))?;
     let settings = inspected.network_settings.unwrap_or_default();
-    match reach {
-        Reach::PublishedPort => {
-            let port = settings
-                .ports
-                .and_then(|ports| ports.get(&format!("{SERVER_PORT}/tcp")).cloned().flatten())
-                .and_then(|bindings| {
-                    bindings
-                        .into_iter()
-                        .find(|b| b.host_ip.as_deref() == Some("127.0.0.1"))
-                })
-                .and_then(|b| b.host_port)
-                .filter(|p| !p.is_empty())
-                .ok_or_else(|| sandbox_error("Docker published no host port for the server"))?;
-            Ok(format!("http://127.0.0.1:{port}"))
-        }
-        _ => {
-            let address = settings
-                .networks
-                .and_then(|networks| networks.get(network::ISOLATED_NETWORK).cloned())
-                .and_then(|endpoint| endpoint.ip_address)
-                .filter(|ip| !ip.is_empty())
-                .ok_or_else(|| {
-                    sandbox_error(format!(
-                        "the container has no address on `{}`",
-                        network::ISOLATED_NETWORK
-                    ))
-                })?;
-            Ok(format!("http://{address}:{SERVER_PORT}"))
-        }
-    }
+    let port = settings
+        .ports
+        .and_then(|ports| ports.get(&format!("{SERVER_PORT}/tcp")).cloned().flatten())
+        .and_then(|bindings| {
+            bindings
+                .into_iter()
+                .find(|b| b.host_ip.as_deref() == Some("127.0.0.1"))
+        })
+        .and_then(|b| b.host_port)
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| sandbox_error("Docker published no host port for the server"))?;
+    Ok(format!("http://127.0.0.1:{port}"))
 }
 
 /// Probes `is_alive` (1 ms doubling to 50 ms between probes) until it answers, the container
