@@ -1,13 +1,19 @@
 //! The scenarios every sandbox backend must pass with the built-in tools. Files are checked
-//! byte for byte on the local file system, so the sandbox must share it (host, swerex-remote).
+//! byte for byte through [`Files`]: on the local file system when the sandbox shares it (host,
+//! swerex-remote), or inside the sandbox through its `execute` (docker).
+
+#![allow(dead_code)] // each test binary uses a part of it
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use base64::Engine as _;
 use serde_json::{json, Value};
 use uniagent_core::sandbox::CreateSessionRequest;
-use uniagent_core::{Deployment, EpisodeSignal, Task, Tool, ToolContext, ToolOutput, ToolStatus};
+use uniagent_core::{
+    Deployment, DeploymentExt, EpisodeSignal, Task, Tool, ToolContext, ToolOutput, ToolStatus,
+};
 use uniagent_tools::{ExecuteBash, Finish, ScriptTool, StrReplaceEditor, Submit, ToolboxConfig};
 
 pub const SESSION: &str = "tools";
@@ -40,16 +46,139 @@ async fn ok(tool: &dyn Tool, args: Value, ctx: &ToolContext) -> String {
     out.content
 }
 
+/// Where the scenarios set up and check files.
+#[derive(Clone)]
+pub enum Files {
+    /// The local file system, which the sandbox shares.
+    Local,
+    /// Inside the sandbox, through shell commands (`base64` for byte-exact contents).
+    Sandbox(Arc<dyn Deployment>),
+}
+
+/// `s` as one single-quoted shell word.
+fn shq(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+impl Files {
+    async fn sh(deployment: &Arc<dyn Deployment>, script: &str) -> String {
+        let out = deployment.sh(script, 60.0).await.unwrap();
+        assert_eq!(out.exit_code, Some(0), "{script}: {out:?}");
+        out.stdout
+    }
+
+    pub async fn read(&self, path: &Path) -> Vec<u8> {
+        match self {
+            Files::Local => std::fs::read(path).unwrap(),
+            Files::Sandbox(d) => {
+                let encoded =
+                    Self::sh(d, &format!("base64 -w0 {}", shq(path.to_str().unwrap()))).await;
+                base64::engine::general_purpose::STANDARD
+                    .decode(encoded.trim())
+                    .unwrap()
+            }
+        }
+    }
+
+    pub async fn write(&self, path: &Path, bytes: &[u8]) {
+        match self {
+            Files::Local => std::fs::write(path, bytes).unwrap(),
+            Files::Sandbox(d) => {
+                let encoded = base64::engine::general_purpose::STANDARD.encode(bytes);
+                Self::sh(
+                    d,
+                    &format!(
+                        "printf %s {} | base64 -d > {}",
+                        shq(&encoded),
+                        shq(path.to_str().unwrap())
+                    ),
+                )
+                .await;
+            }
+        }
+    }
+
+    pub async fn create_dir(&self, path: &Path) {
+        match self {
+            Files::Local => std::fs::create_dir(path).unwrap(),
+            Files::Sandbox(d) => {
+                Self::sh(d, &format!("mkdir {}", shq(path.to_str().unwrap()))).await;
+            }
+        }
+    }
+
+    pub async fn count_entries(&self, dir: &Path) -> usize {
+        match self {
+            Files::Local => std::fs::read_dir(dir).unwrap().count(),
+            Files::Sandbox(d) => {
+                let listing = Self::sh(d, &format!("ls -A {}", shq(dir.to_str().unwrap()))).await;
+                listing.lines().count()
+            }
+        }
+    }
+
+    /// Runs git in `repo` with a fixed identity; returns its stdout.
+    pub async fn git(&self, repo: &Path, args: &[&str]) -> String {
+        let identity = [
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "init.defaultBranch=main",
+        ];
+        match self {
+            Files::Local => {
+                let status = std::process::Command::new("git")
+                    .args(identity)
+                    .args(args)
+                    .current_dir(repo)
+                    .output()
+                    .unwrap();
+                assert!(
+                    status.status.success(),
+                    "git {args:?}: {}",
+                    String::from_utf8_lossy(&status.stderr)
+                );
+                String::from_utf8(status.stdout).unwrap()
+            }
+            Files::Sandbox(d) => {
+                let words: Vec<String> = identity.iter().chain(args).map(|w| shq(w)).collect();
+                Self::sh(
+                    d,
+                    &format!(
+                        "cd {} && git {}",
+                        shq(repo.to_str().unwrap()),
+                        words.join(" ")
+                    ),
+                )
+                .await
+            }
+        }
+    }
+}
+
 /// Runs every scenario in `work` (an empty local directory the sandbox can see).
 pub async fn run_all(deployment: Arc<dyn Deployment>, work: &Path) {
+    run_all_with(deployment, work, Files::Local).await;
+}
+
+/// Runs every scenario in `work`, an empty directory inside the sandbox (which need not share
+/// the local file system).
+pub async fn run_all_in_sandbox(deployment: Arc<dyn Deployment>, work: &Path) {
+    let files = Files::Sandbox(deployment.clone());
+    run_all_with(deployment, work, files).await;
+}
+
+async fn run_all_with(deployment: Arc<dyn Deployment>, work: &Path, files: Files) {
     deployment
         .create_session(CreateSessionRequest::new(SESSION))
         .await
         .unwrap();
     let ctx = context(deployment.clone(), Duration::from_secs(30));
-    editor_scenario(&ctx, work).await;
+    editor_scenario(&ctx, work, &files).await;
     bash_scenario(deployment.clone(), work).await;
-    submit_scenario(&ctx, work).await;
+    submit_scenario(&ctx, work, &files).await;
     script_scenario(&ctx, work).await;
     let done = call(&Finish, json!({"answer": "42"}), &ctx).await;
     assert_eq!(
@@ -60,7 +189,7 @@ pub async fn run_all(deployment: Arc<dyn Deployment>, work: &Path) {
     );
 }
 
-async fn editor_scenario(ctx: &ToolContext, work: &Path) {
+async fn editor_scenario(ctx: &ToolContext, work: &Path, files: &Files) {
     // A fresh install dir: the first call finds no toolbox and installs it.
     let editor = StrReplaceEditor::new(toolbox_config(&work.join("toolbox")));
     let file = work.join("tricky.go");
@@ -74,7 +203,7 @@ async fn editor_scenario(ctx: &ToolContext, work: &Path) {
     )
     .await;
     assert!(created.contains("File created successfully"), "{created}");
-    assert_eq!(std::fs::read(&file).unwrap(), original.as_bytes());
+    assert_eq!(files.read(&file).await, original.as_bytes());
     let refused = call(
         &editor,
         json!({"command": "create", "path": path, "file_text": "x"}),
@@ -96,7 +225,7 @@ async fn editor_scenario(ctx: &ToolContext, work: &Path) {
         ctx,
     )
     .await;
-    let edited = std::fs::read_to_string(&file).unwrap();
+    let edited = String::from_utf8(files.read(&file).await).unwrap();
     // The file's first line ends in CRLF, so that is the line ending inserted text gets.
     assert_eq!(
         edited,
@@ -126,7 +255,7 @@ async fn editor_scenario(ctx: &ToolContext, work: &Path) {
     ok(&editor, json!({"command": "undo_edit", "path": path}), ctx).await;
     ok(&editor, json!({"command": "undo_edit", "path": path}), ctx).await;
     assert_eq!(
-        std::fs::read(&file).unwrap(),
+        files.read(&file).await,
         original.as_bytes(),
         "two undos restore the original"
     );
@@ -144,10 +273,10 @@ async fn editor_scenario(ctx: &ToolContext, work: &Path) {
         ctx,
     )
     .await;
-    assert_eq!(std::fs::read(&big_path).unwrap(), big.as_bytes());
-    let leftovers = std::fs::read_dir(work.join("toolbox-2/state/args"))
-        .unwrap()
-        .count();
+    assert_eq!(files.read(&big_path).await, big.as_bytes());
+    let leftovers = files
+        .count_entries(&work.join("toolbox-2/state/args"))
+        .await;
     assert_eq!(leftovers, 0, "the arguments file is consumed");
     let listing = ok(&editor, json!({"command": "view", "path": work}), ctx).await;
     assert!(
@@ -155,7 +284,7 @@ async fn editor_scenario(ctx: &ToolContext, work: &Path) {
         "{listing}"
     );
     let bin = work.join("blob.bin");
-    std::fs::write(&bin, b"\0\x01\x02").unwrap();
+    files.write(&bin, b"\0\x01\x02").await;
     let refused = call(&editor, json!({"command": "view", "path": bin}), ctx).await;
     assert!(
         refused.status == ToolStatus::Failed && refused.content.contains("binary"),
@@ -223,40 +352,22 @@ async fn bash_scenario(deployment: Arc<dyn Deployment>, work: &Path) {
     );
 }
 
-async fn submit_scenario(ctx: &ToolContext, work: &Path) {
+async fn submit_scenario(ctx: &ToolContext, work: &Path, files: &Files) {
     let repo = work.join("repo");
-    std::fs::create_dir(&repo).unwrap();
-    let git = |args: &[&str]| {
-        let status = std::process::Command::new("git")
-            .args([
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@t",
-                "-c",
-                "init.defaultBranch=main",
-            ])
-            .args(args)
-            .current_dir(&repo)
-            .output()
-            .unwrap();
-        assert!(
-            status.status.success(),
-            "git {args:?}: {}",
-            String::from_utf8_lossy(&status.stderr)
-        );
-        String::from_utf8(status.stdout).unwrap()
-    };
-    git(&["init", "-q"]);
-    std::fs::write(repo.join("a.txt"), "one\n").unwrap();
-    std::fs::write(repo.join(".gitignore"), "*.log\n").unwrap();
-    git(&["add", "-A"]);
-    git(&["commit", "-qm", "base"]);
-    let base = git(&["rev-parse", "HEAD"]).trim().to_owned();
-    std::fs::write(repo.join("a.txt"), "two\n").unwrap();
-    git(&["commit", "-qam", "agent commit"]);
-    std::fs::write(repo.join("new file.py"), "print('hi')\n").unwrap();
-    std::fs::write(repo.join("debug.log"), "ignored\n").unwrap();
+    files.create_dir(&repo).await;
+    let git = |args: &'static [&'static str]| files.git(&repo, args);
+    git(&["init", "-q"]).await;
+    files.write(&repo.join("a.txt"), b"one\n").await;
+    files.write(&repo.join(".gitignore"), b"*.log\n").await;
+    git(&["add", "-A"]).await;
+    git(&["commit", "-qm", "base"]).await;
+    let base = git(&["rev-parse", "HEAD"]).await.trim().to_owned();
+    files.write(&repo.join("a.txt"), b"two\n").await;
+    git(&["commit", "-qam", "agent commit"]).await;
+    files
+        .write(&repo.join("new file.py"), b"print('hi')\n")
+        .await;
+    files.write(&repo.join("debug.log"), b"ignored\n").await;
     let submit = Submit {
         repo_dir: Some(repo.to_str().unwrap().into()),
         base_commit: Some(base),
@@ -276,7 +387,7 @@ async fn submit_scenario(ctx: &ToolContext, work: &Path) {
     );
     assert!(!patch.contains("debug.log"), "ignored files excluded");
     assert_eq!(
-        git(&["status", "--porcelain"]),
+        git(&["status", "--porcelain"]).await,
         "?? \"new file.py\"\n",
         "the agent's index is untouched"
     );
