@@ -153,3 +153,80 @@ async fn a_read_only_root_keeps_the_work_dir_writable() {
     assert!(out.stdout.ends_with("w\nt\n"), "{out:?}");
     sandbox.stop().await.unwrap();
 }
+
+/// The relay processes (`--relay-stdio`) running in the sandbox, read from `/proc`.
+async fn relay_processes(sandbox: &DockerDeployment) -> usize {
+    let out = sandbox
+        .sh(
+            "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f 2>/dev/null; echo; done \
+             | grep -c '^/opt/uniagent/bin/uniagent-sandbox --relay-stdio' || true",
+            10.0,
+        )
+        .await
+        .unwrap();
+    out.stdout.trim().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_connections_end_with_their_clients_and_the_relay_with_the_deployment() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Some(config) = config_or_skip("relay").await else {
+        return;
+    };
+    let sandbox = DockerDeployment::new(config);
+    sandbox.start().await.unwrap();
+    let url = sandbox.info().await.unwrap().url;
+    let address = url.trim_start_matches("http://").to_owned();
+    let baseline = relay_processes(&sandbox).await;
+    // Clients that each send one request (binary-safe both ways: a raw HTTP exchange), read the
+    // answer, and hang up.
+    for _ in 0..5 {
+        let mut client = tokio::net::TcpStream::connect(&address).await.unwrap();
+        client
+            .write_all(b"GET /is_alive HTTP/1.1\r\nhost: sandbox\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        client.read_to_end(&mut answer).await.unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 "), "{answer}");
+    }
+    // Clients that stay connected have a relay each (the count is real)...
+    let mut idle = Vec::new();
+    for _ in 0..3 {
+        idle.push(tokio::net::TcpStream::connect(&address).await.unwrap());
+    }
+    let mut seen = 0;
+    for _ in 0..100 {
+        seen = relay_processes(&sandbox).await;
+        if seen >= baseline + 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(seen >= baseline + 3, "{seen} relays, {baseline} before");
+    // ...and hang up without a word.
+    drop(idle);
+    // Every relay of a closed client exits (polled: exits are asynchronous; a leak never gets
+    // there).
+    let mut left = usize::MAX;
+    for _ in 0..100 {
+        left = relay_processes(&sandbox).await;
+        if left <= baseline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(left <= baseline, "{left} relays left, {baseline} before");
+    sandbox.stop().await.unwrap();
+    // The listener is gone with the deployment.
+    let mut refused = false;
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(&address).await.is_err() {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(refused, "the relay still listens on {address} after stop");
+}
