@@ -2,6 +2,7 @@
 //! and lifetime expiry, and a killed process's containers are reaped.
 
 #![cfg(feature = "docker")]
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers fail by panicking
 
 mod docker_common;
 
