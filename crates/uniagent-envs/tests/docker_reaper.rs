@@ -194,3 +194,37 @@ async fn payload_images_of_rebuilt_or_deleted_binaries_are_pruned() {
     assert_eq!(removed, now);
     assert!(payload_images_of(&server).await.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stale_sweep_removes_the_legacy_isolated_network() {
+    use std::collections::HashMap;
+    if config_or_skip("legacy-network").await.is_none() {
+        return;
+    }
+    let docker = engine().await.unwrap();
+    // What earlier versions created for `network: none`.
+    let created = docker
+        .create_network(bollard::models::NetworkCreateRequest {
+            name: "uniagent-isolated".into(),
+            driver: Some("bridge".into()),
+            internal: Some(true),
+            labels: Some(HashMap::from([(
+                uniagent_envs::docker::LABEL_MANAGED.to_owned(),
+                "true".to_owned(),
+            )])),
+            ..Default::default()
+        })
+        .await;
+    // A network left by an earlier run is as good as a new one.
+    if let Err(e) = &created {
+        assert!(e.to_string().contains("already exists"), "{e}");
+    }
+    reap_stale(&docker).await.unwrap();
+    let inspected = docker
+        .inspect_network(
+            "uniagent-isolated",
+            None::<bollard::query_parameters::InspectNetworkOptions>,
+        )
+        .await;
+    assert!(inspected.is_err(), "still there: {inspected:?}");
+}
