@@ -38,9 +38,14 @@ pub const LABEL_PAYLOAD_FILES: &str = "dev.uniagent.payload-files";
 /// was built.
 pub const LABEL_PAYLOAD_STAMP: &str = "dev.uniagent.payload-stamp";
 
-static BUILDING: Mutex<Option<HashMap<u64, String>>> = Mutex::const_new(None);
+/// Serializes commits in this process.
+static BUILDING: Mutex<()> = Mutex::const_new(());
 
 /// The tag of `base_id` + `payload`, committed when missing.
+///
+/// The tag is looked up on every start rather than remembered: another process may have pruned
+/// it since (its binary was rebuilt in a shared target directory), and a start must then
+/// commit it again rather than fail on a missing image.
 pub(crate) async fn payload_image(
     docker: &Docker,
     base_id: &str,
@@ -49,34 +54,35 @@ pub(crate) async fn payload_image(
 ) -> Result<String> {
     let key = cache_key(base_id, payload)?;
     let tag = format!("{PAYLOAD_REPO}:{key:016x}");
-    // One build per key at a time in this process; other processes may race, which only
-    // commits the same content twice.
-    let mut built = BUILDING.lock().await;
-    if built.get_or_insert_with(HashMap::new).contains_key(&key) {
+    if image_exists(docker, &tag).await? {
         return Ok(tag);
     }
-    match docker.inspect_image(&tag).await {
-        Ok(_) => {}
-        Err(e) if is_not_found(&e) => {
-            let mut labels = labels;
-            labels.extend(payload_labels(payload)?);
-            commit(docker, base_id, payload, &tag, labels).await?;
-            // A new payload usually means a rebuilt binary: the images of the old one are
-            // garbage now.
-            match prune_payload_images(docker).await {
-                Ok(removed) if !removed.is_empty() => {
-                    tracing::info!(count = removed.len(), "removed stale payload images")
-                }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "could not prune stale payload images"),
-            }
-        }
-        Err(e) => return Err(docker_error(&format!("inspecting `{tag}`"), e)),
+    // One build at a time in this process (the others find it done); other processes may
+    // race, which only commits the same content twice.
+    let _one_at_a_time = BUILDING.lock().await;
+    if image_exists(docker, &tag).await? {
+        return Ok(tag);
     }
-    built
-        .get_or_insert_with(HashMap::new)
-        .insert(key, tag.clone());
+    let mut labels = labels;
+    labels.extend(payload_labels(payload)?);
+    commit(docker, base_id, payload, &tag, labels).await?;
+    // A new payload usually means a rebuilt binary: the images of the old one are garbage now.
+    match prune_payload_images(docker).await {
+        Ok(removed) if !removed.is_empty() => {
+            tracing::info!(count = removed.len(), "removed stale payload images")
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "could not prune stale payload images"),
+    }
     Ok(tag)
+}
+
+async fn image_exists(docker: &Docker, tag: &str) -> Result<bool> {
+    match docker.inspect_image(tag).await {
+        Ok(_) => Ok(true),
+        Err(e) if is_not_found(&e) => Ok(false),
+        Err(e) => Err(docker_error(&format!("inspecting `{tag}`"), e)),
+    }
 }
 
 async fn commit(
