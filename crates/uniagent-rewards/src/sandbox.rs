@@ -1,0 +1,46 @@
+//! Running a scoring command in the task's sandbox, where a timeout is a result, not an error.
+
+use std::sync::Arc;
+
+use uniagent_core::sandbox::{Command, CommandResponse};
+use uniagent_core::{Deployment, ErrorKind, RewardContext};
+
+use crate::error::RewardError;
+
+/// How a scoring command ended.
+#[derive(Debug)]
+pub(crate) enum Run {
+    /// It ran to the end (any exit code).
+    Finished(CommandResponse),
+    /// It ran past its timeout and was interrupted: the work under test hangs, which scores
+    /// like a failure.
+    TimedOut,
+}
+
+/// The rollout's sandbox, or [`RewardError::NoSandbox`].
+pub(crate) fn sandbox<'a>(ctx: &RewardContext<'a>) -> Result<&'a Arc<dyn Deployment>, RewardError> {
+    ctx.deployment.ok_or(RewardError::NoSandbox)
+}
+
+/// Runs `script` with `bash -c`-like semantics (the server's shell), stderr merged into stdout,
+/// in `cwd` when given.
+pub(crate) async fn run(
+    deployment: &Arc<dyn Deployment>,
+    script: &str,
+    cwd: Option<&str>,
+    timeout_secs: f64,
+) -> Result<Run, RewardError> {
+    let mut command = Command::shell(script, Some(timeout_secs));
+    command.cwd = cwd.map(str::to_owned);
+    command.merge_output_streams = true;
+    match deployment.execute(command).await {
+        Ok(response) => Ok(Run::Finished(response)),
+        Err(e) if e.kind() == ErrorKind::Timeout => Ok(Run::TimedOut),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Quotes `text` as one word for a POSIX shell.
+pub(crate) fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
