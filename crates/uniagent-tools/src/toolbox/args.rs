@@ -60,6 +60,19 @@ impl fmt::Display for ArgsError {
 
 impl std::error::Error for ArgsError {}
 
+impl ArgsError {
+    /// The broad class of this error: always [`uniagent_core::ErrorKind::InvalidInput`] (the
+    /// model sent arguments the tool cannot use; the message tells it what to fix).
+    pub fn kind(&self) -> uniagent_core::ErrorKind {
+        uniagent_core::ErrorKind::InvalidInput
+    }
+
+    /// Never: the same arguments fail the same way again.
+    pub fn is_retryable(&self) -> bool {
+        false
+    }
+}
+
 /// The parameter names of `str_replace_editor`, in schema order.
 pub const EDITOR_PARAMETERS: [&str; 7] = [
     "command",
@@ -346,6 +359,9 @@ mod tests {
     fn rejects_bad_shapes_with_typed_errors() {
         let e = |v: Value| EditorArgs::from_value(&v).unwrap_err();
         assert_eq!(e(json!([1])), ArgsError::NotAnObject);
+        let missing = e(json!({"path": "/x"}));
+        assert_eq!(missing.kind(), uniagent_core::ErrorKind::InvalidInput);
+        assert!(!missing.is_retryable());
         assert_eq!(e(json!({"path": "/x"})), ArgsError::Missing("command"));
         assert_eq!(e(json!({"command": "view"})), ArgsError::Missing("path"));
         assert_eq!(

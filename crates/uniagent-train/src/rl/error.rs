@@ -41,6 +41,25 @@ pub enum RlError {
     Torch(#[from] tch::TchError),
 }
 
+impl RlError {
+    /// The broad class of this error.
+    pub fn kind(&self) -> uniagent_core::ErrorKind {
+        use uniagent_core::ErrorKind;
+        match self {
+            Self::Shape { .. } | Self::TooFewTokens { .. } | Self::InvalidBatch(_) => {
+                ErrorKind::InvalidInput
+            }
+            Self::InvalidConfig(_) | Self::UnknownName { .. } => ErrorKind::Config,
+            Self::Torch(_) => ErrorKind::Internal,
+        }
+    }
+
+    /// Never: the numerics are deterministic, so the same input fails the same way again.
+    pub fn is_retryable(&self) -> bool {
+        false
+    }
+}
+
 /// Result of the RL numerics.
 pub type RlResult<T> = Result<T, RlError>;
 
@@ -67,5 +86,28 @@ pub(crate) fn expect_2d(what: &'static str, t: &tch::Tensor) -> RlResult<[i64; 2
             expected: vec![-1, -1],
             got: got.to_vec(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uniagent_core::ErrorKind;
+
+    #[test]
+    fn kinds_follow_the_cause() {
+        let shape = RlError::Shape {
+            what: "advantages",
+            expected: vec![2, 3],
+            got: vec![3],
+        };
+        assert_eq!(shape.kind(), ErrorKind::InvalidInput);
+        assert_eq!(RlError::InvalidConfig("clip".into()).kind(), ErrorKind::Config);
+        let unknown = RlError::UnknownName {
+            kind: "KL estimator",
+            name: "k9".into(),
+        };
+        assert_eq!(unknown.kind(), ErrorKind::Config);
+        assert!(!unknown.is_retryable());
     }
 }
