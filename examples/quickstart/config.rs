@@ -41,10 +41,16 @@ pub struct QuickstartConfig {
     pub max_turn_tokens: u32,
     /// Turns per episode.
     pub max_turns: u32,
+    /// Files (names with codes) in each task's sandbox; one of them is asked about.
+    pub files_per_task: usize,
     /// Tokenizer vocabulary size.
     pub vocab_size: usize,
     /// The from-scratch model.
     pub model: TinyModel,
+    /// libtorch intra-op threads (fixed, so that a seed gives the same numbers).
+    pub torch_threads: usize,
+    /// Most requests the generation engine decodes together.
+    pub engine_batch: usize,
     /// `sync` (rollout, then train, then sync weights) or `async` (concurrent rollouter).
     pub mode: String,
     /// The async pipeline's knobs (verl's names).
@@ -56,20 +62,21 @@ impl Default for QuickstartConfig {
         Self {
             seed: 7,
             sft_tasks: 96,
-            sft_steps: 120,
+            sft_steps: 150,
             sft_batch: 16,
             sft_lr: 3e-3,
-            rl_steps: 20,
+            rl_steps: 40,
             rl_tasks_per_step: 8,
-            group_size: 4,
-            rl_lr: 1e-4,
+            group_size: 8,
+            rl_lr: 3e-4,
             loss: "grpo".into(),
-            temperature: 1.0,
-            eval_tasks: 48,
-            eval_every: 10,
+            temperature: 0.5,
+            eval_tasks: 64,
+            eval_every: 5,
             concurrency: 8,
             max_turn_tokens: 48,
             max_turns: 3,
+            files_per_task: 3,
             vocab_size: 400,
             model: TinyModel {
                 hidden_size: 64,
@@ -78,6 +85,8 @@ impl Default for QuickstartConfig {
                 kv_heads: 2,
                 intermediate_size: 128,
             },
+            torch_threads: 1,
+            engine_batch: 64,
             mode: "sync".into(),
             pipeline: AsyncKnobs::default(),
         }
@@ -85,14 +94,10 @@ impl Default for QuickstartConfig {
 }
 
 impl QuickstartConfig {
-    /// The `--quick` budget: fewer steps and tasks, the same pipeline.
+    /// The `--quick` budget: fewer RL steps, the same warm start, pipeline and held-out tasks.
     pub fn quick(mut self) -> Self {
-        self.sft_tasks = 48;
-        self.sft_steps = 25;
-        self.rl_steps = 10;
-        self.rl_tasks_per_step = 6;
-        self.eval_tasks = 32;
-        self.eval_every = 10;
+        self.rl_steps = 12;
+        self.eval_every = 6;
         self
     }
 }

@@ -106,6 +106,7 @@ impl Rollouter {
         settings: RolloutSettings,
         tasks_per_step: usize,
         knobs: AsyncKnobs,
+        files_per_task: usize,
         seed: u64,
     ) -> (Self, mpsc::Receiver<Result<Vec<Trajectory>>>) {
         let per_period = ((1.0 + knobs.staleness_threshold.max(0.0))
@@ -146,7 +147,9 @@ impl Rollouter {
                     gate.add_idle(t0);
                     let k = counter.fetch_add(1, Ordering::SeqCst);
                     let task = match rng.lock() {
-                        Ok(mut rng) => FileQuestion::generate(format!("rla{k}"), &mut rng),
+                        Ok(mut rng) => {
+                            FileQuestion::generate(format!("rla{k}"), files_per_task, &mut rng)
+                        }
                         Err(_) => break,
                     };
                     let ts = run_rollouts(

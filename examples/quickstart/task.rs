@@ -39,11 +39,12 @@ pub struct FileQuestion {
 }
 
 impl FileQuestion {
-    /// A task drawn from `rng`: 3 distinct names with codes, one of them asked.
-    pub fn generate(id: String, rng: &mut fastrand::Rng) -> Self {
+    /// A task drawn from `rng`: `files` distinct names (1 to 16) with codes, one of them
+    /// asked.
+    pub fn generate(id: String, files: usize, rng: &mut fastrand::Rng) -> Self {
         let mut names: Vec<&str> = NAMES.to_vec();
         rng.shuffle(&mut names);
-        let files: Vec<(String, String)> = names[..3]
+        let files: Vec<(String, String)> = names[..files.clamp(1, NAMES.len())]
             .iter()
             .map(|n| ((*n).to_owned(), rng.u32(100..1000).to_string()))
             .collect();

@@ -10,12 +10,12 @@ use std::time::Instant;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
 use uniagent_core::agent::Trajectory;
-use uniagent_core::{Error, Result, Task, TokenGenerator};
+use uniagent_core::{AgentLoopOutput, Error, Result, Task, TokenGenerator};
 use uniagent_envs::HostConfig;
 use uniagent_train::generate::{EngineConfig, TchEngine};
 use uniagent_train::model::Qwen2ForCausalLM;
 use uniagent_train::rl::PolicyLossMode;
-use uniagent_train::tch::Device;
+use uniagent_train::tch::{self, Device, Kind, Tensor};
 use uniagent_train::trainer::{
     OptimConfig, RlObjective, TrainBatch, TrainMode, Trainer, TrainerConfig,
 };
@@ -31,16 +31,16 @@ fn io(context: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
 }
 
 /// Tasks `prefix-0..n` drawn from `rng`.
-fn tasks(prefix: &str, n: usize, rng: &mut fastrand::Rng) -> Vec<FileQuestion> {
+fn tasks(prefix: &str, n: usize, files: usize, rng: &mut fastrand::Rng) -> Vec<FileQuestion> {
     (0..n)
-        .map(|i| FileQuestion::generate(format!("{prefix}-{i}"), rng))
+        .map(|i| FileQuestion::generate(format!("{prefix}-{i}"), files, rng))
         .collect()
 }
 
 /// The tokenizer's training text: questions, demonstrations and observations of many tasks.
-fn corpus(rng: &mut fastrand::Rng) -> Vec<String> {
+fn corpus(files: usize, rng: &mut fastrand::Rng) -> Vec<String> {
     let mut lines = Vec::new();
-    for t in tasks("corpus", 400, rng) {
+    for t in tasks("corpus", 400, files, rng) {
         lines.push(format!("<|im_start|>user\n{}<|im_end|>\n", t.question()));
         lines.push(format!(
             "<|im_start|>assistant\n{}<|im_end|>\n",
@@ -72,7 +72,27 @@ fn bar(len: usize, what: &str) -> ProgressBar {
     pb
 }
 
-/// Success rate and mean reward of trajectories.
+/// Mean reward of trajectories (missing = 0).
+fn mean_reward(ts: &[Trajectory]) -> f64 {
+    ts.iter()
+        .map(|t| t.output.reward_score.unwrap_or(0.0))
+        .sum::<f64>()
+        / ts.len().max(1) as f64
+}
+
+/// Mean absolute advantage over the rows of a GRPO batch (per row, its first token's).
+fn mean_abs_advantage(batch: &TrainBatch) -> f64 {
+    let Some(adv) = &batch.advantages else {
+        return 0.0;
+    };
+    let firsts: Vec<f64> = adv
+        .iter()
+        .filter_map(|a| a.iter().find(|x| **x != 0.0).map(|x| f64::from(x.abs())))
+        .collect();
+    firsts.iter().sum::<f64>() / adv.len().max(1) as f64
+}
+
+/// Success rate of trajectories.
 fn success(ts: &[Trajectory]) -> f64 {
     if ts.is_empty() {
         return 0.0;
@@ -86,6 +106,130 @@ fn exit_reasons(ts: &[Trajectory]) -> BTreeMap<String, usize> {
         *m.entry(format!("{:?}", t.exit_reason)).or_insert(0) += 1;
     }
     m
+}
+
+/// How far the trainer's view of the sampled tokens is from the rollout's: for every mask-1
+/// response token, `log_softmax(policy(prompt ++ response))` at the position that predicts it
+/// (temperature 1, as the engine reports) minus the logprob the engine recorded. Returns the
+/// largest absolute difference and the mean importance ratio `exp(Δ)`; with the engine holding
+/// the trainer's weights both must be ~0 and ~1, or positions, masks or logprobs are wrong.
+fn logprob_check(model: &Qwen2ForCausalLM, rows: &[&AgentLoopOutput]) -> Result<(f64, f64)> {
+    let (mut max_diff, mut ratio_sum, mut n) = (0.0f64, 0.0f64, 0usize);
+    for row in rows {
+        let Some(rollout) = row.response_logprobs.as_deref() else {
+            continue;
+        };
+        let sampled: Vec<usize> = (0..row.response_ids.len())
+            .filter(|&t| row.response_mask[t] != 0)
+            .collect();
+        if sampled.is_empty() {
+            continue;
+        }
+        let p = row.prompt_ids.len();
+        let ids: Vec<i64> = row
+            .prompt_ids
+            .iter()
+            .chain(&row.response_ids)
+            .map(|&t| i64::from(t))
+            .collect();
+        let positions: Vec<i64> = sampled.iter().map(|&t| (p + t - 1) as i64).collect();
+        let targets: Vec<i64> = sampled
+            .iter()
+            .map(|&t| i64::from(row.response_ids[t]))
+            .collect();
+        let device = model.device();
+        let trainer: Vec<f32> = tch::no_grad(|| -> Result<Vec<f32>> {
+            let input = Tensor::from_slice(&ids).view([1, -1]).to_device(device);
+            let logits = model.forward(&input, None, None, None)?.get(0);
+            let picked = logits.index_select(0, &Tensor::from_slice(&positions).to_device(device));
+            let logp = picked
+                .to_kind(Kind::Float)
+                .log_softmax(-1, Kind::Float)
+                .gather(
+                    1,
+                    &Tensor::from_slice(&targets).to_device(device).unsqueeze(1),
+                    false,
+                )
+                .squeeze_dim(1)
+                .to_device(Device::Cpu);
+            Vec::<f32>::try_from(logp)
+                .map_err(|e| Error::internal(format!("reading logprobs: {e}")))
+        })?;
+        for (k, &t) in sampled.iter().enumerate() {
+            let diff = f64::from(trainer[k]) - f64::from(rollout.get(t).copied().unwrap_or(0.0));
+            max_diff = max_diff.max(diff.abs());
+            ratio_sum += diff.exp();
+            n += 1;
+        }
+    }
+    Ok((max_diff, ratio_sum / n.max(1) as f64))
+}
+
+/// Share of GRPO groups (rows with the same task) whose rewards differ: only those carry a
+/// learning signal.
+fn mixed_groups(ts: &[&Trajectory]) -> f64 {
+    let mut groups: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
+    for t in ts {
+        let r = t.output.reward_score.unwrap_or(0.0);
+        let e = groups.entry(t.task_id.as_str()).or_insert((r, r));
+        e.0 = e.0.min(r);
+        e.1 = e.1.max(r);
+    }
+    let mixed = groups.values().filter(|(lo, hi)| hi > lo).count();
+    mixed as f64 / groups.len().max(1) as f64
+}
+
+/// `learning_curve.png`: held-out success at every evaluation (red, with points) and the
+/// success rate of each RL step's rollouts (blue), from step 0 (SFT only) to the last step;
+/// the y axis runs from 0 to 1 with grey lines every 0.25. No text, so no font is needed.
+fn plot_curve(
+    path: &Path,
+    held_out: &[(usize, f64)],
+    train: &[(usize, f64)],
+    steps: usize,
+) -> Result<()> {
+    use plotters::prelude::*;
+    let err =
+        |e: &dyn std::fmt::Display| Error::internal(format!("drawing {}: {e}", path.display()));
+    let x_max = steps.max(1) as f64;
+    let root = BitMapBackend::new(path, (640, 400)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .margin(24)
+        .build_cartesian_2d(0f64..x_max, 0f64..1f64)
+        .map_err(|e| err(&e))?;
+    let grey = RGBColor(210, 210, 210);
+    for k in 0..=4 {
+        let y = f64::from(k) / 4.0;
+        chart
+            .draw_series(LineSeries::new(vec![(0.0, y), (x_max, y)], &grey))
+            .map_err(|e| err(&e))?;
+    }
+    chart
+        .draw_series(LineSeries::new(vec![(0.0, 0.0), (0.0, 1.0)], &BLACK))
+        .map_err(|e| err(&e))?;
+    let blue = RGBColor(90, 120, 230);
+    chart
+        .draw_series(LineSeries::new(
+            train.iter().map(|&(s, r)| (s as f64, r)),
+            &blue,
+        ))
+        .map_err(|e| err(&e))?;
+    let red = RGBColor(220, 40, 40);
+    chart
+        .draw_series(LineSeries::new(
+            held_out.iter().map(|&(s, r)| (s as f64, r)),
+            red.stroke_width(3),
+        ))
+        .map_err(|e| err(&e))?;
+    chart
+        .draw_series(
+            held_out
+                .iter()
+                .map(|&(s, r)| Circle::new((s as f64, r), 5, red.filled())),
+        )
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))
 }
 
 /// Appends trajectories to the JSONL file, tagged with the phase, the step and the weight
@@ -121,7 +265,11 @@ pub async fn run(
     std::fs::write(out.join("config.toml"), toml_text).map_err(io("writing config.toml"))?;
     let mut jsonl = std::fs::File::create(out.join("trajectories.jsonl"))
         .map_err(io("creating trajectories.jsonl"))?;
-    uniagent_train::tch::manual_seed(config.seed as i64);
+    // Reproducibility: one thread for tokenizer training (no rayon ordering effects), a fixed
+    // number of torch threads, torch's generator seeded.
+    tokenizers::utils::parallelism::set_parallelism(false);
+    tch::set_num_threads(config.torch_threads.max(1) as i32);
+    tch::manual_seed(config.seed as i64);
     let mut rng = fastrand::Rng::with_seed(config.seed);
     let mut eval_rng = fastrand::Rng::with_seed(config.seed ^ 0x5eed_e7a1);
 
@@ -132,7 +280,8 @@ pub async fn run(
             load_hf(dir, device)?
         }
         None => {
-            let tokenizer = train_tokenizer(&corpus(&mut rng), config.vocab_size)?;
+            let tokenizer =
+                train_tokenizer(&corpus(config.files_per_task, &mut rng), config.vocab_size)?;
             save_tokenizer(&tokenizer, &out.join("policy"))?;
             let vocab = tokenizer.get_vocab_size(true);
             let codec = scratch_codec(tokenizer)?;
@@ -145,7 +294,9 @@ pub async fn run(
     let codec = Arc::new(codec);
     let engine = Arc::new(TchEngine::new(
         clone_model(&policy)?,
-        EngineConfig { max_batch_size: 64 },
+        EngineConfig {
+            max_batch_size: config.engine_batch.max(1),
+        },
     ));
     let seeded = Arc::new(Seeded::new(engine.clone(), config.seed));
     let policy_gen: Arc<dyn TokenGenerator> = seeded.clone();
@@ -157,11 +308,16 @@ pub async fn run(
         samples_per_task: samples,
         host: HostConfig::default(),
     };
-    let held_out = tasks("eval", config.eval_tasks, &mut eval_rng);
+    let held_out = tasks(
+        "eval",
+        config.eval_tasks,
+        config.files_per_task,
+        &mut eval_rng,
+    );
     let held_out_tasks: Vec<Task> = held_out.iter().map(FileQuestion::to_task).collect();
 
     // 2. SFT warm start on demonstrations run through the real loop in real sandboxes.
-    let sft_tasks = tasks("sft", config.sft_tasks, &mut rng);
+    let sft_tasks = tasks("sft", config.sft_tasks, config.files_per_task, &mut rng);
     let demos = run_rollouts(
         Arc::new(Demonstrator::new(codec.clone(), &sft_tasks)),
         codec.clone(),
@@ -224,11 +380,18 @@ pub async fn run(
         }
     };
     let (_, sft_eval) = eval(0).await?;
+    eprintln!(
+        "SFT only: held-out success {:.1}%",
+        success(&sft_eval) * 100.0
+    );
     write_jsonl(&mut jsonl, "eval", 0, &sft_eval, &|id| {
         seeded.take_versions(id)
     })?;
     let sft_success = success(&sft_eval);
     let mut curve = vec![(0usize, sft_success)];
+    let sft_reward = mean_reward(&sft_eval);
+    let mut reward_curve = vec![(0usize, sft_reward)];
+    let mut train_curve: Vec<(usize, f64)> = Vec::new();
 
     // 4. RL on the policy's own rollouts.
     let loss_mode = match config.loss.as_str() {
@@ -275,6 +438,7 @@ pub async fn run(
             settings(config.temperature, config.group_size),
             config.rl_tasks_per_step,
             config.pipeline,
+            config.files_per_task,
             config.seed ^ 0xa5a5,
         );
         Some((r, rx))
@@ -286,7 +450,12 @@ pub async fn run(
         let t0 = Instant::now();
         let ts: Vec<Trajectory> = match &mut source {
             None => {
-                let batch_tasks = tasks(&format!("rl{step}"), config.rl_tasks_per_step, &mut rng);
+                let batch_tasks = tasks(
+                    &format!("rl{step}"),
+                    config.rl_tasks_per_step,
+                    config.files_per_task,
+                    &mut rng,
+                );
                 run_rollouts(
                     policy_gen.clone(),
                     codec.clone(),
@@ -319,23 +488,32 @@ pub async fn run(
             v
         })?;
         let sampled: u64 = ts.iter().map(|t| t.counts.sampled_tokens).sum();
-        let mean_reward = ts
-            .iter()
-            .map(|t| t.output.reward_score.unwrap_or(0.0))
-            .sum::<f64>()
-            / ts.len().max(1) as f64;
+        let batch_reward = mean_reward(&ts);
         let usable: Vec<&Trajectory> = ts
             .iter()
             .filter(|t| !t.output.response_ids.is_empty())
             .collect();
         let t1 = Instant::now();
-        let mut loss = f64::NAN;
+        let (mut loss, mut grad_norm, mut adv_abs) = (f64::NAN, f64::NAN, f64::NAN);
+        let outputs: Vec<&AgentLoopOutput> = usable.iter().map(|t| &t.output).collect();
+        let (lp_diff, ratio) =
+            tokio::task::block_in_place(|| logprob_check(trainer.policy(), &outputs))?;
+        let mixed = mixed_groups(&usable);
         if !usable.is_empty() {
             let uids: Vec<String> = usable.iter().map(|t| t.task_id.clone()).collect();
             let rows = usable.iter().map(|t| t.output.clone()).collect();
             let batch = TrainBatch::with_grpo(rows, &uids, true)?;
+            adv_abs = mean_abs_advantage(&batch);
             let m = tokio::task::block_in_place(|| trainer.step(&batch))?;
             loss = m.loss;
+            grad_norm = m.grad_norm;
+        }
+        if step == 1 {
+            let line = format!(
+                "rl step 1: max |trainer - rollout logprob| {lp_diff:.2e}, mean ratio {ratio:.4}, \
+                 reward {batch_reward:.3}, mixed groups {mixed:.2}, mean |advantage| {adv_abs:.3}"
+            );
+            pb.suspend(|| eprintln!("{line}"));
         }
         let sync_every = if is_async {
             config.pipeline.trigger_parameter_sync_step.max(1)
@@ -359,9 +537,14 @@ pub async fn run(
         let mut row = json!({
             "step": step,
             "weight_version": engine.weight_version(),
-            "mean_reward": mean_reward,
+            "mean_reward": batch_reward,
             "success_rate": success(&ts),
             "loss": loss,
+            "grad_norm": grad_norm,
+            "logprob_max_abs_diff": lp_diff,
+            "importance_ratio": ratio,
+            "mixed_groups": mixed,
+            "mean_abs_advantage": adv_abs,
             "sampled_tokens": sampled,
             "tokens_per_s": sampled as f64 / rollout_s.max(1e-9),
             "rollout_wait_s": rollout_s,
@@ -377,9 +560,12 @@ pub async fn run(
             })?;
             let s = success(&ev);
             curve.push((step, s));
+            reward_curve.push((step, mean_reward(&ev)));
             row["held_out_success"] = json!(s);
+            pb.suspend(|| eprintln!("step {step}: held-out success {:.1}%", s * 100.0));
         }
-        pb.set_message(format!("reward {mean_reward:.2}"));
+        train_curve.push((step, success(&ts)));
+        pb.set_message(format!("reward {batch_reward:.2}"));
         pb.inc(1);
         steps.push(row);
     }
@@ -390,16 +576,43 @@ pub async fn run(
     };
     pb.finish();
     let rl_success = curve.last().map_or(sft_success, |c| c.1);
+    let rl_reward = reward_curve.last().map_or(sft_reward, |c| c.1);
+    plot_curve(
+        &out.join("learning_curve.png"),
+        &curve,
+        &train_curve,
+        config.rl_steps,
+    )?;
+    // The trained policy as a Hugging Face directory (config.json, model.safetensors and,
+    // from the start, tokenizer.json and tokenizer_config.json): `--model-dir` loads it back.
+    let export = out.join("policy");
+    trainer.policy().save_pretrained(&export)?;
+    if let Some(dir) = model_dir {
+        for file in [
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "chat_template.jinja",
+        ] {
+            if dir.join(file).exists() {
+                std::fs::copy(dir.join(file), export.join(file))
+                    .map_err(io("copying the tokenizer files"))?;
+            }
+        }
+    }
     let summary = json!({
         "mode": config.mode,
         "pipeline": config.pipeline,
         "loss": config.loss,
         "held_out_tasks": config.eval_tasks,
+        "seed": config.seed,
         "sft_only_success": sft_success,
         "rl_success": rl_success,
+        "sft_only_reward": sft_reward,
+        "rl_reward": rl_reward,
         "improvement_points": (rl_success - sft_success) * 100.0,
         "sft_final_nll": sft_loss.last(),
         "curve": curve,
+        "reward_curve": reward_curve,
         "trainer_idle_ratio": trainer_idle_s / rl_wall.max(1e-9),
         "rollout_idle_ratio": rollout_idle,
         "rl_wall_s": rl_wall,
@@ -418,6 +631,11 @@ fn write_metrics(out: &Path, steps: &[Value], summary: &Value) -> Result<()> {
         "success_rate",
         "held_out_success",
         "loss",
+        "grad_norm",
+        "logprob_max_abs_diff",
+        "importance_ratio",
+        "mixed_groups",
+        "mean_abs_advantage",
         "sampled_tokens",
         "tokens_per_s",
         "rollout_wait_s",

@@ -115,11 +115,14 @@ impl Qwen2ForCausalLM {
     }
 
     /// Random weights (for benchmarks and tests): embeddings N(0, 0.02), linear weights
-    /// N(0, 1/fan_in), biases N(0, 0.02), norms one. Seeds libtorch's global generator.
+    /// N(0, 1/fan_in), biases N(0, 0.02), norms one. Seeds libtorch's global generator and
+    /// draws the parameters in name order, so that a seed always gives the same weights.
     pub fn init_random(&self, seed: i64) {
         tch::manual_seed(seed);
+        let mut variables: Vec<(String, Tensor)> = self.vs.variables().into_iter().collect();
+        variables.sort_by(|a, b| a.0.cmp(&b.0));
         tch::no_grad(|| {
-            for (name, mut var) in self.vs.variables() {
+            for (name, mut var) in variables {
                 let size = var.size();
                 let std = if name.ends_with("norm.weight") {
                     let _ = var.fill_(1.0);
