@@ -68,7 +68,7 @@ impl Default for QuickstartConfig {
             rl_steps: 40,
             rl_tasks_per_step: 8,
             group_size: 8,
-            rl_lr: 3e-4,
+            rl_lr: 5e-4,
             loss: "grpo".into(),
             temperature: 0.5,
             eval_tasks: 64,
