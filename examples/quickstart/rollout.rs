@@ -8,9 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use indicatif::ProgressBar;
 use uniagent_core::agent::{AgentInteraction, CancelToken, LoopConfig, TokenChatModel, Trajectory};
 use uniagent_core::codec::Codec;
-use uniagent_core::runner::{Runner, RunnerConfig};
+use uniagent_core::runner::{Runner, RunnerConfig, TrajectorySink};
 use uniagent_core::{
     Deployment, Error, FinishReason, GenerateOutput, GenerateRequest, LengthLimits, Result,
     SamplingParams, Task, TokenGenerator, Tool,
@@ -158,6 +159,24 @@ pub struct RolloutSettings {
     pub samples_per_task: u32,
     /// Host sandbox settings.
     pub host: HostConfig,
+    /// Counts finished episodes (the rollouts progress bar), if any.
+    pub progress: Option<ProgressBar>,
+}
+
+/// Keeps a run's trajectories and ticks the progress bar as each one finishes.
+struct Counted {
+    trajectories: Vec<Trajectory>,
+    progress: Option<ProgressBar>,
+}
+
+impl TrajectorySink for Counted {
+    fn write(&mut self, trajectory: &Trajectory) -> Result<()> {
+        self.trajectories.push(trajectory.clone());
+        if let Some(pb) = &self.progress {
+            pb.inc(1);
+        }
+        Ok(())
+    }
 }
 
 /// Runs every task `samples_per_task` times through the loop and returns the trajectories.
@@ -206,8 +225,12 @@ pub async fn run_rollouts(
     .with_sandboxes(move |task: &Task| {
         Ok(Box::new(SeededSandbox::for_task(task, host.clone())?) as Box<dyn Deployment>)
     });
-    let mut out: Vec<Trajectory> = Vec::new();
-    runner.run(tasks, &CancelToken::new(), &mut out).await?;
+    let mut sink = Counted {
+        trajectories: Vec::new(),
+        progress: settings.progress.clone(),
+    };
+    runner.run(tasks, &CancelToken::new(), &mut sink).await?;
+    let mut out = sink.trajectories;
     out.sort_by(|a, b| a.id.cmp(&b.id));
     Ok(out)
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
 use uniagent_core::agent::Trajectory;
 use uniagent_core::{AgentLoopOutput, Error, Result, Task, TokenGenerator};
@@ -307,6 +307,7 @@ pub async fn run(
         concurrency: config.concurrency,
         samples_per_task: samples,
         host: HostConfig::default(),
+        progress: None,
     };
     let held_out = tasks(
         "eval",
@@ -431,11 +432,21 @@ pub async fn run(
             )))
         }
     };
+    // Two bars: RL episodes as they finish (the rollouter may run ahead) and trainer steps.
+    let bars = MultiProgress::new();
+    let episodes = bars.add(bar(
+        config.rl_steps * config.rl_tasks_per_step * config.group_size as usize,
+        "rollouts",
+    ));
+    let rl_settings = RolloutSettings {
+        progress: Some(episodes.clone()),
+        ..settings(config.temperature, config.group_size)
+    };
     let mut source = if is_async {
         let (r, rx) = Rollouter::start(
             policy_gen.clone(),
             codec.clone(),
-            settings(config.temperature, config.group_size),
+            rl_settings.clone(),
             config.rl_tasks_per_step,
             config.pipeline,
             config.files_per_task,
@@ -445,7 +456,7 @@ pub async fn run(
     } else {
         None
     };
-    let pb = bar(config.rl_steps, "rl");
+    let pb = bars.add(bar(config.rl_steps, "rl"));
     for step in 1..=config.rl_steps {
         let t0 = Instant::now();
         let ts: Vec<Trajectory> = match &mut source {
@@ -460,7 +471,7 @@ pub async fn run(
                     policy_gen.clone(),
                     codec.clone(),
                     batch_tasks.iter().map(FileQuestion::to_task).collect(),
-                    &settings(config.temperature, config.group_size),
+                    &rl_settings,
                 )
                 .await?
             }
@@ -574,6 +585,7 @@ pub async fn run(
         Some((r, _)) => r.stop().await,
         None => train_secs / rl_wall.max(1e-9),
     };
+    episodes.finish();
     pb.finish();
     let rl_success = curve.last().map_or(sft_success, |c| c.1);
     let rl_reward = reward_curve.last().map_or(sft_reward, |c| c.1);

@@ -102,7 +102,10 @@ mod tests {
             got: vec![3],
         };
         assert_eq!(shape.kind(), ErrorKind::InvalidInput);
-        assert_eq!(RlError::InvalidConfig("clip".into()).kind(), ErrorKind::Config);
+        assert_eq!(
+            RlError::InvalidConfig("clip".into()).kind(),
+            ErrorKind::Config
+        );
         let unknown = RlError::UnknownName {
             kind: "KL estimator",
             name: "k9".into(),
