@@ -90,7 +90,7 @@ impl CommandReward {
         self
     }
 
-    fn command<'a>(
+    fn resolve_command<'a>(
         &'a self,
         ctx: &'a RewardContext<'_>,
     ) -> std::result::Result<&'a str, RewardError> {
@@ -113,7 +113,7 @@ impl CommandReward {
         &self,
         ctx: &RewardContext<'_>,
     ) -> std::result::Result<RewardOutcome, RewardError> {
-        let command = self.command(ctx)?;
+        let command = self.resolve_command(ctx)?;
         let deployment = sandbox(ctx)?;
         let response =
             match run(deployment, command, self.cwd.as_deref(), self.timeout_secs).await? {
