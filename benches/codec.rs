@@ -3,7 +3,8 @@
 //!
 //! - `append_observation/{10,100,500}`: appending one tool observation after an assistant turn
 //!   in a conversation of N turns. The codec renders only a small window, so the cost must stay
-//!   flat as the conversation grows (the cache clone is set-up, not timed).
+//!   flat as the conversation grows (only the append is timed: cloning the N-turn cache and
+//!   the assistant turns between appends are set-up).
 //! - `render_tokenize`: full render + tokenization of the Qwen3 golden conversations plus a
 //!   20-turn agent conversation, against Python `transformers`' `apply_chat_template(
 //!   tokenize=True)` on the same conversations in the same run (needs `.venv-codec`, found
@@ -13,9 +14,9 @@ use std::hint::black_box;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use serde_json::{json, Value};
 use uniagent_core::codec::{ChatInput, Codec};
 use uniagent_core::{LengthLimits, Message, RolloutCache, ToolSpec};
@@ -82,20 +83,40 @@ fn rollout(codec: &Codec, turns: usize) -> RolloutCache {
 fn append_observation(c: &mut Criterion) {
     let codec = codec();
     let mut group = c.benchmark_group("append_observation");
+    // The assistant turn appended (untimed) between two observations.
+    let turn_text = "<think>\nNext.\n</think>\n\n<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"command\": \"ls\"}}\n</tool_call><|im_end|>";
+    let turn_ids = codec
+        .encode(turn_text)
+        .unwrap_or_else(|e| panic!("encode: {e}"));
+    let turn_logprobs = vec![-0.5; turn_ids.len()];
     for turns in [10usize, 100, 500] {
         let cache = rollout(&codec, turns);
         let obs = [observation(turns)];
         group.bench_with_input(BenchmarkId::from_parameter(turns), &turns, |b, _| {
-            b.iter_batched(
-                || cache.clone(),
-                |mut cache| {
-                    codec
-                        .append_messages(&mut cache, black_box(&obs))
-                        .unwrap_or_else(|e| panic!("{e}"));
-                    cache
-                },
-                BatchSize::LargeInput,
-            )
+            // Only the observation append is timed. A fresh clone every `CHUNK` appends keeps
+            // the conversation at ~`turns` turns; cloning (which evicts the CPU caches) and the
+            // assistant turns in between are set-up.
+            const CHUNK: u64 = 16;
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                let mut done = 0;
+                while done < iters {
+                    let mut live = cache.clone();
+                    live.reserve(CHUNK as usize * 256, CHUNK as usize * 2);
+                    for _ in 0..CHUNK.min(iters - done) {
+                        let start = Instant::now();
+                        codec
+                            .append_messages(&mut live, black_box(&obs))
+                            .unwrap_or_else(|e| panic!("{e}"));
+                        total += start.elapsed();
+                        codec
+                            .append_sampled(&mut live, &turn_ids, &turn_logprobs, Some(0))
+                            .unwrap_or_else(|e| panic!("{e}"));
+                        done += 1;
+                    }
+                }
+                total
+            })
         });
     }
     group.finish();

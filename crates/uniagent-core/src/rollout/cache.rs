@@ -234,6 +234,27 @@ impl RolloutCache {
         self.assistant_turns
     }
 
+    /// Reserves room for at least `tokens` more response tokens and `messages` more messages,
+    /// so that appends up to that size never reallocate (and copy) the whole trace.
+    ///
+    /// ```
+    /// use uniagent_core::{LengthLimits, RolloutCache};
+    ///
+    /// let mut cache =
+    ///     RolloutCache::with_tokens("r", vec![], vec![], vec![1, 2, 3], LengthLimits::default()).unwrap();
+    /// cache.reserve(4096, 16);
+    /// assert!(cache.tokens().unwrap().response_ids.capacity() >= 4096);
+    /// ```
+    pub fn reserve(&mut self, tokens: usize, messages: usize) {
+        self.messages.reserve(messages);
+        if let Some(t) = &mut self.tokens {
+            t.response_ids.reserve(tokens);
+            t.response_mask.reserve(tokens);
+            t.response_logprobs.reserve(tokens);
+            t.provenance.reserve(tokens);
+        }
+    }
+
     /// Appends a message. An assistant message counts as a new turn.
     pub fn push_message(&mut self, message: Message) {
         if message.role == crate::Role::Assistant {
