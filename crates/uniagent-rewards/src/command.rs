@@ -6,7 +6,7 @@ use serde_json::json;
 use uniagent_core::{Result, RewardContext, RewardOutcome, RewardSpec};
 
 use crate::error::{tail, RewardError};
-use crate::sandbox::{run, sandbox, Run};
+use crate::sandbox::{run, sandbox, timed_out, Run};
 
 /// How the command's result becomes a score.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -117,11 +117,7 @@ impl CommandReward {
         let deployment = sandbox(ctx)?;
         let response =
             match run(deployment, command, self.cwd.as_deref(), self.timeout_secs).await? {
-                Run::TimedOut => {
-                    return Ok(RewardOutcome::binary(false)
-                        .with_detail("timed_out", json!(true))
-                        .with_detail("timeout_secs", json!(self.timeout_secs)))
-                }
+                Run::TimedOut => return Ok(timed_out(self.timeout_secs)),
                 Run::Finished(response) => response,
             };
         let passed = response.exit_code == Some(0);

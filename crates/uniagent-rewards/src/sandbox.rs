@@ -2,8 +2,9 @@
 
 use std::sync::Arc;
 
+use serde_json::json;
 use uniagent_core::sandbox::{Command, CommandResponse};
-use uniagent_core::{Deployment, ErrorKind, RewardContext};
+use uniagent_core::{Deployment, ErrorKind, RewardContext, RewardOutcome};
 
 use crate::error::RewardError;
 
@@ -43,4 +44,11 @@ pub(crate) async fn run(
 /// Quotes `text` as one word for a POSIX shell.
 pub(crate) fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+/// The outcome of a scoring command that ran past its timeout: a failure that says so.
+pub(crate) fn timed_out(timeout_secs: f64) -> RewardOutcome {
+    RewardOutcome::binary(false)
+        .with_detail("timed_out", json!(true))
+        .with_detail("timeout_secs", json!(timeout_secs))
 }

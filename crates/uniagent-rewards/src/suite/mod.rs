@@ -13,7 +13,7 @@ pub use log::{parse_test_log, LogFormat, TestStatus};
 pub use patch::patch_paths;
 
 use crate::error::{tail, RewardError};
-use crate::sandbox::{run, sandbox, shell_quote, Run};
+use crate::sandbox::{run, sandbox, shell_quote, timed_out, Run};
 
 /// Scores a coding task by its tests, as SWE-bench, SWE-Gym and R2E-Gym do.
 ///
@@ -141,11 +141,7 @@ impl TestsReward {
         }
 
         let response = match run(deployment, &command, Some(&repo), self.timeout_secs).await? {
-            Run::TimedOut => {
-                return Ok(RewardOutcome::binary(false)
-                    .with_detail("timed_out", json!(true))
-                    .with_detail("timeout_secs", json!(self.timeout_secs)))
-            }
+            Run::TimedOut => return Ok(timed_out(self.timeout_secs)),
             Run::Finished(response) => response,
         };
         let results = parse_test_log(&response.stdout, self.log_format);
