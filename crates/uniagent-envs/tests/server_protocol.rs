@@ -59,7 +59,11 @@ async fn authentication_covers_every_path() {
         json!({"message": "hello world"})
     );
 
-    let open = TestServer::start_with(|c| c.auth_token = String::new()).await;
+    let open = TestServer::start_with(|c| {
+        c.auth_token = String::new();
+        c.insecure_no_auth = true;
+    })
+    .await;
     let r = open
         .client
         .get(format!("{}/is_alive", open.url))

@@ -1,11 +1,15 @@
 //! `uniagent-sandbox`: the SWE-ReX-compatible sandbox server.
 //!
 //! ```text
-//! uniagent-sandbox --auth-token TOKEN [--host 127.0.0.1] [--port 8000]
+//! UNIAGENT_SANDBOX_TOKEN=TOKEN uniagent-sandbox [--host 127.0.0.1] [--port 8000]
+//! uniagent-sandbox --auth-token-file FILE ...      # a file only its owner can read
+//! uniagent-sandbox --auth-token TOKEN ...          # as swerex-remote; visible in `ps`
 //! ```
 //!
 //! Flags follow `swerex-remote` (`--host`, `--port`, `--auth-token`, `-v/--version`), except that
-//! the host defaults to 127.0.0.1. On start it prints one line, `uniagent-sandbox listening on
+//! the host defaults to 127.0.0.1 and an empty token needs `--insecure-no-auth`. The token is
+//! best passed in the environment (removed from it before any shell starts, so sessions do not
+//! inherit it) or a 0600 file. On start it prints one line, `uniagent-sandbox listening on
 //! http://HOST:PORT`, to stdout (with the real port when `--port 0` asked for a free one).
 //!
 //! `uniagent-sandbox --relay-stdio 127.0.0.1:PORT` (hidden) is the in-container half of the
@@ -19,7 +23,11 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use uniagent_envs::server::{serve, ServerConfig, ShellOptions};
+use uniagent_envs::server::limits::seconds;
+use uniagent_envs::server::{serve, ServerConfig, ServerLimits, ShellOptions};
+
+/// The environment variable the token may come in.
+const TOKEN_ENV: &str = "UNIAGENT_SANDBOX_TOKEN";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -34,9 +42,45 @@ struct Args {
     /// Port to listen on (0 picks a free one).
     #[arg(long, default_value_t = 8000)]
     port: u16,
-    /// Token clients must send in `X-API-Key`; empty disables authentication.
-    #[arg(long, required_unless_present = "relay_stdio")]
+    /// Token clients must send in `X-API-Key` (prefer `UNIAGENT_SANDBOX_TOKEN` or
+    /// `--auth-token-file`: arguments are visible to every user through `ps`).
+    #[arg(long)]
     auth_token: Option<String>,
+    /// Read the token from this file (it must not be readable by group or others).
+    #[arg(long, value_name = "FILE", conflicts_with = "auth_token")]
+    auth_token_file: Option<std::path::PathBuf>,
+    /// Serve without authentication when the token is empty (SWE-ReX's `--auth-token ""`).
+    #[arg(long)]
+    insecure_no_auth: bool,
+    /// Open bash sessions at most.
+    #[arg(long, default_value_t = ServerLimits::default().max_sessions)]
+    max_sessions: usize,
+    /// `/execute` children running at once (more requests wait).
+    #[arg(long, default_value_t = ServerLimits::default().max_executes)]
+    max_executes: usize,
+    /// Client connections served at once.
+    #[arg(long, default_value_t = ServerLimits::default().max_connections)]
+    max_connections: usize,
+    /// Largest JSON request body in bytes.
+    #[arg(long, default_value_t = ServerLimits::default().max_body_bytes)]
+    max_body_bytes: usize,
+    /// Largest `/upload` body in bytes.
+    #[arg(long, default_value_t = ServerLimits::default().max_upload_bytes)]
+    max_upload_bytes: usize,
+    /// Largest file `/read_file` returns, in bytes.
+    #[arg(long, default_value_t = ServerLimits::default().max_read_bytes)]
+    max_read_bytes: u64,
+    /// Seconds a client may take to send a request's headers.
+    #[arg(long, default_value_t = 30.0)]
+    header_timeout: f64,
+    /// Exit (closing every session) this many seconds after start: a container whose controlling
+    /// process died still ends on time.
+    #[arg(long, value_name = "SECONDS")]
+    lifetime: Option<f64>,
+    /// Shut down (closing every session) when the process that started this one dies, even by
+    /// SIGKILL: the deployment that owned the server is gone.
+    #[arg(long)]
+    exit_with_parent: bool,
     /// Output bytes kept per command before the rest is replaced by a truncation note.
     #[arg(long, default_value_t = 16 << 20)]
     max_output_bytes: usize,
@@ -44,11 +88,15 @@ struct Args {
     #[arg(long, default_value = "bash")]
     bash: String,
     /// Relay stdin/stdout to this TCP address instead of serving (used by the docker backend).
-    #[arg(long, hide = true, value_name = "ADDR", conflicts_with = "auth_token")]
+    #[arg(long, hide = true, value_name = "ADDR", conflicts_with_all = ["auth_token", "auth_token_file"])]
     relay_stdio: Option<String>,
 }
 
 fn main() -> ExitCode {
+    // Read and drop the token from the environment first, while the process has one thread:
+    // shells and `/execute` children inherit the environment.
+    let env_token = std::env::var(TOKEN_ENV).ok();
+    std::env::remove_var(TOKEN_ENV);
     let args = Args::parse();
     if let Some(address) = &args.relay_stdio {
         return match relay_stdio(address) {
@@ -69,7 +117,14 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(args)) {
+    let token = match token_of(&args, env_token) {
+        Ok(token) => token,
+        Err(e) => {
+            eprintln!("uniagent-sandbox: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args, token)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("uniagent-sandbox: {e}");
@@ -78,7 +133,33 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(args: Args) -> std::io::Result<()> {
+/// The token from `--auth-token`, `--auth-token-file` or the environment, in that order.
+fn token_of(args: &Args, env_token: Option<String>) -> Result<String, String> {
+    if let Some(token) = &args.auth_token {
+        return Ok(token.clone());
+    }
+    if let Some(path) = &args.auth_token_file {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        if meta.mode() & 0o077 != 0 {
+            return Err(format!(
+                "{}: the token file must not be readable by group or others (chmod 600)",
+                path.display()
+            ));
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        return Ok(text.trim_end_matches(['\n', '\r']).to_owned());
+    }
+    match env_token {
+        Some(token) => Ok(token),
+        None if args.insecure_no_auth => Ok(String::new()),
+        None => Err(format!(
+            "no token: set {TOKEN_ENV}, or pass --auth-token-file or --auth-token"
+        )),
+    }
+}
+
+async fn run(args: Args, token: String) -> std::io::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     // Install the handlers before serving, so a SIGTERM at any time after start shuts down
     // cleanly (closing every session) instead of killing the process.
@@ -86,19 +167,55 @@ async fn run(args: Args) -> std::io::Result<()> {
     let mut interrupt = signal(SignalKind::interrupt())?;
     let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port)).await?;
     let addr = listener.local_addr()?;
-    let mut config = ServerConfig::new(args.auth_token.unwrap_or_default());
+    let mut config = ServerConfig::new(token);
+    config.insecure_no_auth = args.insecure_no_auth;
     config.shell = ShellOptions {
         bash: args.bash,
         max_output_bytes: args.max_output_bytes,
         ..ShellOptions::default()
     };
+    config.limits = ServerLimits {
+        max_sessions: args.max_sessions,
+        max_executes: args.max_executes,
+        max_connections: args.max_connections,
+        max_body_bytes: args.max_body_bytes,
+        max_upload_bytes: args.max_upload_bytes,
+        max_read_bytes: args.max_read_bytes,
+        header_timeout: seconds(args.header_timeout).max(std::time::Duration::from_millis(100)),
+        ..ServerLimits::default()
+    };
+    let lifetime = args.lifetime.map(seconds);
+    let parent = args
+        .exit_with_parent
+        .then(|| nix::unistd::getppid().as_raw());
     let mut stdout = std::io::stdout();
     writeln!(stdout, "uniagent-sandbox listening on http://{addr}")?;
     stdout.flush()?;
     let shutdown = async move {
+        let end_of_life = async {
+            match lifetime {
+                Some(after) => tokio::time::sleep(after).await,
+                None => std::future::pending().await,
+            }
+        };
+        let orphaned = async {
+            match parent {
+                // Polled: PR_SET_PDEATHSIG would fire when the *thread* that spawned us exits,
+                // and needs code between fork and exec.
+                Some(parent) => loop {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    if nix::unistd::getppid().as_raw() != parent {
+                        break;
+                    }
+                },
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = term.recv() => {}
             _ = interrupt.recv() => {}
+            () = end_of_life => eprintln!("uniagent-sandbox: lifetime over, shutting down"),
+            () = orphaned => eprintln!("uniagent-sandbox: the parent process died, shutting down"),
         }
     };
     serve(listener, config, shutdown).await

@@ -1,10 +1,13 @@
 //! The axum application: routes, authentication, the replay cache and the handlers.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use axum::body::Body;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Multipart, Request, State};
+use axum::http::HeaderMap;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -13,17 +16,21 @@ use axum::{Json, Router};
 use bytes::Bytes;
 use serde_json::{json, Value};
 use subtle::ConstantTimeEq;
+use tokio::sync::Semaphore;
 use uniagent_core::sandbox::{
     Action, CloseSessionRequest, Command, CreateSessionRequest, ReadFileRequest, WriteFileRequest,
 };
 
-use super::errors::{unauthorized, NotCacheable, ServerError};
+use super::errors::{class, unauthorized, NotCacheable, ServerError};
 use super::replay::{ReplayCache, StoredResponse};
 use super::session::SessionManager;
 use super::validate::{
     parse_body, ACTION, CLOSE_SESSION, COMMAND, CREATE_SESSION, READ_FILE, WRITE_FILE,
 };
-use super::{execute, files, upload, ServerConfig};
+use super::{execute, files, upload, ServerConfig, ServerLimits};
+
+/// The answer of a request that is still running, for repeats of its `X-Request-ID`.
+type InFlight = tokio::sync::watch::Sender<Option<StoredResponse>>;
 
 /// Everything the handlers share.
 #[derive(Debug)]
@@ -32,19 +39,27 @@ pub struct AppState {
     /// The bash sessions.
     pub sessions: SessionManager,
     replay: Mutex<ReplayCache>,
+    in_flight: Mutex<HashMap<String, InFlight>>,
     max_output_bytes: usize,
     staging_dir: PathBuf,
+    limits: ServerLimits,
+    /// Slots for `/execute` children.
+    executes: Arc<Semaphore>,
 }
 
 /// Builds the router and its shared state.
 pub fn router(config: ServerConfig) -> (Router, Arc<AppState>) {
     let staging_dir = config.shell.scratch_dir.join("uploads");
+    let json_limit = DefaultBodyLimit::max(config.limits.max_body_bytes);
     let state = Arc::new(AppState {
         token: config.auth_token,
         max_output_bytes: config.shell.max_output_bytes,
-        sessions: SessionManager::new(config.shell),
+        sessions: SessionManager::new(config.shell, config.limits.max_sessions),
+        executes: Arc::new(Semaphore::new(config.limits.max_executes.max(1))),
         replay: Mutex::new(ReplayCache::new(config.replay_entries, config.replay_bytes)),
+        in_flight: Mutex::new(HashMap::new()),
         staging_dir,
+        limits: config.limits,
     });
     let app = Router::new()
         .route(
@@ -55,19 +70,21 @@ pub fn router(config: ServerConfig) -> (Router, Arc<AppState>) {
             "/is_alive",
             get(|| async { Json(json!({"is_alive": true, "message": ""})) }),
         )
-        .route("/create_session", post(create_session))
-        .route("/run_in_session", post(run_in_session))
-        .route("/close_session", post(close_session))
-        .route("/execute", post(execute_handler))
-        .route("/read_file", post(read_file))
-        .route("/write_file", post(write_file))
-        .route("/upload", post(upload_handler))
-        .route("/close", post(close))
+        .route("/create_session", post(create_session).layer(json_limit))
+        .route("/run_in_session", post(run_in_session).layer(json_limit))
+        .route("/close_session", post(close_session).layer(json_limit))
+        .route("/execute", post(execute_handler).layer(json_limit))
+        .route("/read_file", post(read_file).layer(json_limit))
+        .route("/write_file", post(write_file).layer(json_limit))
+        .route(
+            "/upload",
+            post(upload_handler).layer(DefaultBodyLimit::max(config.limits.max_upload_bytes)),
+        )
+        .route("/close", post(close).layer(json_limit))
         .fallback(|| async { detail(StatusCode::NOT_FOUND, "Not Found") })
         .method_not_allowed_fallback(|| async {
             detail(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")
         })
-        .layer(DefaultBodyLimit::disable())
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state.clone());
     (app, state)
@@ -77,8 +94,16 @@ fn detail(status: StatusCode, text: &str) -> Response {
     (status, Json(json!({ "detail": text }))).into_response()
 }
 
-/// Authentication (constant-time), then the replay cache.
+/// Authentication (constant-time), then the work itself in its own task (a client that
+/// disconnects cannot cancel a command half-way), deduplicated by `X-Request-ID`: a repeated ID
+/// gets the stored answer, and a repeat that arrives while the first is still running waits for
+/// its answer instead of running the work again.
 async fn guard(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    if let Err(why) = same_site(request.headers(), state.token.is_empty()) {
+        let mut response = detail(StatusCode::FORBIDDEN, why);
+        response.extensions_mut().insert(NotCacheable);
+        return response;
+    }
     if !state.token.is_empty() {
         match request.headers().get("x-api-key") {
             None => return unauthorized(true),
@@ -93,37 +118,136 @@ async fn guard(State(state): State<Arc<AppState>>, request: Request, next: Next)
         .headers()
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
+        .filter(|i| !i.is_empty())
         .map(str::to_owned);
-    let Some(id) = id.filter(|i| !i.is_empty()) else {
-        return next.run(request).await;
+    let Some(id) = id else {
+        return detached(next.run(request)).await;
     };
-    let cached = state.replay.lock().ok().and_then(|c| c.get(&id));
-    if let Some(stored) = cached {
-        return json_response(stored.status, stored.body);
-    }
-    let response = next.run(request).await;
-    if response.extensions().get::<NotCacheable>().is_some() {
-        return response;
-    }
-    let (parts, body) = response.into_parts();
-    match axum::body::to_bytes(body, usize::MAX).await {
-        Ok(bytes) => {
-            if let Ok(mut cache) = state.replay.lock() {
-                cache.insert(
-                    id,
-                    StoredResponse {
-                        status: parts.status,
-                        body: bytes.clone(),
-                    },
-                );
-            }
-            Response::from_parts(parts, Body::from(bytes))
+    let waiter = {
+        let mut flights = lock(&state.in_flight);
+        if let Some(stored) = lock(&state.replay).get(&id) {
+            return json_response(stored.status, stored.body);
         }
-        Err(_) => detail(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "response body could not be buffered",
-        ),
+        match flights.get(&id) {
+            Some(sender) => Some(sender.subscribe()),
+            None => {
+                flights.insert(id.clone(), tokio::sync::watch::channel(None).0);
+                None
+            }
+        }
+    };
+    if let Some(mut receiver) = waiter {
+        return match receiver.wait_for(Option::is_some).await {
+            Ok(answer) => match answer.as_ref() {
+                Some(stored) => json_response(stored.status, stored.body.clone()),
+                None => detail(StatusCode::INTERNAL_SERVER_ERROR, "request failed"),
+            },
+            Err(_) => detail(StatusCode::INTERNAL_SERVER_ERROR, "request failed"),
+        };
     }
+    let task_state = state.clone();
+    let work = tokio::spawn(async move {
+        let mut forget = ForgetFlight {
+            state: task_state.clone(),
+            id: id.clone(),
+            armed: true,
+        };
+        let response = next.run(request).await;
+        let cacheable = response.extensions().get::<NotCacheable>().is_none();
+        let (parts, body) = response.into_parts();
+        let stored = match axum::body::to_bytes(body, usize::MAX).await {
+            Ok(bytes) => StoredResponse {
+                status: parts.status,
+                body: bytes,
+            },
+            Err(_) => StoredResponse {
+                status: StatusCode::INTERNAL_SERVER_ERROR,
+                body: Bytes::from_static(br#"{"detail":"response body could not be buffered"}"#),
+            },
+        };
+        // Lock order: in-flight table, then cache (as the lookup above), so a repeat finds the
+        // answer in one of the two.
+        let mut flights = lock(&task_state.in_flight);
+        if cacheable {
+            lock(&task_state.replay).insert(id.clone(), stored.clone());
+        }
+        if let Some(sender) = flights.remove(&id) {
+            sender.send_replace(Some(stored.clone()));
+        }
+        forget.armed = false;
+        stored
+    });
+    match work.await {
+        Ok(stored) => json_response(stored.status, stored.body),
+        Err(_) => detail(StatusCode::INTERNAL_SERVER_ERROR, "request handler failed"),
+    }
+}
+
+/// Removes a request's in-flight entry however its task ends (a panic included), so repeats
+/// waiting on it get an answer (500) instead of waiting forever.
+struct ForgetFlight {
+    state: Arc<AppState>,
+    id: String,
+    armed: bool,
+}
+
+impl Drop for ForgetFlight {
+    fn drop(&mut self) {
+        if self.armed {
+            lock(&self.state.in_flight).remove(&self.id);
+        }
+    }
+}
+
+/// Refuses what a browser sends for another site: an `Origin` whose host is not the `Host`
+/// asked for, and, when authentication is off (nothing else stops a page from posting
+/// commands), a `Host` that is not an IP address or `localhost` (DNS rebinding).
+fn same_site(headers: &HeaderMap, auth_off: bool) -> Result<(), &'static str> {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("");
+        let origin_host = origin.split_once("://").map_or("", |(_, rest)| rest);
+        if origin_host.is_empty() || !origin_host.eq_ignore_ascii_case(host) {
+            return Err("Forbidden: cross-origin request");
+        }
+    }
+    if auth_off && !is_local_host(host) {
+        return Err(
+            "Forbidden: Host must be an IP address or localhost when authentication is off",
+        );
+    }
+    Ok(())
+}
+
+/// Whether a `Host` header names an IP address or `localhost` (with an optional port).
+fn is_local_host(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        match rest.split_once(']') {
+            Some((v6, _)) => return v6.parse::<std::net::Ipv6Addr>().is_ok(),
+            None => return false,
+        }
+    } else {
+        host.rsplit_once(':').map_or(host, |(name, _)| name)
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::Ipv4Addr>().is_ok()
+}
+
+/// Runs a handler in its own task: it completes even when the client goes away, and a panic
+/// becomes a 500 answer instead of a dropped connection.
+async fn detached(work: impl std::future::Future<Output = Response> + Send + 'static) -> Response {
+    match tokio::spawn(work).await {
+        Ok(response) => response,
+        Err(_) => detail(StatusCode::INTERNAL_SERVER_ERROR, "request handler failed"),
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn json_response(status: StatusCode, body: Bytes) -> Response {
@@ -144,32 +268,102 @@ fn to_json(value: impl serde::Serialize) -> Answer {
         .map_err(|e| ServerError::exception("builtins.TypeError", e.to_string()))
 }
 
-async fn create_session(State(state): State<Arc<AppState>>, body: Bytes) -> Answer {
+/// The body of a JSON route: 413 above the route's limit, 415 for a content type that is not
+/// JSON. A missing content type is read as JSON, as FastAPI does; a cross-site "simple" request
+/// from a browser always carries a non-JSON one (`text/plain`, forms).
+fn json_body(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Bytes, ServerError> {
+    if let Some(kind) = headers.get(header::CONTENT_TYPE) {
+        let essence = kind
+            .to_str()
+            .unwrap_or("")
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        if essence != "application/json" && !essence.ends_with("+json") {
+            return Err(ServerError::Http {
+                status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                detail: "Unsupported Media Type: send application/json".into(),
+            });
+        }
+    }
+    body.map_err(|rejection| match rejection.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => too_large(),
+        status => ServerError::Http {
+            status,
+            detail: rejection.body_text(),
+        },
+    })
+}
+
+fn too_large() -> ServerError {
+    ServerError::Http {
+        status: StatusCode::PAYLOAD_TOO_LARGE,
+        detail: "Request body too large".into(),
+    }
+}
+
+async fn create_session(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    let body = json_body(&headers, body)?;
     let request: CreateSessionRequest = parse_body(&body, &CREATE_SESSION)?;
     to_json(state.sessions.create(&request).await?)
 }
 
-async fn run_in_session(State(state): State<Arc<AppState>>, body: Bytes) -> Answer {
+async fn run_in_session(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    let body = json_body(&headers, body)?;
     let action: Action = parse_body(&body, &ACTION)?;
     to_json(state.sessions.run(&action).await?)
 }
 
-async fn close_session(State(state): State<Arc<AppState>>, body: Bytes) -> Answer {
+async fn close_session(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    let body = json_body(&headers, body)?;
     let request: CloseSessionRequest = parse_body(&body, &CLOSE_SESSION)?;
     to_json(state.sessions.close_session(&request).await?)
 }
 
-async fn execute_handler(State(state): State<Arc<AppState>>, body: Bytes) -> Answer {
+async fn execute_handler(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    let body = json_body(&headers, body)?;
     let command: Command = parse_body(&body, &COMMAND)?;
+    // Waiting for a slot bounds the children; the connection limit bounds the waiters.
+    let _slot =
+        state.executes.acquire().await.map_err(|_| {
+            ServerError::exception(class::RUNTIME_ERROR, "the server is shutting down")
+        })?;
     to_json(execute::execute(&command, state.max_output_bytes).await?)
 }
 
-async fn read_file(body: Bytes) -> Answer {
+async fn read_file(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    let body = json_body(&headers, body)?;
     let request: ReadFileRequest = parse_body(&body, &READ_FILE)?;
-    to_json(files::read_file(&request).await?)
+    to_json(files::read_file(&request, state.limits.max_read_bytes).await?)
 }
 
-async fn write_file(body: Bytes) -> Answer {
+async fn write_file(headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Answer {
+    let body = json_body(&headers, body)?;
     let request: WriteFileRequest = parse_body(&body, &WRITE_FILE)?;
     files::write_file(&request).await?;
     Ok(Json(json!({})))
@@ -184,7 +378,8 @@ async fn upload_handler(
         json!({"type": "missing", "loc": ["body", "target_path"], "msg": "Field required", "input": null}),
     ]))?;
     let form = upload::read_form(multipart, &state.staging_dir).await?;
-    tokio::task::spawn_blocking(move || upload::place(&form))
+    let limits = state.limits.unzip;
+    tokio::task::spawn_blocking(move || upload::place(&form, &limits))
         .await
         .map_err(|e| ServerError::exception("builtins.RuntimeError", e.to_string()))??;
     Ok(Json(json!({})))

@@ -39,6 +39,8 @@ pub mod class {
     pub const UNICODE_DECODE: &str = "builtins.UnicodeDecodeError";
     /// `/upload` with `unzip` and a body that is not a zip archive.
     pub const BAD_ZIP: &str = "zipfile.BadZipFile";
+    /// `/upload` with `unzip` and an archive beyond the extraction budgets.
+    pub const LARGE_ZIP: &str = "zipfile.LargeZipFile";
     /// An `expect` pattern that is not a valid regular expression.
     pub const REGEX_ERROR: &str = "re.error";
     /// Any other operating-system error.
@@ -150,15 +152,34 @@ impl IntoResponse for ServerError {
                 response.extensions_mut().insert(NotCacheable);
                 response
             }
-            Self::Validation(items) => (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                axum::Json(json!({ "detail": items })),
-            )
-                .into_response(),
+            Self::Validation(mut items) => {
+                for item in &mut items {
+                    if let Some(input) = item.get_mut("input") {
+                        cap_echo(input);
+                    }
+                }
+                (
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    axum::Json(json!({ "detail": items })),
+                )
+                    .into_response()
+            }
             Self::Http { status, detail } => {
                 (status, axum::Json(json!({ "detail": detail }))).into_response()
             }
         }
+    }
+}
+
+/// The most bytes of a request that a 422 answer echoes back.
+pub const MAX_ECHO_BYTES: usize = 4096;
+
+/// Shrinks an echoed input to about [`MAX_ECHO_BYTES`]: FastAPI echoes the whole input, which
+/// for a 60 MB body means a 60 MB error. Small inputs are echoed unchanged.
+fn cap_echo(input: &mut Value) {
+    let encoded = input.to_string();
+    if encoded.len() > MAX_ECHO_BYTES {
+        *input = Value::String(crate::server::session::shorten(&encoded, MAX_ECHO_BYTES));
     }
 }
 

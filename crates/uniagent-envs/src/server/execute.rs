@@ -5,15 +5,15 @@ use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use uniagent_core::sandbox::{Command, CommandLine, CommandResponse};
 
-use super::errors::{class, ServerError};
+use super::errors::{class, ServerError, MAX_ECHO_BYTES};
+use super::limits::seconds;
 use super::pyfmt::{decode_backslashreplace, py_float, py_repr, py_repr_list};
-use super::session::signal_group;
+use super::session::{shorten, signal_group};
 
 /// Python's `os.defpath`: the search path when `env` replaces the environment without `PATH`.
 const DEFAULT_PATH: &str = "/bin:/usr/bin";
@@ -106,7 +106,7 @@ pub async fn execute(
     };
     let result = match command.timeout {
         Some(t) => {
-            let limit = Duration::try_from_secs_f64(t.max(0.0)).unwrap_or(Duration::MAX);
+            let limit = seconds(t);
             match tokio::time::timeout(limit, run).await {
                 Ok(r) => r,
                 Err(_) => {
@@ -133,8 +133,8 @@ pub async fn execute(
     };
     if command.check && exit_code != Some(0) {
         let shown = match &command.command {
-            CommandLine::Text(s) => py_repr(s),
-            CommandLine::Argv(v) => py_repr_list(v),
+            CommandLine::Text(s) => py_repr(&shorten(s, MAX_ECHO_BYTES)),
+            CommandLine::Argv(v) => shorten(&py_repr_list(v), MAX_ECHO_BYTES),
         };
         let mut message = format!(
             "Command {shown} failed with exit code {}. Stdout:\n{}\nStderr:\n{}",

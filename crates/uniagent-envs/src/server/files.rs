@@ -11,10 +11,18 @@ use super::pyfmt::{decode_backslashreplace, py_repr};
 /// Reads a file as text. Supported encodings: UTF-8 (the default), ASCII and Latin-1; error
 /// handlers: `strict` (the default), `replace`, `ignore`, `backslashreplace`, `surrogateescape`
 /// (rendered like `backslashreplace`, since JSON text cannot carry lone surrogates).
-pub async fn read_file(request: &ReadFileRequest) -> Result<ReadFileResponse, ServerError> {
-    let bytes = tokio::fs::read(&request.path)
+///
+/// Only regular files of at most `max_bytes` are read: a FIFO, a device such as `/dev/zero` or
+/// a huge file would block the request or exhaust memory. They give `OSError` (`EINVAL`,
+/// `EFBIG`) instead.
+pub async fn read_file(
+    request: &ReadFileRequest,
+    max_bytes: u64,
+) -> Result<ReadFileResponse, ServerError> {
+    let path = request.path.clone();
+    let bytes = tokio::task::spawn_blocking(move || read_regular(&path, max_bytes))
         .await
-        .map_err(|e| ServerError::os_error(&e, &request.path))?;
+        .map_err(|e| ServerError::exception(class::OS_ERROR, e.to_string()))??;
     let text = decode(
         &bytes,
         request.encoding.as_deref(),
@@ -23,6 +31,58 @@ pub async fn read_file(request: &ReadFileRequest) -> Result<ReadFileResponse, Se
     Ok(ReadFileResponse {
         content: universal_newlines(&text),
     })
+}
+
+/// Reads a regular file of at most `max_bytes`. Opened non-blocking, so opening a FIFO never
+/// waits for a writer; the type and size are checked on the open descriptor.
+fn read_regular(path: &str, max_bytes: u64) -> Result<Vec<u8>, ServerError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| ServerError::os_error(&e, path))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| ServerError::os_error(&e, path))?;
+    if meta.is_dir() {
+        return Err(ServerError::os_error(
+            &std::io::Error::from_raw_os_error(nix::libc::EISDIR),
+            path,
+        ));
+    }
+    if !meta.is_file() {
+        return Err(ServerError::exception(
+            class::OS_ERROR,
+            format!(
+                "[Errno 22] Not a regular file (FIFO, socket or device): {}",
+                py_repr(path)
+            ),
+        ));
+    }
+    let too_big = || {
+        ServerError::exception(
+            class::OS_ERROR,
+            format!(
+                "[Errno 27] File too large: {} (read_file reads at most {max_bytes} bytes)",
+                py_repr(path)
+            ),
+        )
+    };
+    if meta.len() > max_bytes {
+        return Err(too_big());
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    // A file that grows while we read is bounded all the same.
+    file.take(max_bytes.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| ServerError::os_error(&e, path))?;
+    if bytes.len() as u64 > max_bytes {
+        return Err(too_big());
+    }
+    Ok(bytes)
 }
 
 /// Writes a file as UTF-8 text, creating parent directories and truncating the file.

@@ -20,29 +20,40 @@ mod app;
 pub mod errors;
 pub mod execute;
 pub mod files;
+pub mod limits;
 pub mod pyfmt;
 pub mod replay;
 pub mod session;
+pub mod unzip;
 pub mod upload;
 pub mod validate;
 
 use std::future::Future;
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
 
 pub use app::{router, AppState};
 pub use errors::ServerError;
+pub use limits::ServerLimits;
 pub use session::{SessionManager, ShellOptions};
 
 /// Server settings.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// The `X-API-Key` value clients must send; empty turns authentication off (as SWE-ReX).
+    /// The `X-API-Key` value clients must send. Empty is refused unless `insecure_no_auth`.
     pub auth_token: String,
+    /// Serve without authentication when `auth_token` is empty (SWE-ReX's behaviour for an
+    /// empty token); only `Host` and `Origin` checks then stand between a web page and a shell.
+    pub insecure_no_auth: bool,
     /// Bash session settings (also the output limit of `/execute`).
     pub shell: ShellOptions,
     /// Answers kept by the `X-Request-ID` replay cache.
     pub replay_entries: usize,
     /// Body bytes kept by the replay cache.
     pub replay_bytes: usize,
+    /// Request, upload and extraction limits.
+    pub limits: ServerLimits,
 }
 
 impl ServerConfig {
@@ -50,23 +61,116 @@ impl ServerConfig {
     pub fn new(auth_token: impl Into<String>) -> Self {
         Self {
             auth_token: auth_token.into(),
+            insecure_no_auth: false,
             shell: ShellOptions::default(),
             replay_entries: 1024,
             replay_bytes: 64 << 20,
+            limits: ServerLimits::default(),
         }
     }
 }
 
+/// The scratch directory to use: a new private one for an empty path; a given one is created
+/// (0700) when missing, and refused when it is a symlink, is owned by another user or is open
+/// to group or others (a predictable path in `/tmp` could be prepared by someone else).
+pub fn prepare_scratch_dir(dir: &std::path::Path) -> std::io::Result<std::path::PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    if dir.as_os_str().is_empty() {
+        return Ok(tempfile::Builder::new()
+            .prefix("uniagent-sandbox-")
+            .tempdir()?
+            .keep());
+    }
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)?;
+        }
+        Err(e) => return Err(e),
+        Ok(meta) => {
+            let refuse = |why: &str| {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    format!("scratch directory {}: {why}", dir.display()),
+                ))
+            };
+            if !meta.is_dir() {
+                return refuse("not a directory (or a symlink)");
+            }
+            // `/proc/self` belongs to this process's effective user.
+            let me = std::fs::metadata("/proc/self")?.uid();
+            if meta.uid() != me {
+                return refuse("owned by another user");
+            }
+            if meta.mode() & 0o077 != 0 {
+                return refuse("open to group or others (needs mode 0700)");
+            }
+        }
+    }
+    Ok(dir.to_path_buf())
+}
+
 /// Serves the protocol on `listener` until `shutdown` resolves, then closes every session.
+///
+/// HTTP/1.1 with at most `limits.max_connections` connections at once (further clients wait in
+/// the listen backlog) and `limits.header_timeout` to send a request's headers. An empty token
+/// is refused unless `insecure_no_auth` is set.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     config: ServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    if config.auth_token.is_empty() && !config.insecure_no_auth {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "an empty auth token is refused; pass a token, or insecure_no_auth to serve without one",
+        ));
+    }
+    let mut config = config;
+    config.shell.scratch_dir = prepare_scratch_dir(&config.shell.scratch_dir)?;
+    let limits = config.limits;
     let (app, state) = router(config);
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let connections = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            () = &mut shutdown => break,
+            permit = connections.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+        };
+        let stream = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(limits.header_timeout);
+        let connection = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            let _ = connection.await;
+            drop(permit);
+        });
+    }
+    drop(listener);
+    // Requests in progress finish (bounded: sessions are killed next in any case).
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), graceful.shutdown()).await;
     state.sessions.shutdown().await;
-    result
+    Ok(())
 }

@@ -10,7 +10,8 @@ use axum::extract::Multipart;
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 
-use super::errors::{class, ServerError};
+use super::errors::ServerError;
+use super::unzip::{self, UnzipLimits};
 use super::validate::parse_bool_str;
 
 /// A decoded upload: the staged file and where it goes.
@@ -22,6 +23,17 @@ pub struct UploadForm {
     pub target_path: String,
     /// The `unzip` field (default false).
     pub unzip: bool,
+}
+
+fn multipart_error(e: &axum::extract::multipart::MultipartError) -> ServerError {
+    if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+        ServerError::Http {
+            status: axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+            detail: "Request body too large".into(),
+        }
+    } else {
+        bad_body()
+    }
 }
 
 fn bad_body() -> ServerError {
@@ -92,18 +104,27 @@ async fn read_fields(
     target_path: &mut Option<String>,
     unzip_raw: &mut Option<String>,
 ) -> Result<(), ServerError> {
-    while let Some(mut field) = multipart.next_field().await.map_err(|_| bad_body())? {
+    while let Some(mut field) = multipart
+        .next_field()
+        .await
+        .map_err(|e| multipart_error(&e))?
+    {
         match field.name().unwrap_or_default() {
             "file" if field.file_name().is_some() || staged.is_none() => {
                 tokio::fs::create_dir_all(staging_dir)
                     .await
                     .map_err(|e| ServerError::os_error(&e, &staging_dir.to_string_lossy()))?;
                 let path = staging_dir.join(format!("upload-{:016x}", fastrand::u64(..)));
-                let mut file = tokio::fs::File::create(&path)
+                let mut file = tokio::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .custom_flags(nix::libc::O_NOFOLLOW)
+                    .open(&path)
                     .await
                     .map_err(|e| ServerError::os_error(&e, &path.to_string_lossy()))?;
                 let copied = async {
-                    while let Some(chunk) = field.chunk().await.map_err(|_| bad_body())? {
+                    while let Some(chunk) = field.chunk().await.map_err(|e| multipart_error(&e))? {
                         file.write_all(&chunk)
                             .await
                             .map_err(|e| ServerError::os_error(&e, &path.to_string_lossy()))?;
@@ -121,8 +142,10 @@ async fn read_fields(
                     let _ = tokio::fs::remove_file(old).await;
                 }
             }
-            "target_path" => *target_path = Some(field.text().await.map_err(|_| bad_body())?),
-            "unzip" => *unzip_raw = Some(field.text().await.map_err(|_| bad_body())?),
+            "target_path" => {
+                *target_path = Some(field.text().await.map_err(|e| multipart_error(&e))?)
+            }
+            "unzip" => *unzip_raw = Some(field.text().await.map_err(|e| multipart_error(&e))?),
             _ => {}
         }
     }
@@ -131,29 +154,22 @@ async fn read_fields(
 
 /// Moves the staged file to `target_path` (into it, as `temp_file_transfer`, when it is an
 /// existing directory), or extracts it as a zip archive into `target_path` with `unzip`.
-pub fn place(form: &UploadForm) -> Result<(), ServerError> {
-    let result = place_inner(form);
+pub fn place(form: &UploadForm, limits: &UnzipLimits) -> Result<(), ServerError> {
+    let result = place_inner(form, limits);
     let _ = std::fs::remove_file(&form.staged);
     result
 }
 
-fn place_inner(form: &UploadForm) -> Result<(), ServerError> {
+fn place_inner(form: &UploadForm, limits: &UnzipLimits) -> Result<(), ServerError> {
     let target = Path::new(&form.target_path);
     if let Some(parent) = target.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent)
             .map_err(|e| ServerError::os_error(&e, &parent.to_string_lossy()))?;
     }
     if form.unzip {
-        let file = std::fs::File::open(&form.staged)
-            .map_err(|e| ServerError::os_error(&e, &form.staged.to_string_lossy()))?;
-        let mut archive = zip::ZipArchive::new(file)
-            .map_err(|_| ServerError::exception(class::BAD_ZIP, "File is not a zip file"))?;
         std::fs::create_dir_all(target)
             .map_err(|e| ServerError::os_error(&e, &form.target_path))?;
-        return archive.extract(target).map_err(|e| match e {
-            zip::result::ZipError::Io(io) => ServerError::os_error(&io, &form.target_path),
-            other => ServerError::exception(class::BAD_ZIP, other.to_string()),
-        });
+        return unzip::extract(&form.staged, target, limits);
     }
     let destination = if target.is_dir() {
         target.join("temp_file_transfer")

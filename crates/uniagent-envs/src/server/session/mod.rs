@@ -15,7 +15,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub use output::{clean_output, truncation_note, OutputBuffer, Prompt, PromptMarker};
+pub use output::{
+    clean_output, shorten, truncation_note, ExpectSearch, OutputBuffer, Prompt, PromptMarker,
+    EXPECT_LOOKBACK,
+};
 pub use procs::{kill_session, processes_in_session, signal_group, signal_process, stat_session};
 pub use shell::{BashSession, ShellOptions, PROMPT_EXPECT_STRING};
 pub use syntax::{check_syntax, is_trivially_valid};
@@ -25,6 +28,7 @@ use uniagent_core::sandbox::{
 };
 
 use super::errors::{class, ServerError};
+use super::limits::seconds;
 use super::pyfmt::py_repr;
 
 /// The least time a session start is given, whatever `startup_timeout` says.
@@ -42,15 +46,17 @@ pub struct SessionManager {
     sessions: Mutex<HashMap<String, Slot>>,
     options: Arc<ShellOptions>,
     counter: AtomicU64,
+    max_sessions: usize,
 }
 
 impl SessionManager {
-    /// An empty registry whose sessions use `options`.
-    pub fn new(options: ShellOptions) -> Self {
+    /// An empty registry whose sessions use `options`, holding at most `max_sessions` names.
+    pub fn new(options: ShellOptions, max_sessions: usize) -> Self {
         Self {
             sessions: Mutex::new(HashMap::new()),
             options: Arc::new(options),
             counter: AtomicU64::new(0),
+            max_sessions,
         }
     }
 
@@ -79,15 +85,29 @@ impl SessionManager {
                     format!("session {} already exists", request.session),
                 ));
             }
+            if sessions.len() >= self.max_sessions {
+                return Err(ServerError::exception(
+                    class::RUNTIME_ERROR,
+                    format!(
+                        "too many sessions: the server allows {} (close one first)",
+                        self.max_sessions
+                    ),
+                ));
+            }
             sessions.insert(request.session.clone(), Slot::Starting);
         }
+        // A caller that goes away while the shell starts (a cancelled future) must not leave
+        // the name stuck in `Starting`.
+        let mut reservation = Reservation {
+            manager: self,
+            name: &request.session,
+            armed: true,
+        };
         let n = self.counter.fetch_add(1, Ordering::SeqCst);
         let dir = self.options.scratch_dir.join(format!("s{n}"));
         // SWE-ReX sleeps 0.3 s before it starts the `startup_timeout` clock; we do not sleep, and
         // on a loaded machine bash and its rc files can need more than the 1 s default.
-        let timeout = Duration::try_from_secs_f64(request.startup_timeout.max(0.0))
-            .unwrap_or(Duration::MAX)
-            .max(MIN_STARTUP_TIMEOUT);
+        let timeout = seconds(request.startup_timeout).max(MIN_STARTUP_TIMEOUT);
         let started = BashSession::start(
             &request.session,
             &request.startup_source,
@@ -97,6 +117,7 @@ impl SessionManager {
         )
         .await;
         let mut sessions = self.lock();
+        reservation.armed = false;
         match started {
             Ok((session, output)) => {
                 sessions.insert(request.session.clone(), Slot::Open(Arc::new(session)));
@@ -176,6 +197,24 @@ impl SessionManager {
         self.close_all().await;
         self.lock().clear();
         let _ = std::fs::remove_dir_all(&self.options.scratch_dir);
+    }
+}
+
+/// Frees a `Starting` slot when the start is abandoned.
+struct Reservation<'a> {
+    manager: &'a SessionManager,
+    name: &'a str,
+    armed: bool,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let mut sessions = self.manager.lock();
+            if matches!(sessions.get(self.name), Some(Slot::Starting)) {
+                sessions.remove(self.name);
+            }
+        }
     }
 }
 

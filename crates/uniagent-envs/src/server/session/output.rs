@@ -212,9 +212,83 @@ impl OutputBuffer {
     }
 }
 
+/// How far before the newest bytes an `expect` match may start and still be found: each read
+/// scans only the new bytes plus this window, never the whole buffer again (a command printing
+/// 30 MB would otherwise be rescanned from the start after every 64 KiB read). Only a match
+/// longer than this that arrives in pieces can be missed.
+pub const EXPECT_LOOKBACK: usize = 64 << 10;
+
+/// Incremental search for `expect` patterns in a growing buffer.
+#[derive(Debug)]
+pub struct ExpectSearch<'a> {
+    patterns: &'a [Regex],
+    scanned: usize,
+}
+
+impl<'a> ExpectSearch<'a> {
+    /// A search for any of `patterns`.
+    pub fn new(patterns: &'a [Regex]) -> Self {
+        Self {
+            patterns,
+            scanned: 0,
+        }
+    }
+
+    /// The earliest match `(start, end, pattern index)` in `haystack` that starts at or after
+    /// `new_from - EXPECT_LOOKBACK`, where `new_from` is where the bytes not yet searched begin.
+    pub fn find(&mut self, haystack: &[u8], new_from: usize) -> Option<(usize, usize, usize)> {
+        if self.patterns.is_empty() {
+            return None;
+        }
+        let from = new_from.saturating_sub(EXPECT_LOOKBACK).min(haystack.len());
+        self.scanned += (haystack.len() - from) * self.patterns.len();
+        self.patterns
+            .iter()
+            .enumerate()
+            .filter_map(|(i, re)| re.find_at(haystack, from).map(|m| (m.start(), m.end(), i)))
+            .min_by_key(|(start, _, _)| *start)
+    }
+
+    /// Bytes scanned so far (per pattern), for tests of the incremental bound.
+    pub fn scanned(&self) -> usize {
+        self.scanned
+    }
+}
+
 /// The text inserted where output was dropped.
 pub fn truncation_note(omitted: usize) -> String {
     format!("\n[uniagent-sandbox: output truncated, {omitted} bytes omitted]\n")
+}
+
+/// `text` cut to about `max` bytes: its head and tail around a [`truncation_note`]. The one
+/// truncation used for everything the server echoes back (commands in error messages, inputs
+/// in 422 answers), so no answer grows with a hostile input.
+///
+/// ```
+/// use uniagent_envs::server::session::shorten;
+/// assert_eq!(shorten("short", 100), "short");
+/// let long = "x".repeat(10_000);
+/// let cut = shorten(&long, 100);
+/// assert!(cut.len() < 200 && cut.contains("9900 bytes omitted"));
+/// ```
+pub fn shorten(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut head = max / 2;
+    while !text.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = text.len() - (max - head);
+    while !text.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!(
+        "{}{}{}",
+        &text[..head],
+        truncation_note(tail - head),
+        &text[tail..]
+    )
 }
 
 #[cfg(test)]
@@ -222,6 +296,36 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn expect_search_is_incremental() {
+        // 30 MiB in 64 KiB reads through a 16 MiB buffer, as a chatty command produces it:
+        // the scan stays linear in the input instead of rescanning the buffer per read.
+        let patterns = [Regex::new("never-printed").unwrap_or_else(|e| panic!("{e}"))];
+        let mut search = ExpectSearch::new(&patterns);
+        let mut buf = OutputBuffer::new(16 << 20, 4096);
+        let chunk = vec![b'y'; 64 << 10];
+        let total = 30usize << 20;
+        for _ in 0..total / chunk.len() {
+            let new_from = buf.push(&chunk);
+            assert!(search.find(buf.bytes(), new_from).is_none());
+        }
+        assert!(
+            search.scanned() <= 3 * total,
+            "scanned {} for {total}",
+            search.scanned()
+        );
+        // A match split across reads is still found.
+        let patterns = [Regex::new("ab+c").unwrap_or_else(|e| panic!("{e}"))];
+        let mut search = ExpectSearch::new(&patterns);
+        let mut buf = OutputBuffer::new(1 << 20, 4096);
+        let mut found = None;
+        for piece in [&b"xxa"[..], b"bbb", b"bc--"] {
+            let from = buf.push(piece);
+            found = found.or(search.find(buf.bytes(), from));
+        }
+        assert_eq!(found, Some((2, 8, 0)));
+    }
 
     #[test]
     fn marker_round_trip() {

@@ -27,10 +27,11 @@ use uniagent_core::sandbox::{
     BashAction, BashInterruptAction, BashObservation, CheckMode, SessionType,
 };
 
-use super::output::{clean_output, OutputBuffer, Prompt, PromptMarker};
+use super::output::{clean_output, shorten, ExpectSearch, OutputBuffer, Prompt, PromptMarker};
 use super::procs::{kill_session, signal_group};
 use super::syntax::check_syntax;
-use crate::server::errors::{class, ServerError};
+use crate::server::errors::{class, ServerError, MAX_ECHO_BYTES};
+use crate::server::limits::{deadline_after, seconds, MAX_INTERRUPT_RETRIES, MAX_TIMEOUT};
 use crate::server::pyfmt::{py_float, py_repr};
 
 /// What SWE-ReX reports in `expect_string` when the normal prompt ended the wait.
@@ -43,7 +44,9 @@ pub struct ShellOptions {
     pub bash: String,
     /// Output bytes kept per command before the rest is replaced by a truncation note.
     pub max_output_bytes: usize,
-    /// Where sessions keep their command files (one sub-directory per session).
+    /// Where sessions keep their command files (one sub-directory per session). Empty (the
+    /// default): [`serve`](crate::server::serve) creates a private (0700) directory with a
+    /// random name. A given directory must be owned by this user and closed to others.
     pub scratch_dir: PathBuf,
     /// How long a timed-out command gets after Ctrl-C, and again after its process group was
     /// killed, before the session is given up.
@@ -55,8 +58,7 @@ impl Default for ShellOptions {
         Self {
             bash: "bash".into(),
             max_output_bytes: 16 << 20,
-            scratch_dir: std::env::temp_dir()
-                .join(format!("uniagent-sandbox-{}", std::process::id())),
+            scratch_dir: PathBuf::new(),
             interrupt_grace: Duration::from_millis(500),
         }
     }
@@ -127,8 +129,14 @@ impl BashSession {
     ) -> Result<(Self, String), ServerError> {
         let marker =
             PromptMarker::random().ok_or_else(|| internal("prompt marker", "invalid regex"))?;
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| ServerError::os_error(&e, &dir.to_string_lossy()))?;
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .map_err(|e| ServerError::os_error(&e, &dir.to_string_lossy()))?;
+        }
         let (pty, pts) = pty_process::open().map_err(|e| internal("openpty", e))?;
         pty.resize(pty_process::Size::new(24, 80))
             .map_err(|e| internal("pty resize", e))?;
@@ -185,7 +193,7 @@ impl BashSession {
                 .send(format!("{}\n", line.join(" ; ")).as_bytes())
                 .await?;
             let mut reader = session.reader.lock().await;
-            let deadline = Some(Instant::now() + startup_timeout);
+            let deadline = Some(deadline_after(startup_timeout));
             match session
                 .wait(&mut reader, |p| p.seq.unwrap_or(0) == 0, &[], deadline)
                 .await
@@ -269,6 +277,7 @@ impl BashSession {
         reader.buf.reset(pending);
         let mut chunk = vec![0u8; 64 * 1024];
         let mut search_from = 0usize;
+        let mut expect_search = ExpectSearch::new(expects);
         loop {
             let mut pos = search_from.saturating_sub(self.marker.max_len());
             let mut prompt = None;
@@ -278,15 +287,12 @@ impl BashSession {
                     break;
                 }
                 reader.buf.discard_prefix(p.end);
+                search_from = search_from.saturating_sub(p.end);
                 pos = 0;
             }
             let bytes = reader.buf.bytes();
             let limit = prompt.map_or(bytes.len(), |p| p.start);
-            let expect = expects
-                .iter()
-                .enumerate()
-                .filter_map(|(i, re)| re.find(&bytes[..limit]).map(|m| (m.start(), m.end(), i)))
-                .min_by_key(|(start, _, _)| *start);
+            let expect = expect_search.find(&bytes[..limit], search_from);
             if let Some((start, end, index)) = expect {
                 let (out, rest) = reader.buf.take(start, end);
                 reader.pending = rest;
@@ -340,14 +346,14 @@ impl BashSession {
         let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
         let file = self.dir.join(format!("c{seq}"));
         let path = file.to_string_lossy().into_owned();
-        std::fs::write(&file, action.command.as_bytes())
+        write_private(&file, action.command.as_bytes())
             .map_err(|e| ServerError::os_error(&e, &path))?;
         let line = format!(
             "__ua_n={seq}; . {}; __ua_s=$?; PS1=$__ua_ps; __ua_r $__ua_s\n",
             shell_quote(&path)
         );
         let sent = self.send(line.as_bytes()).await;
-        let deadline = action.timeout.map(|t| Instant::now() + secs(t));
+        let deadline = action.timeout.map(|t| deadline_after(seconds(t)));
         let waited = match sent {
             Ok(()) => {
                 self.wait(&mut reader, |p| p.seq == Some(seq), &expects, deadline)
@@ -366,7 +372,7 @@ impl BashSession {
                     format!(
                         "timeout after {} seconds while running command {}",
                         py_float(action.timeout.unwrap_or(0.0)),
-                        py_repr(&action.command)
+                        py_repr(&shorten(&action.command, MAX_ECHO_BYTES))
                     ),
                 ));
             }
@@ -386,7 +392,7 @@ impl BashSession {
             if let Some(code) = exit_code.filter(|c| *c != 0) {
                 let mut message = format!(
                     "Command {} failed with exit code {code}. Here is the output:\n{}",
-                    py_repr(&action.command),
+                    py_repr(&shorten(&action.command, MAX_ECHO_BYTES)),
                     py_repr(&output)
                 );
                 if !action.error_msg.is_empty() {
@@ -454,7 +460,7 @@ impl BashSession {
         let seq = self.seq.load(Ordering::SeqCst);
         self.send(format!("{}\n", action.command).as_bytes())
             .await?;
-        let deadline = action.timeout.map(|t| Instant::now() + secs(t));
+        let deadline = action.timeout.map(|t| deadline_after(seconds(t)));
         let (raw, ended) = match self
             .wait(&mut reader, |p| p.seq >= Some(seq), expects, deadline)
             .await
@@ -467,7 +473,7 @@ impl BashSession {
                     format!(
                         "timeout after {} seconds while running command {}",
                         py_float(action.timeout.unwrap_or(0.0)),
-                        py_repr(&action.command)
+                        py_repr(&shorten(&action.command, MAX_ECHO_BYTES))
                     ),
                 ))
             }
@@ -501,11 +507,15 @@ impl BashSession {
     ) -> Result<BashObservation, ServerError> {
         self.ensure_open()?;
         let expects = compile_expects(&action.expect)?;
-        let per_try = secs(action.timeout);
+        let per_try = seconds(action.timeout);
+        let retries = action.n_retry.min(MAX_INTERRUPT_RETRIES);
         // Ctrl-C first, without the reader lock: a command waiting without timeout holds it.
         self.send(b"\x03").await?;
         let waited_lock = tokio::time::timeout(
-            per_try * (action.n_retry + 1) + self.options.interrupt_grace,
+            per_try
+                .saturating_mul(retries + 1)
+                .saturating_add(self.options.interrupt_grace)
+                .min(MAX_TIMEOUT),
             self.reader.lock(),
         )
         .await;
@@ -533,7 +543,7 @@ impl BashSession {
             // produces, so that the shell has handled its SIGINT before the next command is
             // sent; otherwise the signal could discard that command's line. A shell that
             // ignores SIGINT prints nothing: the session is idle all the same.
-            let deadline = Some(Instant::now() + per_try);
+            let deadline = Some(deadline_after(per_try));
             let _ = self.wait(&mut reader, |_| true, &[], deadline).await;
             reader.busy = false;
             return Ok(observation(
@@ -542,7 +552,7 @@ impl BashSession {
                 PROMPT_EXPECT_STRING.to_owned(),
             ));
         }
-        for attempt in 0..=action.n_retry {
+        for attempt in 0..=retries {
             if attempt > 0 {
                 self.send(b"\x03").await?;
             }
@@ -551,7 +561,7 @@ impl BashSession {
                     &mut reader,
                     |_| true,
                     &expects,
-                    Some(Instant::now() + per_try),
+                    Some(deadline_after(per_try)),
                 )
                 .await
             {
@@ -568,7 +578,7 @@ impl BashSession {
         }
         if let Some(pgid) = self.foreground_group().filter(|g| *g != self.pid) {
             signal_group(pgid, Signal::SIGKILL);
-            let deadline = Some(Instant::now() + per_try.max(self.options.interrupt_grace));
+            let deadline = Some(deadline_after(per_try.max(self.options.interrupt_grace)));
             if let Ok((raw, _)) = self.wait(&mut reader, |_| true, &expects, deadline).await {
                 return Ok(observation(
                     clean_output(&raw).trim().to_owned(),
@@ -599,6 +609,37 @@ impl BashSession {
     }
 }
 
+impl Drop for BashSession {
+    /// A session dropped without `close` (its start was cancelled, say) still takes its
+    /// processes and scratch files with it.
+    fn drop(&mut self) {
+        if !self.closed.swap(true, Ordering::SeqCst) {
+            kill_session(self.pid);
+            if let Ok(mut child) = self.child.lock() {
+                if let Some(mut child) = child.take() {
+                    let _ = child.start_kill();
+                    let _ = child.try_wait();
+                }
+            }
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Creates `path` (0600) and writes `bytes`: never through a symlink, never into an existing
+/// file (`O_EXCL | O_NOFOLLOW`).
+fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)?;
+    file.write_all(bytes)
+}
+
 fn observation(output: String, exit_code: Option<i32>, expect_string: String) -> BashObservation {
     BashObservation {
         output,
@@ -607,10 +648,6 @@ fn observation(output: String, exit_code: Option<i32>, expect_string: String) ->
         expect_string,
         session_type: SessionType::Bash,
     }
-}
-
-fn secs(t: f64) -> Duration {
-    Duration::try_from_secs_f64(t.max(0.0)).unwrap_or(Duration::from_secs(u64::from(u32::MAX)))
 }
 
 fn compile_expects(patterns: &[String]) -> Result<Vec<Regex>, ServerError> {
