@@ -1,7 +1,8 @@
 //! `RemoteRuntime` on the wire, against scripted raw-TCP peers: what it sends (SWE-ReX's full
 //! bodies, `X-API-Key`, `X-Request-ID`), which failures it retries (connection failures only,
-//! with the same idempotency key) and which it does not (deadlines, 511, HTTP errors), and that
-//! a request's deadline outlasts the command timeout it carries.
+//! with the same idempotency key; a connection lost after a non-idempotent request went out is
+//! not retried) and which it does not (deadlines, 511, HTTP errors), and that a request's
+//! deadline outlasts the command timeout it carries.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a panic is a test failure
 use std::sync::{Arc, Mutex};
@@ -168,15 +169,15 @@ async fn connection_failures_are_retried_with_the_same_request_id() {
         Reply::Answer {
             delay_ms: 0,
             status: 200,
-            body: r#"{"stdout":"hi\n","stderr":"","exit_code":0}"#,
+            body: r#"{"content":"hi\n"}"#,
         },
     ])
     .await;
     let out = client(&url, 1000)
-        .execute(&Command::shell("echo hi", Some(5.0)))
+        .read_file(&uniagent_core::sandbox::ReadFileRequest::new("/x"))
         .await
         .unwrap();
-    assert_eq!(out.stdout, "hi\n");
+    assert_eq!(out.content, "hi\n");
     let ids: Vec<String> = seen
         .lock()
         .unwrap()
@@ -191,10 +192,35 @@ async fn connection_failures_are_retried_with_the_same_request_id() {
 }
 
 #[tokio::test]
-async fn exhausted_retries_keep_the_connection_error() {
+async fn a_command_is_not_resent_after_the_connection_broke() {
+    // The request went out, then the connection closed: the server may have run the command
+    // (and, restarted, would not know the request id), so it is not sent again.
     let (url, seen) = peer(vec![Reply::Hangup]).await;
     let err = client(&url, 1000)
         .execute(&Command::shell("echo hi", Some(5.0)))
+        .await
+        .unwrap_err();
+    assert!(!err.is_retryable(), "{err:?}");
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    // Refused connections never reached a server: retried.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let err = client(&format!("http://127.0.0.1:{port}"), 1000)
+        .execute(&Command::shell("echo hi", Some(5.0)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::RetriesExhausted { attempts: 4, .. }),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn exhausted_retries_keep_the_connection_error() {
+    let (url, seen) = peer(vec![Reply::Hangup]).await;
+    let err = client(&url, 1000)
+        .read_file(&uniagent_core::sandbox::ReadFileRequest::new("/x"))
         .await
         .unwrap_err();
     assert!(

@@ -208,7 +208,7 @@ impl RemoteRuntime {
             .await
         {
             Ok(answer) => answer,
-            Err(e) => return Ok(Probe::Unreachable(e.to_string())),
+            Err(e) => return Ok(Probe::Unreachable(Error::from(e).to_string())),
         };
         match decode_response::<IsAliveResponse>(&self.transport.backend, status, &body) {
             Ok(alive) => Ok(Probe::Answered(alive)),

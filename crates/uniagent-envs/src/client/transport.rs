@@ -33,8 +33,10 @@ pub(crate) struct Transport {
 }
 
 impl Transport {
-    /// Sends `body` to `path`, retrying connection failures with the same `X-Request-ID`, and
-    /// decodes the answer.
+    /// Sends `body` to `path` and decodes the answer. Failures to connect are retried (nothing
+    /// reached the server); a connection that broke after the request went out is retried (with
+    /// the same `X-Request-ID`) only for idempotent calls: the server may have run a command, and
+    /// one that restarted in between has no memory of the id.
     pub(crate) async fn call<T: DeserializeOwned>(
         &self,
         method: Method,
@@ -43,11 +45,19 @@ impl Transport {
         deadline: Option<Duration>,
     ) -> Result<T> {
         let request_id = request_id();
+        let idempotent = is_idempotent(&method, path);
         self.retry
             .retry(|| async {
                 let (status, bytes) = self
                     .exchange(method.clone(), path, &body, deadline, &request_id)
-                    .await?;
+                    .await
+                    .map_err(|e| {
+                        if idempotent {
+                            e.error
+                        } else {
+                            e.connect_only()
+                        }
+                    })?;
                 decode_response(&self.backend, status, &bytes)
             })
             .await
@@ -61,7 +71,7 @@ impl Transport {
         body: &Body<'_>,
         deadline: Option<Duration>,
         request_id: &str,
-    ) -> Result<(u16, bytes::Bytes)> {
+    ) -> std::result::Result<(u16, bytes::Bytes), ExchangeError> {
         let url = format!("{}{}", self.base_url, path);
         let mut request = self
             .http
@@ -73,17 +83,20 @@ impl Transport {
         if let Some(deadline) = deadline {
             request = request.timeout(deadline);
         }
-        request = attach(request, body)?;
+        request = attach(request, body).map_err(|error| ExchangeError {
+            error,
+            connected: false,
+        })?;
         let operation = || format!("{method} {path}");
-        let response = request
-            .send()
-            .await
-            .map_err(|e| self.transport_error(&operation(), deadline, e))?;
+        let response = request.send().await.map_err(|e| ExchangeError {
+            connected: !e.is_connect(),
+            error: self.transport_error(&operation(), deadline, e),
+        })?;
         let status = response.status().as_u16();
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| self.transport_error(&operation(), deadline, e))?;
+        let bytes = response.bytes().await.map_err(|e| ExchangeError {
+            connected: true,
+            error: self.transport_error(&operation(), deadline, e),
+        })?;
         Ok((status, bytes))
     }
 
@@ -125,6 +138,43 @@ impl Transport {
             retryable: true,
             source: Some(Box::new(e)),
         }
+    }
+}
+
+/// Calls that can run twice without harm: reads, `/is_alive`, and whole-file writes.
+fn is_idempotent(method: &Method, path: &str) -> bool {
+    *method == Method::GET || matches!(path, "/read_file" | "/write_file")
+}
+
+/// A failed exchange, with whether the request may have reached the server.
+pub(crate) struct ExchangeError {
+    error: Error,
+    connected: bool,
+}
+
+impl ExchangeError {
+    /// The error, retryable only if the connection was never made.
+    fn connect_only(self) -> Error {
+        match self.error {
+            Error::Sandbox {
+                backend,
+                message,
+                retryable: true,
+                source,
+            } if self.connected => Error::Sandbox {
+                backend,
+                message,
+                retryable: false,
+                source,
+            },
+            other => other,
+        }
+    }
+}
+
+impl From<ExchangeError> for Error {
+    fn from(e: ExchangeError) -> Self {
+        e.error
     }
 }
 
