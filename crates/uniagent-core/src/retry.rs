@@ -36,10 +36,12 @@ pub struct RetryConfig {
     /// Upper bound of one delay.
     #[serde(with = "duration_secs")]
     pub max_backoff: Duration,
-    /// Growth factor between consecutive delays.
+    /// Growth factor between consecutive delays (finite, at least 1).
+    #[serde(deserialize_with = "multiplier_range")]
     pub multiplier: f64,
     /// Fraction of each delay that is randomised: a delay `d` becomes uniform in
-    /// `[d * (1 - jitter), d]`. `0.0` gives deterministic delays.
+    /// `[d * (1 - jitter), d]`. `0.0` gives deterministic delays. Must lie in `[0, 1]`.
+    #[serde(deserialize_with = "unit_fraction")]
     pub jitter: f64,
     /// No new attempt starts after this much time has passed since the first one.
     #[serde(with = "duration_secs")]
@@ -76,12 +78,59 @@ impl RetryConfig {
         Duration::from_secs_f64(capped.max(0.0))
     }
 
-    /// The delay after failed attempt number `attempt`, with jitter applied.
+    /// The delay after failed attempt number `attempt`, with jitter applied. A configuration
+    /// built in code with a NaN jitter or multiplier gets no jitter / no growth instead of a
+    /// panic ([`RetryConfig::validate`] reports such values).
     pub fn delay(&self, attempt: u32) -> Duration {
         let base = self.base_delay(attempt).as_secs_f64();
-        let jitter = self.jitter.clamp(0.0, 1.0);
+        let jitter = if self.jitter.is_nan() {
+            0.0
+        } else {
+            self.jitter.clamp(0.0, 1.0)
+        };
         let factor = 1.0 - jitter * fastrand::f64();
-        Duration::from_secs_f64(base * factor)
+        Duration::try_from_secs_f64(base * factor).unwrap_or(self.max_backoff)
+    }
+
+    /// Checks every field: at least one attempt, `multiplier` finite and `>= 1`, `jitter` in
+    /// `[0, 1]`, `initial_backoff <= max_backoff`. Loading a configuration file applies the
+    /// same rules to the numbers (a NaN jitter made the first retry panic).
+    ///
+    /// ```
+    /// use uniagent_core::RetryConfig;
+    /// assert!(RetryConfig::default().validate().is_ok());
+    /// assert!(RetryConfig { jitter: f64::NAN, ..RetryConfig::default() }.validate().is_err());
+    /// assert!(uniagent_core::config::parse::<RetryConfig>("jitter: .nan", uniagent_core::config::ConfigFormat::Yaml).is_err());
+    /// ```
+    pub fn validate(&self) -> Result<()> {
+        let bad = |message: String| {
+            Err(Error::Config {
+                message,
+                source: None,
+            })
+        };
+        if self.max_attempts == 0 {
+            return bad("retry.max_attempts must be >= 1, got 0".into());
+        }
+        if !(self.multiplier.is_finite() && self.multiplier >= 1.0) {
+            return bad(format!(
+                "retry.multiplier must be finite and >= 1, got {}",
+                self.multiplier
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.jitter) {
+            return bad(format!(
+                "retry.jitter must lie in [0, 1], got {}",
+                self.jitter
+            ));
+        }
+        if self.initial_backoff > self.max_backoff {
+            return bad(format!(
+                "retry.initial_backoff ({:?}) must not exceed retry.max_backoff ({:?})",
+                self.initial_backoff, self.max_backoff
+            ));
+        }
+        Ok(())
     }
 
     /// Runs `op` until it succeeds, fails with a non-retryable error, or the budget is spent.
@@ -142,6 +191,28 @@ impl RetryConfig {
             tracing::debug!(attempt, ?delay, error = %err, "retrying after transient error");
             tokio::time::sleep(delay).await;
         }
+    }
+}
+
+fn unit_fraction<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<f64, D::Error> {
+    let x = f64::deserialize(d)?;
+    if (0.0..=1.0).contains(&x) {
+        Ok(x)
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "invalid jitter {x}: must lie in [0, 1]"
+        )))
+    }
+}
+
+fn multiplier_range<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<f64, D::Error> {
+    let x = f64::deserialize(d)?;
+    if x.is_finite() && x >= 1.0 {
+        Ok(x)
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "invalid multiplier {x}: must be finite and >= 1"
+        )))
     }
 }
 
@@ -242,6 +313,41 @@ mod tests {
             .unwrap_err();
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         assert!(matches!(err, Error::InvalidInput { .. }));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nan_and_out_of_range_numbers_never_panic() {
+        // A NaN jitter used to make the first delay panic (`Duration::from_secs_f64(NaN)`).
+        let cfg = RetryConfig {
+            max_attempts: 2,
+            jitter: f64::NAN,
+            multiplier: f64::NAN,
+            ..RetryConfig::default()
+        };
+        assert!(cfg.validate().is_err());
+        let calls = AtomicU32::new(0);
+        let _ = cfg
+            .retry(|| async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Err::<(), _>(transient())
+            })
+            .await;
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        for text in [
+            "jitter = nan",
+            "jitter = 1.5",
+            "jitter = -0.1",
+            "multiplier = nan",
+            "multiplier = inf",
+            "multiplier = 0.5",
+            "initial_backoff = nan",
+            "max_elapsed = -1.0",
+            "max_backoff = 1e300",
+        ] {
+            let parsed =
+                crate::config::parse::<RetryConfig>(text, crate::config::ConfigFormat::Toml);
+            assert!(parsed.is_err(), "{text} was accepted");
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -83,6 +83,21 @@ impl DeploymentConfig {
                         "docker.max_concurrent_starts must be at least 1",
                     ));
                 }
+                // Docker reads 0 (and pids <= 0) as "unlimited": refuse instead of silently
+                // running without the limit the capabilities then claim.
+                if let Some(bytes) = c.memory_bytes.filter(|b| *b < MIN_DOCKER_MEMORY) {
+                    return Err(config_error(format!(
+                        "docker.memory_bytes must be at least {MIN_DOCKER_MEMORY} (6 MiB, Docker's minimum), got {bytes}; leave it out for no limit"
+                    )));
+                }
+                if let Some(pids) = c.pids_limit.filter(|p| *p <= 0) {
+                    return Err(config_error(format!(
+                        "docker.pids_limit must be at least 1, got {pids}; leave it out for no limit"
+                    )));
+                }
+                if let Some(lifetime) = c.lifetime {
+                    check_positive("docker.lifetime", lifetime)?;
+                }
                 check_positive("docker.startup_timeout", c.startup_timeout)
             }
             Self::Remote(c) => {
@@ -90,6 +105,7 @@ impl DeploymentConfig {
                     return Err(feature_off("remote"));
                 }
                 check_url("remote.url", &c.url)?;
+                c.retry.validate()?;
                 check_positive("remote.timeout", c.timeout)
             }
             Self::Faas(c) => {
@@ -145,6 +161,9 @@ fn config_error(message: impl Into<String>) -> Error {
         source: None,
     }
 }
+
+/// Docker refuses memory limits below 6 MiB.
+const MIN_DOCKER_MEMORY: u64 = 6 << 20;
 
 fn check_positive(key: &str, d: Duration) -> Result<()> {
     if d.is_zero() {
@@ -278,7 +297,7 @@ impl Default for DockerConfig {
 }
 
 /// Settings of the `remote` backend.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RemoteConfig {
     /// Base URL of the server, e.g. `http://127.0.0.1:8000`.
@@ -292,6 +311,22 @@ pub struct RemoteConfig {
     pub timeout: Duration,
     /// Retries of transient connection failures.
     pub retry: RetryConfig,
+}
+
+/// The token is redacted: configurations end up in logs.
+impl std::fmt::Debug for RemoteConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteConfig")
+            .field("url", &self.url)
+            .field(
+                "auth_token",
+                &crate::secret::redacted(self.auth_token.as_deref()),
+            )
+            .field("auth_token_env", &self.auth_token_env)
+            .field("timeout", &self.timeout)
+            .field("retry", &self.retry)
+            .finish()
+    }
 }
 
 impl Default for RemoteConfig {
