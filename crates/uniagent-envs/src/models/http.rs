@@ -37,7 +37,28 @@ pub struct HttpModelConfig {
     /// variable: no `Authorization` header.
     #[serde(default)]
     pub api_key_env: Option<String>,
+    /// How long to wait for a TCP connection (a blackholed endpoint otherwise eats the whole
+    /// `timeout`); a connect failure is retried on another endpoint.
+    #[serde(default = "default_connect_timeout", with = "duration_secs")]
+    pub connect_timeout: Duration,
+    /// Largest response body accepted, in bytes.
+    #[serde(default = "default_max_response_bytes")]
+    pub max_response_bytes: usize,
 }
+
+fn default_connect_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn default_max_response_bytes() -> usize {
+    64 << 20
+}
+
+/// How long an endpoint that failed is avoided.
+const FAILURE_COOLDOWN: Duration = Duration::from_secs(5);
+
+/// The longest `Retry-After` honoured.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 fn default_timeout() -> Duration {
     Duration::from_secs(600)
@@ -52,12 +73,13 @@ impl HttpModelConfig {
             timeout: default_timeout(),
             retry: RetryConfig::default(),
             api_key_env: None,
+            connect_timeout: default_connect_timeout(),
+            max_response_bytes: default_max_response_bytes(),
         }
     }
 }
 
 /// A JSON-over-HTTP client bound to a pool of endpoints.
-#[derive(Debug)]
 pub(crate) struct HttpClient {
     client: reqwest::Client,
     pub(crate) pool: EndpointPool,
@@ -65,6 +87,32 @@ pub(crate) struct HttpClient {
     timeout: Duration,
     api_key: Option<String>,
     backend: &'static str,
+    max_response_bytes: usize,
+}
+
+/// The API key is redacted.
+impl std::fmt::Debug for HttpClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpClient")
+            .field("backend", &self.backend)
+            .field("pool", &self.pool)
+            .field("timeout", &self.timeout)
+            .field("api_key", &crate::secret::redacted(self.api_key.as_deref()))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether an HTTP status is worth retrying: timeouts, rate limits and transient server errors.
+/// `501 Not Implemented`, `505` and the like will answer the same again.
+pub(crate) fn is_retryable_status(code: u16) -> bool {
+    matches!(code, 408 | 429 | 500 | 502 | 503 | 504)
+}
+
+/// `Retry-After` in seconds (the HTTP-date form is not used by model servers), capped.
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let text = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
+    let secs: f64 = text.trim().parse().ok()?;
+    Some(Duration::try_from_secs_f64(secs).ok()?.min(MAX_RETRY_AFTER))
 }
 
 impl HttpClient {
@@ -75,7 +123,9 @@ impl HttpClient {
                 source: None,
             });
         }
+        config.retry.validate()?;
         let client = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout.min(config.timeout))
             .build()
             .map_err(|e| Error::Config {
                 message: format!("{backend}: building the HTTP client failed: {e}"),
@@ -93,6 +143,7 @@ impl HttpClient {
             timeout: config.timeout,
             api_key,
             backend,
+            max_response_bytes: config.max_response_bytes,
         })
     }
 
@@ -106,51 +157,97 @@ impl HttpClient {
     }
 
     async fn attempt(&self, path: &str, body: &Value, session: Option<&str>) -> Result<Value> {
+        // Every endpoint asked to be left alone (Retry-After) or failed just now: wait for the
+        // first to recover rather than hammer it.
+        let wait = self.pool.wait_for_any();
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
         let lease = self.pool.acquire(session);
+        let index = lease.index();
         let url = format!("{}{path}", lease.base_url());
         let mut request = self.client.post(&url).timeout(self.timeout).json(body);
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);
         }
         let result = async {
-            let response = request
-                .send()
-                .await
-                .map_err(|e| self.transport_error(&url, e))?;
+            let response = request.send().await.map_err(|e| {
+                self.pool.cool_down(index, FAILURE_COOLDOWN);
+                self.transport_error(&url, e)
+            })?;
             let status = response.status();
-            let text = response
-                .text()
-                .await
-                .map_err(|e| self.transport_error(&url, e))?;
+            let pause = retry_after(response.headers());
+            let bytes = self.read_capped(&url, response).await.inspect_err(|e| {
+                if !matches!(e, Error::Protocol { .. }) {
+                    self.pool.cool_down(index, FAILURE_COOLDOWN);
+                }
+            })?;
             if !status.is_success() {
                 let code = status.as_u16();
-                let retryable = matches!(code, 408 | 429) || status.is_server_error();
+                let retryable = is_retryable_status(code);
+                match (retryable, pause) {
+                    (true, Some(pause)) => self.pool.hold_off(index, pause),
+                    (true, None) => self.pool.cool_down(index, FAILURE_COOLDOWN),
+                    (false, _) => {}
+                }
+                let text = String::from_utf8_lossy(&bytes);
                 let snippet: String = text.chars().take(500).collect();
                 return Err(
                     self.model_error(format!("HTTP {status} from {url}: {snippet}"), retryable)
                 );
             }
-            serde_json::from_str(&text).map_err(|e| Error::Protocol {
+            serde_json::from_slice(&bytes).map_err(|e| Error::Protocol {
                 message: format!("{}: {url} answered with invalid JSON: {e}", self.backend),
             })
         }
         .await;
         if let (Err(e), Some(s)) = (&result, session) {
-            if e.is_retryable() {
+            // A retry (or the session's next request) may move to a healthy server; a timed-out
+            // endpoint no longer keeps the session pinned.
+            if e.is_retryable() || matches!(e, Error::Timeout { .. }) {
                 self.pool.forget(s);
             }
         }
         result
     }
 
+    /// The response body, refusing more than `max_response_bytes` (by `Content-Length` before
+    /// reading, and by counting while reading).
+    async fn read_capped(&self, url: &str, mut response: reqwest::Response) -> Result<Vec<u8>> {
+        let cap = self.max_response_bytes;
+        let too_big = || Error::Protocol {
+            message: format!(
+                "{}: {url} answered with more than {cap} bytes (max_response_bytes)",
+                self.backend
+            ),
+        };
+        if response.content_length().is_some_and(|n| n > cap as u64) {
+            return Err(too_big());
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| self.transport_error(url, e))?
+        {
+            if body.len() + chunk.len() > cap {
+                return Err(too_big());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
+    }
+
     fn transport_error(&self, url: &str, e: reqwest::Error) -> Error {
-        if e.is_timeout() {
+        if e.is_timeout() && !e.is_connect() {
             // Not retried: the server may still be generating; repeating doubles its load.
             return Error::Timeout {
                 operation: format!("{} request to {url}", self.backend),
                 after: self.timeout,
             };
         }
+        // Refused, reset, or no connection within connect_timeout: nothing was generated,
+        // another endpoint (or a later attempt) may do.
         Error::Model {
             backend: self.backend.to_owned(),
             message: format!("request to {url} failed: {e}"),

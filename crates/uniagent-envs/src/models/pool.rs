@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use uniagent_core::{Error, Result};
 
@@ -11,6 +12,30 @@ use uniagent_core::{Error, Result};
 struct Endpoint {
     base_url: String,
     outstanding: AtomicUsize,
+    /// Until when the endpoint is avoided (it failed, or asked to be left alone with
+    /// `Retry-After`).
+    cooling_until: Mutex<Option<Instant>>,
+    /// Until when the endpoint must not be sent anything (`Retry-After`).
+    held_until: Mutex<Option<Instant>>,
+}
+
+fn read(at: &Mutex<Option<Instant>>, now: Instant) -> Option<Instant> {
+    let until = *at.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    until.filter(|u| *u > now)
+}
+
+fn extend(at: &Mutex<Option<Instant>>, how_long: Duration) {
+    let mut until = at.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let new = Instant::now() + how_long;
+    if until.is_none_or(|u| u < new) {
+        *until = Some(new);
+    }
+}
+
+impl Endpoint {
+    fn cooling(&self, now: Instant) -> Option<Instant> {
+        read(&self.cooling_until, now)
+    }
 }
 
 /// A set of equivalent model servers.
@@ -80,6 +105,8 @@ impl EndpointPool {
             .map(|u| Endpoint {
                 base_url: u.trim_end_matches('/').to_owned(),
                 outstanding: AtomicUsize::new(0),
+                cooling_until: Mutex::new(None),
+                held_until: Mutex::new(None),
             })
             .collect();
         Ok(Self {
@@ -96,13 +123,53 @@ impl EndpointPool {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// The least loaded healthy endpoint; when every one is cooling down, the one that
+    /// recovers first.
     fn least_loaded(&self) -> usize {
         let n = self.endpoints.len();
         let start = self.rotate.fetch_add(1, Ordering::Relaxed) % n;
-        (0..n)
-            .map(|k| (start + k) % n)
+        let now = Instant::now();
+        let order = (0..n).map(|k| (start + k) % n);
+        order
+            .clone()
+            .filter(|&i| self.endpoints[i].cooling(now).is_none())
             .min_by_key(|&i| self.endpoints[i].outstanding.load(Ordering::SeqCst))
+            .or_else(|| order.min_by_key(|&i| self.endpoints[i].cooling(now)))
             .unwrap_or(0)
+    }
+
+    /// Prefers other endpoints over `index` for `how_long` (it failed or timed out). Sessions
+    /// bound to it re-bind on their next request.
+    pub fn cool_down(&self, index: usize, how_long: Duration) {
+        if let Some(endpoint) = self.endpoints.get(index) {
+            extend(&endpoint.cooling_until, how_long);
+        }
+    }
+
+    /// Sends nothing to `index` for `how_long` (it answered with `Retry-After`).
+    pub fn hold_off(&self, index: usize, how_long: Duration) {
+        if let Some(endpoint) = self.endpoints.get(index) {
+            extend(&endpoint.cooling_until, how_long);
+            extend(&endpoint.held_until, how_long);
+        }
+    }
+
+    /// How long until some endpoint may be sent a request (zero when one may now): non-zero
+    /// only when every endpoint asked to be left alone.
+    pub fn wait_for_any(&self) -> Duration {
+        let now = Instant::now();
+        self.endpoints
+            .iter()
+            .map(|e| read(&e.held_until, now).map_or(Duration::ZERO, |u| u - now))
+            .min()
+            .unwrap_or(Duration::ZERO)
+    }
+
+    /// Whether endpoint `index` is cooling down now.
+    pub fn is_cooling(&self, index: usize) -> bool {
+        self.endpoints
+            .get(index)
+            .is_some_and(|e| e.cooling(Instant::now()).is_some())
     }
 
     /// Claims an endpoint for one request.
@@ -111,8 +178,10 @@ impl EndpointPool {
             None => self.least_loaded(),
             Some(s) => {
                 let mut sticky = self.sticky();
+                let now = Instant::now();
                 match sticky.get(s) {
-                    Some(&i) => i,
+                    // A session stays where its prefix cache is, unless that server is failing.
+                    Some(&i) if self.endpoints[i].cooling(now).is_none() => i,
                     None => {
                         if sticky.len() >= self.max_sessions {
                             sticky.clear();
@@ -167,6 +236,34 @@ mod tests {
         pool.forget("t");
         let moved = pool.acquire(Some("t"));
         assert_ne!(moved.index(), idx, "re-bound to the less loaded endpoint");
+    }
+
+    #[test]
+    fn cooling_endpoints_are_avoided_and_sessions_move() {
+        let pool = EndpointPool::new(vec!["a".into(), "b".into()]).unwrap();
+        let first = pool.acquire(Some("t")).index();
+        pool.cool_down(first, Duration::from_secs(60));
+        assert!(pool.is_cooling(first));
+        assert_ne!(
+            pool.acquire(Some("t")).index(),
+            first,
+            "moved off the failing server"
+        );
+        for _ in 0..4 {
+            assert_ne!(pool.acquire(None).index(), first);
+        }
+        pool.cool_down(1 - first, Duration::from_secs(30));
+        // All cooling: the one that recovers first; failures alone never make callers wait.
+        assert_eq!(pool.acquire(None).index(), 1 - first);
+        assert_eq!(pool.wait_for_any(), Duration::ZERO);
+        pool.hold_off(0, Duration::from_secs(40));
+        assert_eq!(
+            pool.wait_for_any(),
+            Duration::ZERO,
+            "endpoint 1 may be used"
+        );
+        pool.hold_off(1, Duration::from_secs(20));
+        assert!(pool.wait_for_any() > Duration::from_secs(15));
     }
 
     #[test]
