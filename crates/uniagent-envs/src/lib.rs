@@ -14,6 +14,7 @@ mod lifecycle;
 pub mod models;
 #[cfg(feature = "remote")]
 pub mod remote;
+pub mod secret;
 #[cfg(feature = "server")]
 pub mod server;
 

@@ -213,7 +213,8 @@ impl DockerDeployment {
         let deadline = config
             .lifetime
             .map(|l| reaper::now_unix() + l.as_secs().max(1));
-        let token = labels::random_hex(16);
+        let token = crate::secret::random_hex(16)
+            .map_err(|e| sandbox_error(format!("cannot create the sandbox token: {e}")))?;
         let name = format!("uniagent-{}", labels::random_hex(8));
         let body = spec::container_body(&spec::Launch {
             config,

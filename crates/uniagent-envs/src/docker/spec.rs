@@ -3,13 +3,21 @@
 
 use std::collections::HashMap;
 
-use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
+use bollard::models::{
+    ContainerCreateBody, HostConfig, HostConfigLogConfig, PortBinding, ResourcesUlimits,
+};
 
 use super::payload::{BIN_DIR, SERVER_NAME};
 use crate::config::{DockerConfig, NetworkMode};
 
+/// The environment variable `uniagent-sandbox` reads its token from.
+pub(crate) const TOKEN_ENV: &str = "UNIAGENT_SANDBOX_TOKEN";
+
 /// The port the server listens on inside the container (`none` and `bridge` networks).
 pub(crate) const SERVER_PORT: u16 = 8000;
+
+/// How much longer than the configured lifetime the server in the container lives by itself.
+pub(crate) const SERVER_LIFETIME_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How the host reaches the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +52,20 @@ pub(crate) fn container_body(launch: &Launch<'_>) -> ContainerCreateBody {
         Reach::PublishedPort => ("0.0.0.0", SERVER_PORT),
     };
     let port_key = format!("{SERVER_PORT}/tcp");
+    let mut cmd = vec![
+        "--host".to_owned(),
+        listen_host.to_owned(),
+        "--port".to_owned(),
+        port.to_string(),
+    ];
+    if let Some(lifetime) = config.lifetime {
+        // The server itself ends at its lifetime: a container outlives a SIGKILLed controller
+        // by at most that much even before a sweep removes it.
+        // A short grace after the controller's own timer, which removes the container first
+        // and explains the end to the caller.
+        let own = lifetime + SERVER_LIFETIME_GRACE;
+        cmd.extend(["--lifetime".to_owned(), own.as_secs_f64().to_string()]);
+    }
     let path = format!(
         "{BIN_DIR}:{}",
         launch
@@ -51,7 +73,12 @@ pub(crate) fn container_body(launch: &Launch<'_>) -> ContainerCreateBody {
             .as_deref()
             .unwrap_or("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
     );
-    let mut env = vec![format!("PATH={path}")];
+    // The token travels in the environment, not the command line (which every host user sees
+    // in `ps`); the server removes it from its own environment before any shell starts.
+    let mut env = vec![
+        format!("PATH={path}"),
+        format!("{TOKEN_ENV}={}", launch.token),
+    ];
     env.extend(config.env.iter().map(|(k, v)| format!("{k}={v}")));
     let mut host = HostConfig {
         network_mode: Some(network_mode(config.network).into()),
@@ -67,13 +94,37 @@ pub(crate) fn container_body(launch: &Launch<'_>) -> ContainerCreateBody {
         nano_cpus: config.cpus.map(|c| (c * 1e9).round() as i64),
         pids_limit: config.pids_limit,
         readonly_rootfs: Some(config.read_only_root),
+        // Bounded logs: the daemon would otherwise keep everything the server prints.
+        log_config: Some(HostConfigLogConfig {
+            typ: Some("json-file".into()),
+            config: Some(HashMap::from([
+                ("max-size".to_owned(), "10m".to_owned()),
+                ("max-file".to_owned(), "1".to_owned()),
+            ])),
+        }),
+        // No core dumps (they land in the sandbox and can fill it).
+        ulimits: Some(vec![ResourcesUlimits {
+            name: Some("core".into()),
+            soft: Some(0),
+            hard: Some(0),
+        }]),
         ..Default::default()
     };
     if config.read_only_root {
-        // Writable scratch space on tmpfs (charged to the memory limit).
+        // Writable scratch space on tmpfs (charged to the memory limit), each at most half of
+        // it, so that a full disk is an ENOSPC and not an OOM kill.
+        let tmpfs_size = config
+            .memory_bytes
+            .map_or(1 << 30, |m| (m / 2).max(1 << 20));
         host.tmpfs = Some(HashMap::from([
-            (config.work_dir.clone(), "rw,exec,mode=1777".to_owned()),
-            ("/tmp".to_owned(), "rw,exec,nosuid,mode=1777".to_owned()),
+            (
+                config.work_dir.clone(),
+                format!("rw,exec,mode=1777,size={tmpfs_size}"),
+            ),
+            (
+                "/tmp".to_owned(),
+                format!("rw,exec,nosuid,mode=1777,size={tmpfs_size}"),
+            ),
         ]));
     }
     let mut exposed = None;
@@ -90,14 +141,7 @@ pub(crate) fn container_body(launch: &Launch<'_>) -> ContainerCreateBody {
     ContainerCreateBody {
         image: Some(launch.image.clone()),
         entrypoint: Some(vec![format!("{BIN_DIR}/{SERVER_NAME}")]),
-        cmd: Some(vec![
-            "--host".into(),
-            listen_host.into(),
-            "--port".into(),
-            port.to_string(),
-            "--auth-token".into(),
-            launch.token.into(),
-        ]),
+        cmd: Some(cmd),
         env: Some(env),
         working_dir: Some(config.work_dir.clone()),
         labels: Some(launch.labels.clone()),
@@ -162,7 +206,11 @@ mod tests {
             host.security_opt,
             Some(vec!["no-new-privileges".to_owned()])
         );
-        assert_eq!(body.env.unwrap()[0], "PATH=/opt/uniagent/bin:/usr/bin:/bin");
+        let env = body.env.unwrap();
+        assert_eq!(env[0], "PATH=/opt/uniagent/bin:/usr/bin:/bin");
+        assert!(env.contains(&"UNIAGENT_SANDBOX_TOKEN=tok".to_owned()));
+        let log = host.log_config.unwrap();
+        assert_eq!(log.config.unwrap()["max-size"], "10m");
         assert_eq!(body.image.as_deref(), Some("img+payload"));
         assert_eq!(
             body.cmd.unwrap(),
@@ -171,10 +219,10 @@ mod tests {
                 "127.0.0.1",
                 "--port",
                 "8000",
-                "--auth-token",
-                "tok"
+                "--lifetime",
+                "3610"
             ],
-            "reached through the relay on the container's loopback"
+            "reached through the relay on the container's loopback; no token on the command line"
         );
     }
 
@@ -214,5 +262,9 @@ mod tests {
         assert_eq!(host.readonly_rootfs, Some(true));
         let tmpfs = host.tmpfs.unwrap();
         assert!(tmpfs.contains_key("/work") && tmpfs.contains_key("/tmp"));
+        assert!(
+            tmpfs["/tmp"].ends_with(&format!("size={}", 1u64 << 30)),
+            "{tmpfs:?}"
+        );
     }
 }

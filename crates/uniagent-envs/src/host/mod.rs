@@ -19,7 +19,9 @@ use uniagent_core::sandbox::*;
 use uniagent_core::{Error, Result, RetryConfig};
 
 pub use binary::{find_server_binary, SERVER_BINARY_NAME};
-pub use process::{kill_marked_processes, marked_processes, INSTANCE_ENV};
+pub use process::{
+    kill_marked_processes, marked_processes, sweep_orphaned_instances, INSTANCE_ENV, OWNER_ENV,
+};
 
 use crate::client::{RemoteRuntime, RemoteRuntimeOptions};
 use crate::config::HostConfig;
@@ -119,6 +121,14 @@ impl HostDeployment {
     }
 
     async fn launch(&self) -> Result<Running> {
+        // Once per process: leftovers of deployments whose owner was SIGKILLed.
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        SWEPT.call_once(|| {
+            let killed = sweep_orphaned_instances();
+            if killed > 0 {
+                tracing::info!(killed, "removed processes of orphaned host deployments");
+            }
+        });
         let binary = find_server_binary(self.config.server_binary.as_deref())?;
         let root = match &self.config.work_root {
             Some(dir) => tempfile::Builder::new()
@@ -132,8 +142,8 @@ impl HostDeployment {
             std::fs::create_dir(dir)
                 .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
         }
-        let token = random_hex(16)?;
-        let instance_id = random_hex(8)?;
+        let token = crate::secret::random_hex(16)?;
+        let instance_id = crate::secret::random_hex(8)?;
         let log_file = root.path().join("server.log");
         let mut last_error = None;
         for _ in 0..PORT_ATTEMPTS {
@@ -257,16 +267,6 @@ fn free_loopback_port() -> Result<u16> {
         .map_err(|e| Error::io("finding a free loopback port", e))?
         .port();
     Ok(port)
-}
-
-/// `bytes` random bytes from the OS, as lowercase hex.
-fn random_hex(bytes: usize) -> Result<String> {
-    use std::io::Read;
-    let mut buf = vec![0u8; bytes];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut buf))
-        .map_err(|e| Error::io("reading /dev/urandom", e))?;
-    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 impl HostDeployment {

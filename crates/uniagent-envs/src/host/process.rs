@@ -22,6 +22,69 @@ use uniagent_core::{Error, Result};
 /// The environment variable carrying a deployment's instance id into every process it starts.
 pub const INSTANCE_ENV: &str = "UNIAGENT_SANDBOX_INSTANCE";
 
+/// The environment variable naming the process that owns a deployment: `<pid>:<start time>`
+/// (start time in clock ticks since boot, so a reused pid does not count as the owner).
+pub const OWNER_ENV: &str = "UNIAGENT_SANDBOX_OWNER";
+
+/// The environment variable `uniagent-sandbox` reads its token from.
+const TOKEN_ENV: &str = "UNIAGENT_SANDBOX_TOKEN";
+
+/// This process's [`OWNER_ENV`] value.
+fn owner_mark() -> String {
+    let pid = std::process::id();
+    format!("{pid}:{}", start_time(pid).unwrap_or(0))
+}
+
+/// A process's start time in clock ticks since boot (field 22 of `/proc/PID/stat`).
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    // `rest` starts at field 3 (state); field 22 is the 20th after it.
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Kills the processes of host deployments whose owner is gone (SIGKILLed before it could
+/// clean up): every process marked with [`INSTANCE_ENV`] whose [`OWNER_ENV`] names a process
+/// that no longer exists. Returns how many were signalled.
+pub fn sweep_orphaned_instances() -> usize {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut stale = std::collections::BTreeSet::new();
+    for pid in entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()) {
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        let value = |key: &str| {
+            environ.split(|&b| b == 0).find_map(|entry| {
+                let entry = std::str::from_utf8(entry).ok()?;
+                entry
+                    .strip_prefix(key)?
+                    .strip_prefix('=')
+                    .map(str::to_owned)
+            })
+        };
+        let (Some(instance), Some(owner)) = (value(INSTANCE_ENV), value(OWNER_ENV)) else {
+            continue;
+        };
+        let Some((owner_pid, owner_start)) = owner.split_once(':') else {
+            continue;
+        };
+        let (Ok(owner_pid), Ok(owner_start)) =
+            (owner_pid.parse::<u32>(), owner_start.parse::<u64>())
+        else {
+            continue;
+        };
+        if start_time(owner_pid) != Some(owner_start) {
+            stale.insert(instance);
+        }
+    }
+    stale
+        .iter()
+        .map(|instance| kill_marked_processes(INSTANCE_ENV, instance))
+        .sum()
+}
+
 /// How long stopping waits for the server to exit after SIGTERM before SIGKILL.
 const TERM_GRACE: Duration = Duration::from_secs(2);
 
@@ -61,13 +124,15 @@ impl ServerProcess {
             .arg("127.0.0.1")
             .arg("--port")
             .arg(launch.port.to_string())
-            .arg("--auth-token")
-            .arg(launch.token)
+            .arg("--exit-with-parent")
             .current_dir(launch.work_dir)
             .env_remove("TERM")
             .env("HOME", launch.home_dir)
             .envs(launch.env)
             .env(INSTANCE_ENV, launch.instance_id)
+            .env(OWNER_ENV, owner_mark())
+            // Not on the command line, which every user can read in `ps`.
+            .env(TOKEN_ENV, launch.token)
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log_err))
