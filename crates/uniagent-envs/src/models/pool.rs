@@ -182,7 +182,7 @@ impl EndpointPool {
                 match sticky.get(s) {
                     // A session stays where its prefix cache is, unless that server is failing.
                     Some(&i) if self.endpoints[i].cooling(now).is_none() => i,
-                    None => {
+                    _ => {
                         if sticky.len() >= self.max_sessions {
                             sticky.clear();
                         }
