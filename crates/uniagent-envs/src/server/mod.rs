@@ -76,8 +76,10 @@ impl ServerConfig {
 pub fn prepare_scratch_dir(dir: &std::path::Path) -> std::io::Result<std::path::PathBuf> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     if dir.as_os_str().is_empty() {
+        use std::os::unix::fs::PermissionsExt;
         return Ok(tempfile::Builder::new()
             .prefix("uniagent-sandbox-")
+            .permissions(std::fs::Permissions::from_mode(0o700))
             .tempdir()?
             .keep());
     }
