@@ -30,10 +30,18 @@ async fn oversized_bodies_get_413_and_errors_do_not_echo_them() {
     })
     .await;
     let big = "x".repeat(2 << 20);
-    let (st, body) = s.post("/write_file", json!({"path": "/tmp/x", "content": big})).await;
-    assert_eq!((st, body), (413, json!({"detail": "Request body too large"})));
+    let (st, body) = s
+        .post("/write_file", json!({"path": "/tmp/x", "content": big}))
+        .await;
+    assert_eq!(
+        (st, body),
+        (413, json!({"detail": "Request body too large"}))
+    );
     let form = reqwest::multipart::Form::new()
-        .part("file", reqwest::multipart::Part::bytes(vec![0u8; 2 << 20]).file_name("f"))
+        .part(
+            "file",
+            reqwest::multipart::Part::bytes(vec![0u8; 2 << 20]).file_name("f"),
+        )
         .text("target_path", "/tmp/never");
     let r = s
         .client
@@ -46,18 +54,34 @@ async fn oversized_bodies_get_413_and_errors_do_not_echo_them() {
     assert_eq!(r.status().as_u16(), 413);
     // An 800 KB body that fails validation: the 422 does not send it back.
     let (st, body) = s
-        .post("/execute", json!({"command": 5, "blob": "y".repeat(400_000), "cwd": "z".repeat(400_000)}))
+        .post(
+            "/execute",
+            json!({"command": 5, "blob": "y".repeat(400_000), "cwd": "z".repeat(400_000)}),
+        )
         .await;
     assert_eq!(st, 422);
-    assert!(body.to_string().len() < 40_000, "{}", body.to_string().len());
+    assert!(
+        body.to_string().len() < 40_000,
+        "{}",
+        body.to_string().len()
+    );
     // Long commands are shortened in exception messages.
     s.create("a").await;
     let long = format!("echo {}; (exit 3)", "w".repeat(500_000));
     let (st, body) = s
-        .post("/run_in_session", json!({"action_type": "bash", "session": "a", "command": long, "check": "raise"}))
+        .post(
+            "/run_in_session",
+            json!({"action_type": "bash", "session": "a", "command": long, "check": "raise"}),
+        )
         .await;
-    assert_eq!((st, class_path(&body)), (511, "swerex.exceptions.NonZeroExitCodeError"));
-    assert!(message(&body).len() < 20_000 + 500_000, "output is capped separately");
+    assert_eq!(
+        (st, class_path(&body)),
+        (511, "swerex.exceptions.NonZeroExitCodeError")
+    );
+    assert!(
+        message(&body).len() < 20_000 + 500_000,
+        "output is capped separately"
+    );
     assert!(message(&body).contains("bytes omitted"));
 }
 
@@ -75,7 +99,12 @@ async fn read_file_refuses_special_and_huge_files() {
         )
         .await
         .expect("read_file must not block");
-        assert_eq!((r.0, class_path(&r.1)), (511, "builtins.OSError"), "{path}: {}", r.1);
+        assert_eq!(
+            (r.0, class_path(&r.1)),
+            (511, "builtins.OSError"),
+            "{path}: {}",
+            r.1
+        );
     }
     let small = s.scratch.path().join("small");
     std::fs::write(&small, "ok").unwrap();
@@ -91,10 +120,21 @@ async fn sessions_are_limited() {
     s.create("a").await;
     s.create("b").await;
     let (st, body) = s
-        .post("/create_session", json!({"session_type": "bash", "session": "c"}))
+        .post(
+            "/create_session",
+            json!({"session_type": "bash", "session": "c"}),
+        )
         .await;
-    assert_eq!((st, class_path(&body)), (511, "builtins.RuntimeError"), "{body}");
-    s.post("/close_session", json!({"session_type": "bash", "session": "a"})).await;
+    assert_eq!(
+        (st, class_path(&body)),
+        (511, "builtins.RuntimeError"),
+        "{body}"
+    );
+    s.post(
+        "/close_session",
+        json!({"session_type": "bash", "session": "a"}),
+    )
+    .await;
     s.create("c").await;
 }
 
@@ -110,14 +150,19 @@ async fn slow_headers_are_cut_off_and_connections_are_limited() {
     let mut idle = Vec::new();
     for _ in 0..2 {
         let mut c = tokio::net::TcpStream::connect(&address).await.unwrap();
-        c.write_all(b"GET /is_alive HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+        c.write_all(b"GET /is_alive HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
         idle.push(c);
     }
     // ...until the header timeout closes them; then the server answers again.
     for c in &mut idle {
         let mut buf = Vec::new();
         let read = tokio::time::timeout(Duration::from_secs(10), c.read_to_end(&mut buf)).await;
-        assert!(read.is_ok(), "a connection with unfinished headers stayed open");
+        assert!(
+            read.is_ok(),
+            "a connection with unfinished headers stayed open"
+        );
     }
     assert_eq!(s.get("/is_alive").await.0, 200);
 }
@@ -126,7 +171,8 @@ async fn slow_headers_are_cut_off_and_connections_are_limited() {
 async fn cross_site_requests_are_refused() {
     let s = TestServer::start().await;
     let counter = s.scratch.path().join("ran");
-    let body = json!({"command": format!("touch {}", counter.display()), "shell": true}).to_string();
+    let body =
+        json!({"command": format!("touch {}", counter.display()), "shell": true}).to_string();
     // A browser's "simple" request: text/plain, foreign Origin.
     let answer = raw(
         &s,
@@ -187,7 +233,10 @@ async fn the_scratch_directory_must_be_private() {
     config.shell.scratch_dir = shared.clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let refused = uniagent_envs::server::serve(listener, config, std::future::pending()).await;
-    assert!(refused.is_err(), "a world-writable scratch dir was accepted");
+    assert!(
+        refused.is_err(),
+        "a world-writable scratch dir was accepted"
+    );
     let link = base.path().join("link");
     std::os::unix::fs::symlink(base.path(), &link).unwrap();
     assert!(uniagent_envs::server::prepare_scratch_dir(&link).is_err());
@@ -195,7 +244,8 @@ async fn the_scratch_directory_must_be_private() {
     let a = uniagent_envs::server::prepare_scratch_dir(std::path::Path::new("")).unwrap();
     let b = uniagent_envs::server::prepare_scratch_dir(std::path::Path::new("")).unwrap();
     assert_ne!(a, b);
-    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&a).unwrap().permissions());
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&a).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o700);
     let _ = std::fs::remove_dir(a);
     let _ = std::fs::remove_dir(b);

@@ -180,13 +180,21 @@ async fn huge_bodies_are_refused_without_reading_them_whole() {
         matches!(&e, Error::Protocol { message } if message.contains("max_response_bytes")),
         "{e}"
     );
-    assert_eq!(seen.lock().unwrap().len(), 1, "a protocol error is not retried");
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        1,
+        "a protocol error is not retried"
+    );
 }
 
 #[tokio::test]
 async fn retry_after_is_honoured() {
     let (url, seen) = peer(vec![
-        Act::Answer(429, "retry-after: 1\r\n", "{\"error\":\"slow down\"}".into()),
+        Act::Answer(
+            429,
+            "retry-after: 1\r\n",
+            "{\"error\":\"slow down\"}".into(),
+        ),
         Act::Answer(200, "", good_body()),
     ])
     .await;

@@ -89,7 +89,7 @@ impl Transport {
         })?;
         let operation = || format!("{method} {path}");
         let response = request.send().await.map_err(|e| ExchangeError {
-            connected: !e.is_connect(),
+            connected: !(e.is_connect() || never_read(&e)),
             error: self.transport_error(&operation(), deadline, e),
         })?;
         let status = response.status().as_u16();
@@ -207,6 +207,25 @@ fn attach<'a>(request: RequestBuilder, body: &Body<'a>) -> Result<RequestBuilder
             request.multipart(form)
         }
     })
+}
+
+/// Whether the peer reset the connection before any answer: a reset (or a broken pipe) while
+/// sending means the server's socket was already closed, or closed with our request still
+/// unread in it (a pooled connection the server had dropped, typically). Either way no server
+/// ran the request. A server that read the request and then died closes cleanly instead
+/// ("connection closed before message completed"), which is not retried.
+fn never_read(e: &reqwest::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+            );
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// The error and its causes on one line (reqwest's own message hides the OS error).
