@@ -275,6 +275,7 @@ impl DockerDeployment {
             docker: docker.clone(),
             id: created.id.clone(),
             expired: Arc::new(AtomicBool::new(false)),
+            removed: Arc::new(AtomicBool::new(false)),
             oom_kills: Arc::new(AtomicU64::new(0)),
             lifetime: config.lifetime,
             memory_bytes: config.memory_bytes,
@@ -284,12 +285,14 @@ impl DockerDeployment {
         }
         let lifetime_timer = config.lifetime.map(|lifetime| {
             let (docker, id, expired) = (docker.clone(), created.id.clone(), watch.expired.clone());
+            let removed = watch.removed.clone();
             AbortOnDrop(tokio::spawn(async move {
                 tokio::time::sleep(lifetime).await;
                 expired.store(true, Ordering::SeqCst);
                 if let Err(e) = reaper::remove_container(&docker, &id).await {
                     tracing::warn!(container = %id, error = %e, "could not remove an expired sandbox");
                 }
+                removed.store(true, Ordering::SeqCst);
             }))
         });
         Ok(Running {

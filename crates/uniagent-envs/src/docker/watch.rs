@@ -23,6 +23,8 @@ pub(crate) struct Watch {
     pub(crate) docker: Docker,
     pub(crate) id: String,
     pub(crate) expired: Arc<AtomicBool>,
+    /// Set once the expired container's removal has finished (or failed).
+    pub(crate) removed: Arc<AtomicBool>,
     pub(crate) oom_kills: Arc<AtomicU64>,
     pub(crate) lifetime: Option<Duration>,
     pub(crate) memory_bytes: Option<u64>,
@@ -85,6 +87,14 @@ impl Watch {
             return error;
         }
         if self.expired.load(Ordering::SeqCst) {
+            // The command failed because the container is being removed: report once it is
+            // gone, so the caller never sees a half-removed sandbox (bounded wait).
+            for _ in 0..500 {
+                if self.removed.load(Ordering::SeqCst) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
             return sandbox_error(format!(
                 "{operation}: the sandbox outlived its lifetime limit of {:?} and was removed",
                 self.lifetime.unwrap_or_default()

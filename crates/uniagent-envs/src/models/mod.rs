@@ -26,6 +26,6 @@ pub use http::HttpModelConfig;
 pub use openai::{OpenAiChatModel, OpenAiConfig};
 pub use pool::{EndpointPool, Lease};
 #[cfg(feature = "sglang")]
-pub use sglang::SglangGenerator;
+pub use sglang::{parse_generate, SglangGenerator};
 #[cfg(feature = "vllm")]
-pub use vllm::VllmGenerator;
+pub use vllm::{parse_completion, VllmGenerator};

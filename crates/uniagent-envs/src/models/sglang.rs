@@ -50,8 +50,9 @@ fn protocol(message: impl Into<String>) -> Error {
     }
 }
 
-/// Parses a `/generate` response.
-pub(crate) fn parse_generate(body: &Value) -> Result<GenerateOutput> {
+/// Parses a `/generate` response (public for the fuzz target: any JSON gives an output or a
+/// typed error).
+pub fn parse_generate(body: &Value) -> Result<GenerateOutput> {
     let meta = body
         .get("meta_info")
         .ok_or_else(|| protocol("response has no meta_info"))?;

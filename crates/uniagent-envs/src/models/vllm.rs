@@ -67,8 +67,9 @@ fn finish_reason(v: Option<&str>) -> FinishReason {
     }
 }
 
-/// Parses a `/v1/completions` response into ids, logprobs and finish reason.
-pub(crate) fn parse_completion(body: &Value) -> Result<GenerateOutput> {
+/// Parses a `/v1/completions` response into ids, logprobs and finish reason (public for the
+/// fuzz target: any JSON gives an output or a typed error).
+pub fn parse_completion(body: &Value) -> Result<GenerateOutput> {
     let choice = body["choices"]
         .get(0)
         .ok_or_else(|| protocol("response has no choices"))?;
