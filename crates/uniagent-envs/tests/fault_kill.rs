@@ -138,7 +138,7 @@ async fn a_server_killed_mid_call_gives_typed_errors_and_no_second_run() {
     let c = counter.clone();
     killed_during(Duration::from_millis(1000), move |rt| async move {
         rt.execute(&Command::shell(
-            &format!("echo y >> {}; sleep 30", c.display()),
+            format!("echo y >> {}; sleep 30", c.display()),
             Some(60.0),
         ))
         .await

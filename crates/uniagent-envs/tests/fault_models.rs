@@ -100,7 +100,7 @@ async fn peer(acts: Vec<Act>) -> (String, Arc<Mutex<Vec<Instant>>>) {
                         let _ = stream
                             .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\n{\"choi")
                             .await;
-                        let _ = stream.set_linger(Some(Duration::ZERO));
+                        let _ = stream.set_zero_linger();
                     }
                     Act::Huge(n) => {
                         let head = format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {n}\r\n\r\n");
