@@ -98,6 +98,11 @@ impl DeploymentConfig {
                 if let Some(lifetime) = c.lifetime {
                     check_positive("docker.lifetime", lifetime)?;
                 }
+                if c.user.as_deref().is_some_and(|u| u.trim().is_empty()) {
+                    return Err(config_error(
+                        "docker.user must name a user (or be left out for the image's)",
+                    ));
+                }
                 check_positive("docker.startup_timeout", c.startup_timeout)
             }
             Self::Remote(c) => {
@@ -271,6 +276,11 @@ pub struct DockerConfig {
     pub run_id: Option<String>,
     /// Extra environment variables for the server and its shells.
     pub env: BTreeMap<String, String>,
+    /// The user (`name`, `uid` or `uid:gid`) the server and its shells run as; default: the
+    /// image's user (root in the project's image, confined by the dropped capabilities,
+    /// `no-new-privileges` and the limits). A non-root user needs a writable `work_dir`
+    /// (`read_only_root` makes it a tmpfs open to all).
+    pub user: Option<String>,
 }
 
 impl Default for DockerConfig {
@@ -292,6 +302,7 @@ impl Default for DockerConfig {
             toolbox_binary: None,
             run_id: None,
             env: BTreeMap::new(),
+            user: None,
         }
     }
 }
@@ -400,6 +411,55 @@ mod tests {
                 ..FaasConfig::default()
             }),
         ]
+    }
+
+    #[test]
+    fn docker_limits_that_docker_reads_as_unlimited_are_refused() {
+        let base = DockerConfig {
+            image: "img".into(),
+            ..DockerConfig::default()
+        };
+        for bad in [
+            DockerConfig {
+                memory_bytes: Some(0),
+                ..base.clone()
+            },
+            DockerConfig {
+                pids_limit: Some(0),
+                ..base.clone()
+            },
+            DockerConfig {
+                pids_limit: Some(-1),
+                ..base.clone()
+            },
+            DockerConfig {
+                lifetime: Some(Duration::ZERO),
+                ..base.clone()
+            },
+            DockerConfig {
+                user: Some(" ".into()),
+                ..base.clone()
+            },
+        ] {
+            assert!(
+                DeploymentConfig::Docker(bad.clone()).validate().is_err(),
+                "{bad:?}"
+            );
+        }
+        // Leaving a limit out is the explicit way to have none.
+        let unlimited = DockerConfig {
+            memory_bytes: None,
+            pids_limit: None,
+            ..base
+        };
+        assert!(
+            !cfg!(feature = "docker") || DeploymentConfig::Docker(unlimited).validate().is_ok()
+        );
+        let nan_jitter: Result<DeploymentConfig> = parse(
+            "type: remote\nurl: http://x\nretry:\n  jitter: .nan\n",
+            ConfigFormat::Yaml,
+        );
+        assert!(nan_jitter.is_err());
     }
 
     #[test]

@@ -144,6 +144,7 @@ pub(crate) fn container_body(launch: &Launch<'_>) -> ContainerCreateBody {
         cmd: Some(cmd),
         env: Some(env),
         working_dir: Some(config.work_dir.clone()),
+        user: config.user.clone(),
         labels: Some(launch.labels.clone()),
         exposed_ports: exposed,
         host_config: Some(host),
@@ -260,6 +261,7 @@ mod tests {
         let body = body(&config, Reach::Relay);
         let host = body.host_config.unwrap();
         assert_eq!(host.readonly_rootfs, Some(true));
+        assert_eq!(body.user, None, "the image's user by default");
         let tmpfs = host.tmpfs.unwrap();
         assert!(tmpfs.contains_key("/work") && tmpfs.contains_key("/tmp"));
         assert!(
