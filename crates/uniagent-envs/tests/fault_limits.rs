@@ -139,6 +139,20 @@ async fn sessions_are_limited() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn execute_children_are_limited() {
+    let s = TestServer::start_with(|c| c.limits.max_executes = 1).await;
+    let log = s.scratch.path().join("log");
+    let body = json!({"command": format!("echo start >> {0}; sleep 0.2; echo end >> {0}", log.display()), "shell": true});
+    let answers = futures::future::join_all((0..3).map(|_| s.post("/execute", body.clone()))).await;
+    assert!(answers.iter().all(|a| a.0 == 200), "{answers:?}");
+    // One child at a time: the runs never interleave.
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "start\nend\n".repeat(3)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_headers_are_cut_off_and_connections_are_limited() {
     let s = TestServer::start_with(|c| {
         c.limits.header_timeout = Duration::from_millis(300);

@@ -259,3 +259,16 @@ async fn all_endpoints_down_is_a_typed_retryable_failure() {
         "{e:?}"
     );
 }
+
+#[test]
+fn the_api_key_stays_out_of_debug_output() {
+    std::env::set_var("UNIAGENT_FAULT_MODELS_KEY", "sk-very-secret-key");
+    let cfg = HttpModelConfig {
+        api_key_env: Some("UNIAGENT_FAULT_MODELS_KEY".into()),
+        ..config(vec!["http://127.0.0.1:1".into()])
+    };
+    let generator = VllmGenerator::new(&cfg).unwrap();
+    let shown = format!("{generator:?}");
+    assert!(!shown.contains("sk-very-secret"), "{shown}");
+    assert!(shown.contains("<redacted>"), "{shown}");
+}
