@@ -26,6 +26,7 @@ mod incremental;
 mod load;
 mod probe;
 mod pyjson;
+mod pyrepr;
 mod replay;
 mod template;
 
@@ -52,6 +53,9 @@ pub struct Codec {
     eos_id: u32,
     stop_ids: Vec<u32>,
     generation_prompt: String,
+    window_exact: bool,
+    turn_glue: String,
+    window_prompt_cache: std::sync::Mutex<Option<incremental::WindowPrompt>>,
     tool_parser: Option<ToolCallFormat>,
 }
 
@@ -84,9 +88,16 @@ impl Codec {
             eos_id,
             stop_ids,
             generation_prompt: String::new(),
+            window_exact: false,
+            turn_glue: String::new(),
+            window_prompt_cache: std::sync::Mutex::new(None),
             tool_parser: None,
         };
-        codec.generation_prompt = codec.probe_generation_prompt()?;
+        // A template whose generation prompt cannot be probed still renders; only the
+        // labelling of glue tokens (all mask 0) needs it.
+        codec.generation_prompt = codec.probe_generation_prompt().unwrap_or_default();
+        codec.window_exact = codec.probe_window_exact(&Kwargs::new());
+        codec.turn_glue = codec.probe_turn_glue(&Kwargs::new()).unwrap_or_default();
         Ok(codec)
     }
 
@@ -119,6 +130,12 @@ impl Codec {
     /// The text the template appends for `add_generation_prompt` (e.g. `<|im_start|>assistant\n`).
     pub fn generation_prompt(&self) -> &str {
         &self.generation_prompt
+    }
+
+    /// Whether appends render a small window instead of the whole conversation (see
+    /// [`TemplateProbe::window_exact`]).
+    pub fn window_exact(&self) -> bool {
+        self.window_exact
     }
 
     /// The chat template.

@@ -7,6 +7,7 @@ use minijinja::{Environment, ErrorKind as JinjaErrorKind};
 use serde_json::{Map, Value};
 
 use super::pyjson::{py_json_dumps_with, PyJsonOptions};
+use super::pyrepr::py_str;
 use crate::error::{Error, Result};
 
 const TEMPLATE_NAME: &str = "chat_template";
@@ -41,6 +42,13 @@ fn tojson(value: JinjaValue, kwargs: Kwargs) -> std::result::Result<JinjaValue, 
     // `separators` is accepted for compatibility; Python's defaults are what templates use.
     let _: Option<JinjaValue> = kwargs.get("separators")?;
     kwargs.assert_all_used()?;
+    if value.is_undefined() {
+        // Python's json.dumps raises on jinja2's Undefined.
+        return Err(minijinja::Error::new(
+            JinjaErrorKind::UndefinedError,
+            "tojson: value is undefined",
+        ));
+    }
     let json = serde_json::to_value(&value).map_err(|e| {
         minijinja::Error::new(
             JinjaErrorKind::InvalidOperation,
@@ -55,6 +63,46 @@ fn tojson(value: JinjaValue, kwargs: Kwargs) -> std::result::Result<JinjaValue, 
     Ok(JinjaValue::from_safe_string(py_json_dumps_with(
         &json, &options,
     )))
+}
+
+/// `|string`: Python's `str()` (`None`, `True`, ...).
+fn string_filter(value: JinjaValue) -> JinjaValue {
+    if value.kind() == minijinja::value::ValueKind::String {
+        return value;
+    }
+    let mut out = String::new();
+    py_str(&value, &mut out);
+    JinjaValue::from(out)
+}
+
+/// `|trim`: `str(value).strip(chars)` as in `jinja2`.
+fn trim_filter(value: JinjaValue, chars: Option<String>) -> String {
+    let mut text = String::new();
+    py_str(&value, &mut text);
+    match chars {
+        Some(chars) => text.trim_matches(|c| chars.contains(c)).to_owned(),
+        None => text.trim().to_owned(),
+    }
+}
+
+/// `|join(d, attribute)`: items converted with Python's `str()`.
+fn join_filter(
+    value: JinjaValue,
+    sep: Option<String>,
+    attribute: Option<JinjaValue>,
+) -> std::result::Result<String, minijinja::Error> {
+    let mut out = String::new();
+    for (i, item) in value.try_iter()?.enumerate() {
+        if i > 0 {
+            out.push_str(sep.as_deref().unwrap_or(""));
+        }
+        let item = match &attribute {
+            Some(attr) => item.get_item(attr)?,
+            None => item,
+        };
+        py_str(&item, &mut out);
+    }
+    Ok(out)
 }
 
 fn raise_exception(message: String) -> std::result::Result<JinjaValue, minijinja::Error> {
@@ -74,6 +122,44 @@ fn strftime_now(format: String) -> std::result::Result<String, minijinja::Error>
     })
 }
 
+/// `transformers`' `{% generation %}...{% endgeneration %}` extension marks the assistant's
+/// tokens for `return_assistant_tokens_mask`; the render is the body unchanged. minijinja has no
+/// custom tags, so each tag becomes an always-true `if` with the same whitespace control, which
+/// renders identically (`trim_blocks`/`lstrip_blocks` treat both as block tags).
+fn without_generation_tags(source: &str) -> String {
+    let mut out = String::with_capacity(source.len());
+    let mut rest = source;
+    while let Some(start) = rest.find("{%") {
+        out.push_str(&rest[..start]);
+        let tag = &rest[start..];
+        let Some(end) = tag.find("%}") else {
+            out.push_str(tag);
+            return out;
+        };
+        let inner = &tag[2..end];
+        let (lead, body) = match inner.strip_prefix(['-', '+']) {
+            Some(b) => (&inner[..1], b),
+            None => ("", inner),
+        };
+        let (body, trail) = match body.strip_suffix(['-', '+']) {
+            Some(b) => (b, &body[body.len() - 1..]),
+            None => (body, ""),
+        };
+        let replacement = match body.trim() {
+            "generation" => Some("if true"),
+            "endgeneration" => Some("endif"),
+            _ => None,
+        };
+        match replacement {
+            Some(r) => out.push_str(&format!("{{%{lead} {r} {trail}%}}")),
+            None => out.push_str(&tag[..end + 2]),
+        }
+        rest = &tag[end + 2..];
+    }
+    out.push_str(rest);
+    out
+}
+
 impl ChatTemplate {
     /// Compiles `source` with `trim_blocks`, `lstrip_blocks`, loop controls, Python-style
     /// `tojson`, Python string/dict methods (`pycompat`), `raise_exception` and `strftime_now`.
@@ -91,10 +177,19 @@ impl ChatTemplate {
             })?;
         env.set_syntax(syntax);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        // `{{ x }}` is Python's `str(x)`: `None`, `True`, `1e-05`, `{'k': 1}`.
+        env.set_formatter(|out, _state, value| {
+            let mut text = String::new();
+            py_str(value, &mut text);
+            out.write_str(&text).map_err(minijinja::Error::from)
+        });
         env.add_filter("tojson", tojson);
+        env.add_filter("string", string_filter);
+        env.add_filter("trim", trim_filter);
+        env.add_filter("join", join_filter);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
-        env.add_template_owned(TEMPLATE_NAME, source.into())
+        env.add_template_owned(TEMPLATE_NAME, without_generation_tags(&source.into()))
             .map_err(|e| Error::Codec {
                 message: format!("chat template does not compile: {e:#}"),
                 source: Some(Box::new(e)),
@@ -123,6 +218,8 @@ impl ChatTemplate {
                 Value::Array(input.tools.clone())
             },
         );
+        // `transformers` always passes `documents` (None unless given).
+        ctx.entry("documents").or_insert(Value::Null);
         ctx.insert(
             "add_generation_prompt".into(),
             Value::Bool(input.add_generation_prompt),
@@ -140,5 +237,41 @@ impl ChatTemplate {
                 message: format!("chat template failed: {e}"),
                 source: Some(Box::new(e)),
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn render(source: &str, ctx: Value) -> String {
+        let globals = BTreeMap::new();
+        let t = ChatTemplate::new(source, globals).unwrap();
+        let messages = ctx["messages"].as_array().cloned().unwrap_or_default();
+        t.render(&ChatInput {
+            messages,
+            ..ChatInput::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn generation_blocks_render_their_body_with_the_same_whitespace() {
+        let src = "{%- for m in messages %}{% generation -%}\n[{{ m.content }}]\n{%- endgeneration %}\n{% endfor %}";
+        let plain =
+            "{%- for m in messages %}{% if true -%}\n[{{ m.content }}]\n{%- endif %}\n{% endfor %}";
+        let ctx = serde_json::json!({"messages": [{"content": "a"}, {"content": "b"}]});
+        assert_eq!(render(src, ctx.clone()), render(plain, ctx));
+        assert_eq!(
+            without_generation_tags("{%+ generation +%}x{%- endgeneration -%}"),
+            "{%+ if true +%}x{%- endif -%}"
+        );
+    }
+
+    #[test]
+    fn values_print_as_python_prints_them() {
+        let ctx = serde_json::json!({"messages": [{"content": null, "flag": true, "x": 1e-05}]});
+        let src = "{% set m = messages[0] %}{{ m.content }}|{{ m.flag }}|{{ m.x }}|{{ m.content|string }}|{{ [m.content, 1]|join(',') }}|{{ m.missing }}|{{ documents }}";
+        assert_eq!(render(src, ctx), "None|True|1e-05|None|None,1||None");
     }
 }
