@@ -29,8 +29,24 @@ import re
 import sys
 from pathlib import Path
 
+from datetime import datetime
+
+import transformers.utils.chat_template_utils as chat_template_utils
 from tokenizers import Tokenizer
 from transformers import PreTrainedTokenizerFast
+
+# Templates that print today's date (Llama 3.x, Hunyuan) render at this fixed local time, which
+# the Rust test gives the codec too (`ChatTemplate::with_fixed_clock`).
+CLOCK = "2024-07-26T10:30:00"
+
+
+class _FixedClock(datetime):
+    @classmethod
+    def now(cls, tz=None):
+        return cls.fromisoformat(CLOCK)
+
+
+chat_template_utils.datetime = _FixedClock
 
 ROOT = Path(__file__).resolve().parents[2]
 CORE = ROOT / "crates/uniagent-core"
@@ -285,7 +301,7 @@ def golden_for(name, source, n, seed):
             case["incremental"] = None
             case["incremental_error"] = f"{type(e).__name__}: {e}"[:200]
         cases.append(case)
-    return {"template": name, "family": family, "bos_token": bos, "eos_token": eos,
+    return {"template": name, "family": family, "bos_token": bos, "eos_token": eos, "clock": CLOCK,
             "special_tokens": specials,
             "template_sha256": hashlib.sha256(source.encode()).hexdigest(), "cases": cases}
 

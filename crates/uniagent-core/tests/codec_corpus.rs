@@ -15,7 +15,7 @@ use std::sync::{Mutex, OnceLock};
 
 use serde_json::Value;
 use tokenizers::AddedToken;
-use uniagent_core::codec::{ChatInput, ChatTemplate, Codec};
+use uniagent_core::codec::{ChatInput, ChatTemplate, Codec, UnsupportedTemplate};
 
 fn corpus() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/codec_corpus")
@@ -48,7 +48,8 @@ fn codec_for(golden: &Value, source: String) -> uniagent_core::Result<Codec> {
         }
     }
     let eos = golden["eos_token"].as_str().unwrap().to_owned();
-    let template = ChatTemplate::new(source, globals)?;
+    let template =
+        ChatTemplate::new(source, globals)?.with_fixed_clock(golden["clock"].as_str().unwrap())?;
     Codec::new(tokenizer, template, eos, &[])
 }
 
@@ -191,11 +192,22 @@ fn check_template(path: &Path, failures: &mut Vec<String>) -> (String, Tally) {
         ..Tally::default()
     };
     let codec = match codec_for(&golden, source) {
-        Ok(c) => Some(c),
+        Ok(c) => c,
         Err(e) => {
+            // Only a typed refusal naming an unsupported feature is allowed; the template then
+            // must not be used at all (no render, no mask).
+            let typed = std::error::Error::source(&e)
+                .and_then(|s| s.downcast_ref::<UnsupportedTemplate>())
+                .is_some();
+            if typed {
+                println!("{name}: refused up front: {e}");
+                t.unsupported = 1;
+                return (family, t);
+            }
             failures.push(format!("{name}: the codec refuses the template: {e}"));
-            t.unsupported = 1;
-            None
+            t.render_bad += cases.iter().filter(|c| c["render"].is_string()).count();
+            t.incremental_bad += cases.len();
+            return (family, t);
         }
     };
     for (i, case) in cases.iter().enumerate() {
@@ -211,11 +223,6 @@ fn check_template(path: &Path, failures: &mut Vec<String>) -> (String, Tally) {
         if want_inc["append_only"] == Value::Bool(false) {
             t.non_append_only += 1;
         }
-        let Some(codec) = &codec else {
-            t.render_bad += usize::from(want_render.is_some());
-            t.incremental_bad += 1;
-            continue;
-        };
         match (codec.render(&input), want_render) {
             (Ok(got), Some(want)) if got == want => {}
             (Ok(got), Some(want)) => {
@@ -252,7 +259,7 @@ fn check_template(path: &Path, failures: &mut Vec<String>) -> (String, Tally) {
                 ));
             }
         }
-        if let Some(why) = incremental_diff(codec, &input, want_inc) {
+        if let Some(why) = incremental_diff(&codec, &input, want_inc) {
             t.incremental_bad += 1;
             failures.push(format!("{name}#{i} incremental: {why}"));
         }
@@ -315,8 +322,8 @@ fn corpus_matches_transformers() {
         println!("{f}");
     }
     assert!(
-        total.render_bad + total.error_bad + total.incremental_bad == 0 && total.unsupported == 0,
-        "{} mismatches (render {}, errors {}, incremental {}); {} templates refused",
+        total.render_bad + total.error_bad + total.incremental_bad == 0,
+        "{} mismatches (render {}, errors {}, incremental {}); {} templates refused as unsupported",
         failures.len(),
         total.render_bad,
         total.error_bad,

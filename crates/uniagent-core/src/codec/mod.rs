@@ -29,6 +29,7 @@ mod pyjson;
 mod pyrepr;
 mod replay;
 mod template;
+mod unsupported;
 
 use std::collections::BTreeMap;
 
@@ -39,6 +40,7 @@ pub use probe::TemplateProbe;
 pub use pyjson::{py_float_repr, py_json_dumps, py_json_dumps_with, PyJsonOptions};
 pub use replay::Replay;
 pub use template::{ChatInput, ChatTemplate};
+pub use unsupported::{UnsupportedFeature, UnsupportedTemplate};
 
 use crate::error::{Error, Result};
 use crate::message::{Message, ToolSpec};

@@ -21,8 +21,8 @@ pub(crate) fn py_repr(value: &Value, out: &mut String) {
         ValueKind::None => out.push_str("None"),
         ValueKind::Bool => out.push_str(if value.is_true() { "True" } else { "False" }),
         ValueKind::Number => {
-            if let Some(i) = value.as_i64() {
-                out.push_str(&i.to_string());
+            if value.is_integer() {
+                out.push_str(&value.to_string());
             } else if let Ok(f) = f64::try_from(value.clone()) {
                 out.push_str(&py_float_repr(f));
             } else {
@@ -104,6 +104,7 @@ mod tests {
         assert_eq!(repr(serde_json::json!(null)), "None");
         assert_eq!(repr(serde_json::json!(true)), "True");
         assert_eq!(repr(serde_json::json!(1e-5)), "1e-05");
+        assert_eq!(repr(serde_json::json!([3.0, 3])), "[3.0, 3]");
         assert_eq!(repr(serde_json::json!("a'b")), "a'b");
         assert_eq!(
             repr(serde_json::json!({"k": [1, "x'", null, false], "n": 2.0})),

@@ -2,15 +2,52 @@
 
 use std::collections::BTreeMap;
 
-use minijinja::value::{Kwargs, Value as JinjaValue};
+use std::sync::Arc;
+
+use minijinja::value::{Kwargs, Object, ObjectRepr, Value as JinjaValue, ValueKind};
 use minijinja::{Environment, ErrorKind as JinjaErrorKind};
 use serde_json::{Map, Value};
 
 use super::pyjson::{py_json_dumps_with, PyJsonOptions};
 use super::pyrepr::py_str;
+use super::unsupported::find_unsupported;
 use crate::error::{Error, Result};
 
 const TEMPLATE_NAME: &str = "chat_template";
+
+/// Python's `None` as `transformers` passes it for top-level variables (`tools=None`,
+/// `documents=None`): falsy, `is none`, printed `None`, and, unlike minijinja's none, not
+/// iterable and without a length (`for t in tools` raises in Python when there are no tools).
+#[derive(Debug)]
+struct PyNone;
+
+impl Object for PyNone {
+    fn repr(self: &Arc<Self>) -> ObjectRepr {
+        ObjectRepr::Plain
+    }
+
+    fn is_true(self: &Arc<Self>) -> bool {
+        false
+    }
+
+    fn render(self: &Arc<Self>, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("None")
+    }
+}
+
+fn is_py_none(value: &JinjaValue) -> bool {
+    value.is_none() || value.downcast_object_ref::<PyNone>().is_some()
+}
+
+/// `is none`: minijinja's none or a top-level Python `None`.
+fn test_none(value: &JinjaValue) -> bool {
+    is_py_none(value)
+}
+
+/// `is iterable`: Python's `None` is not (minijinja iterates it as empty).
+fn test_iterable(value: &JinjaValue) -> bool {
+    !is_py_none(value) && value.try_iter().is_ok()
+}
 
 /// What a chat template is rendered with: the `apply_chat_template` arguments.
 ///
@@ -42,6 +79,16 @@ fn tojson(value: JinjaValue, kwargs: Kwargs) -> std::result::Result<JinjaValue, 
     // `separators` is accepted for compatibility; Python's defaults are what templates use.
     let _: Option<JinjaValue> = kwargs.get("separators")?;
     kwargs.assert_all_used()?;
+    if is_py_none(&value) {
+        return Ok(JinjaValue::from_safe_string("null".into()));
+    }
+    if value.kind() == ValueKind::Iterable {
+        // A lazy iterator (Python: a generator) is not JSON-serialisable.
+        return Err(minijinja::Error::new(
+            JinjaErrorKind::InvalidOperation,
+            "tojson: an iterator is not JSON serialisable",
+        ));
+    }
     if value.is_undefined() {
         // Python's json.dumps raises on jinja2's Undefined.
         return Err(minijinja::Error::new(
@@ -63,6 +110,17 @@ fn tojson(value: JinjaValue, kwargs: Kwargs) -> std::result::Result<JinjaValue, 
     Ok(JinjaValue::from_safe_string(py_json_dumps_with(
         &json, &options,
     )))
+}
+
+/// Refuses templates that use an [`UnsupportedFeature`](super::UnsupportedFeature).
+fn check_supported(source: &str) -> Result<()> {
+    match find_unsupported(source) {
+        Some(u) => Err(Error::Codec {
+            message: u.to_string(),
+            source: Some(Box::new(u)),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// `|string`: Python's `str()` (`None`, `True`, ...).
@@ -161,10 +219,32 @@ fn without_generation_tags(source: &str) -> String {
 }
 
 impl ChatTemplate {
+    /// Makes `strftime_now` read a fixed local time (`"2024-07-26T10:30:00"`) instead of the
+    /// clock: for reproducible renders of templates that print today's date (Llama 3.x).
+    pub fn with_fixed_clock(mut self, local_time: &str) -> Result<Self> {
+        let at: jiff::civil::DateTime = local_time.parse().map_err(|e| {
+            Error::invalid_input(format!(
+                "fixed clock `{local_time}` is not a local date-time: {e}"
+            ))
+        })?;
+        self.env
+            .add_function("strftime_now", move |format: String| {
+                jiff::fmt::strtime::format(format.as_str(), at).map_err(|e| {
+                    minijinja::Error::new(
+                        JinjaErrorKind::InvalidOperation,
+                        format!("strftime_now: {e}"),
+                    )
+                })
+            });
+        Ok(self)
+    }
+
     /// Compiles `source` with `trim_blocks`, `lstrip_blocks`, loop controls, Python-style
     /// `tojson`, Python string/dict methods (`pycompat`), `raise_exception` and `strftime_now`.
     /// `globals` are the special-token variables (`eos_token`, `bos_token`, ...).
     pub fn new(source: impl Into<String>, globals: BTreeMap<String, Value>) -> Result<Self> {
+        // jinja2's lexer turns `\r\n` and `\r` into `\n` (its default `newline_sequence`).
+        let source = source.into().replace("\r\n", "\n").replace('\r', "\n");
         let mut env = Environment::new();
         let syntax = minijinja::syntax::SyntaxConfig::builder()
             .trim_blocks(true)
@@ -187,9 +267,12 @@ impl ChatTemplate {
         env.add_filter("string", string_filter);
         env.add_filter("trim", trim_filter);
         env.add_filter("join", join_filter);
+        env.add_test("none", test_none);
+        env.add_test("iterable", test_iterable);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
-        env.add_template_owned(TEMPLATE_NAME, without_generation_tags(&source.into()))
+        check_supported(&source)?;
+        env.add_template_owned(TEMPLATE_NAME, without_generation_tags(&source))
             .map_err(|e| Error::Codec {
                 message: format!("chat template does not compile: {e:#}"),
                 source: Some(Box::new(e)),
@@ -231,8 +314,19 @@ impl ChatTemplate {
                 message: format!("chat template missing: {e}"),
                 source: Some(Box::new(e)),
             })?;
+        let ctx: BTreeMap<String, JinjaValue> = ctx
+            .into_iter()
+            .map(|(k, v)| {
+                let v = if v.is_null() {
+                    JinjaValue::from_object(PyNone)
+                } else {
+                    JinjaValue::from(minijinja::value::Serde(&v))
+                };
+                (k, v)
+            })
+            .collect();
         template
-            .render(JinjaValue::from(minijinja::value::Serde(&ctx)))
+            .render(JinjaValue::from(ctx))
             .map_err(|e| Error::Codec {
                 message: format!("chat template failed: {e}"),
                 source: Some(Box::new(e)),
