@@ -201,6 +201,30 @@ impl Codec {
         )
     }
 
+    /// The text of `assistant`'s sampled span when rendered after `context` (the generation
+    /// prompt's render extended through the first eos, or the whole turn): what a policy that
+    /// the template describes exactly would have sampled there.
+    pub(crate) fn sampled_text(
+        &self,
+        context: &[Value],
+        assistant: &Value,
+        tools: &[Value],
+        kwargs: &Kwargs,
+    ) -> Result<Option<String>> {
+        let input = |messages: Vec<Value>, add_generation_prompt: bool| ChatInput {
+            messages,
+            tools: tools.to_vec(),
+            add_generation_prompt,
+            template_kwargs: kwargs.clone(),
+        };
+        let prompt = self.render(&input(context.to_vec(), true))?;
+        let mut with_turn = context.to_vec();
+        with_turn.push(assistant.clone());
+        let turn = self.render(&input(with_turn, false))?;
+        let (end, exact) = sampled_end(&prompt, &turn, None, &self.eos_token);
+        Ok(exact.then(|| turn[prompt.len()..end].to_owned()))
+    }
+
     /// Tokenizes a delta, labelling its leading `glue` and its trailing generation prompt as
     /// template glue and the rest as observation (all mask 0).
     fn label(

@@ -119,15 +119,27 @@ impl Codec {
             ),
             (vec![u("U1"), a("A0"), u("U2")], a("A1"), vec![]),
         ];
-        for (context, assistant, new) in &cases {
+        // Some templates render tool calls only when tools are declared: probe both ways.
+        let tool_spec = json!({"type": "function", "function": {"name": "probe", "description": "P",
+            "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}});
+        let tool_lists = [vec![], vec![tool_spec]];
+        for ((context, assistant, new), tools) in cases
+            .iter()
+            .flat_map(|c| tool_lists.iter().map(move |t| (c, t)))
+        {
             let system = context.first().filter(|m| m["role"] == "system");
+            // The turn as sampled after the real history: a window must reproduce it too (a
+            // template numbering tool calls across the conversation does not).
+            let Ok(sampled) = self.sampled_text(context, assistant, tools, kwargs) else {
+                continue;
+            };
             for gen in [true, false] {
                 let req = DeltaRequest {
                     context: Context::Full(context),
                     assistant,
-                    sampled: None,
+                    sampled: sampled.as_deref(),
                     new,
-                    tools: &[],
+                    tools,
                     kwargs,
                     add_generation_prompt: gen,
                 };

@@ -180,10 +180,64 @@ fn strftime_now(format: String) -> std::result::Result<String, minijinja::Error>
     })
 }
 
+/// `for TARGET in ITER [if COND] [recursive]` becomes `for TARGET in (ITER)|__pyiter ...`, so
+/// that loops iterate as Python's do (see [`py_iter`]).
+fn rewrite_for(body: &str) -> Option<String> {
+    let rest = body.strip_prefix("for ")?;
+    let in_at = rest.find(" in ")?;
+    let (targets, iter) = (&rest[..in_at], &rest[in_at + 4..]);
+    // The iterable ends at the loop's own `if` filter or `recursive`, outside brackets and
+    // string literals (Jinja's grammar: an unparenthesised `if` there is the loop filter).
+    let mut depth = 0i32;
+    let mut quote: Option<char> = None;
+    let mut end = iter.len();
+    let mut prev = ' ';
+    for (i, c) in iter.char_indices() {
+        match quote {
+            Some(q) if c == q && prev != '\\' => quote = None,
+            Some(_) => {}
+            None => match c {
+                '"' | '\'' => quote = Some(c),
+                '(' | '[' | '{' => depth += 1,
+                ')' | ']' | '}' => depth -= 1,
+                ' ' if depth == 0
+                    && (iter[i..].starts_with(" if ") || iter[i..].starts_with(" recursive")) =>
+                {
+                    end = i;
+                    break;
+                }
+                _ => {}
+            },
+        }
+        prev = c;
+    }
+    let (expr, tail) = iter.split_at(end);
+    Some(format!("for {targets} in ({})|__pyiter{tail}", expr.trim()))
+}
+
+/// What a `for` loop iterates, as in Python: `None` raises ("'NoneType' object is not
+/// iterable"), and a string is iterated as a list of its characters (minijinja's own string
+/// iterator has no exact length, so `loop.last` would always be false).
+fn py_iter(value: JinjaValue) -> std::result::Result<JinjaValue, minijinja::Error> {
+    if is_py_none(&value) {
+        return Err(minijinja::Error::new(
+            JinjaErrorKind::InvalidOperation,
+            "'NoneType' object is not iterable",
+        ));
+    }
+    match value.as_str() {
+        Some(s) if value.kind() == ValueKind::String => Ok(JinjaValue::from(
+            s.chars().map(JinjaValue::from).collect::<Vec<_>>(),
+        )),
+        _ => Ok(value),
+    }
+}
+
 /// `transformers`' `{% generation %}...{% endgeneration %}` extension marks the assistant's
 /// tokens for `return_assistant_tokens_mask`; the render is the body unchanged. minijinja has no
 /// custom tags, so each tag becomes an always-true `if` with the same whitespace control, which
-/// renders identically (`trim_blocks`/`lstrip_blocks` treat both as block tags).
+/// renders identically (`trim_blocks`/`lstrip_blocks` treat both as block tags). `for` tags are
+/// rewritten by [`rewrite_for`].
 fn without_generation_tags(source: &str) -> String {
     let mut out = String::with_capacity(source.len());
     let mut rest = source;
@@ -204,9 +258,9 @@ fn without_generation_tags(source: &str) -> String {
             None => (body, ""),
         };
         let replacement = match body.trim() {
-            "generation" => Some("if true"),
-            "endgeneration" => Some("endif"),
-            _ => None,
+            "generation" => Some("if true".to_owned()),
+            "endgeneration" => Some("endif".to_owned()),
+            b => rewrite_for(b),
         };
         match replacement {
             Some(r) => out.push_str(&format!("{{%{lead} {r} {trail}%}}")),
@@ -267,6 +321,7 @@ impl ChatTemplate {
         env.add_filter("string", string_filter);
         env.add_filter("trim", trim_filter);
         env.add_filter("join", join_filter);
+        env.add_filter("__pyiter", py_iter);
         env.add_test("none", test_none);
         env.add_test("iterable", test_iterable);
         env.add_function("raise_exception", raise_exception);
@@ -367,5 +422,24 @@ mod tests {
         let ctx = serde_json::json!({"messages": [{"content": null, "flag": true, "x": 1e-05}]});
         let src = "{% set m = messages[0] %}{{ m.content }}|{{ m.flag }}|{{ m.x }}|{{ m.content|string }}|{{ [m.content, 1]|join(',') }}|{{ m.missing }}|{{ documents }}";
         assert_eq!(render(src, ctx), "None|True|1e-05|None|None,1||None");
+    }
+
+    #[test]
+    fn loops_iterate_like_python() {
+        let ctx = serde_json::json!({"messages": [{"content": "abc", "none": null}]});
+        let src = "{% for c in messages[0].content %}{{ c }}{% if not loop.last %},{% endif %}{% endfor %}";
+        assert_eq!(render(src, ctx.clone()), "a,b,c");
+        let src = "{% for c in messages[0].content if c != 'b' %}{{ c }}{% endfor %}";
+        assert_eq!(render(src, ctx.clone()), "ac");
+        let t = ChatTemplate::new(
+            "{% for x in messages[0].none %}{% endfor %}",
+            BTreeMap::new(),
+        )
+        .unwrap();
+        let input = ChatInput {
+            messages: ctx["messages"].as_array().cloned().unwrap_or_default(),
+            ..ChatInput::default()
+        };
+        assert!(t.render(&input).is_err());
     }
 }
