@@ -143,6 +143,16 @@ fn trim_filter(value: JinjaValue, chars: Option<String>) -> String {
     }
 }
 
+/// `|map(...)`: in `jinja2` a generator, which is not JSON-serialisable and has no length.
+fn map_filter(
+    state: &mut minijinja::State<'_, '_>,
+    value: JinjaValue,
+    args: minijinja::value::Rest<minijinja::value::ValueOrKwargs>,
+) -> std::result::Result<JinjaValue, minijinja::Error> {
+    let items = minijinja::filters::map(state, value, args)?;
+    Ok(JinjaValue::make_one_shot_iterator(items.into_iter()))
+}
+
 /// `|join(d, attribute)`: items converted with Python's `str()`.
 fn join_filter(
     value: JinjaValue,
@@ -321,6 +331,7 @@ impl ChatTemplate {
         env.add_filter("string", string_filter);
         env.add_filter("trim", trim_filter);
         env.add_filter("join", join_filter);
+        env.add_filter("map", map_filter);
         env.add_filter("__pyiter", py_iter);
         env.add_test("none", test_none);
         env.add_test("iterable", test_iterable);
