@@ -84,7 +84,7 @@ fn nth_end(text: &str, needle: &str, n: usize) -> Option<usize> {
 
 /// Where in `turn` (a render ending with an assistant turn) that turn's sampled span ends, and
 /// whether `turn` extends `prompt` (the render of what precedes the turn, with the generation
-/// prompt) with exactly `sampled`. INTERFACES.md: the span starts after the generation prompt
+/// prompt). INTERFACES.md: the span starts after the generation prompt
 /// and runs through the first eos, or to the end of the turn's render if it has none. When the
 /// actually sampled text is known and the template rendered it verbatim, the span ends after it
 /// (a model stopped by another stop id, or cut by a length limit, leaves the rest to the template).
@@ -100,9 +100,12 @@ fn sampled_end(prompt: &str, turn: &str, sampled: Option<&str>, eos: &str) -> (u
     };
     match sampled {
         Some(s) if rest.starts_with(s) => (prompt.len() + s.len(), true),
+        // The message kept for the turn renders differently from the sampled text (a parser
+        // normalised it): what follows the turn is still the template's, after its eos. Only
+        // the caller's full render can tell whether the stream is append-only there.
         _ => (
             prompt.len() + rest.find(eos).map_or(rest.len(), |p| p + eos.len()),
-            sampled.is_none(),
+            true,
         ),
     }
 }

@@ -133,6 +133,12 @@ impl Codec {
             let Ok(sampled) = self.sampled_text(context, assistant, tools, kwargs) else {
                 continue;
             };
+            let mut window: Vec<Value> = system.into_iter().cloned().collect();
+            window.push(json!({"role": "user", "content": ""}));
+            match self.sampled_text(&window, assistant, tools, kwargs) {
+                Ok(w) if w == sampled => {}
+                _ => return false,
+            }
             for gen in [true, false] {
                 let req = DeltaRequest {
                     context: Context::Full(context),
