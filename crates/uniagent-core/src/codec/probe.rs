@@ -56,7 +56,7 @@ impl Codec {
         };
         let glue = self.probe_turn_glue(template_kwargs)?;
         let ao = |assistant: &Value, new: &Value| {
-            delta(assistant, std::slice::from_ref(new), true).map_or(false, |d| d.append_only)
+            delta(assistant, std::slice::from_ref(new), true).is_ok_and(|d| d.append_only)
         };
         Ok(TemplateProbe {
             generation_prompt: self.probe_generation_prompt_with(template_kwargs)?,
