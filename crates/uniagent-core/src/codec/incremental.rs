@@ -3,17 +3,26 @@
 //! turn.
 //!
 //! # How the delta is found
-//! The tokens to append after an assistant turn are found by rendering a small *window*: the
-//! conversation's leading system message (if any), an empty user turn, the real last assistant
-//! message, then the new messages. The delta is the text after the assistant's end-of-turn
-//! token (the last eos occurrence in the window rendered without the new messages). Because the
-//! eos is a special added token, the tokenizer splits there, so tokenizing the delta alone gives
-//! exactly the ids a full render would have. The cost does not grow with the conversation.
+//! Nothing about a template's turn layout is assumed; the template itself is asked. Three
+//! renders are diffed: the context before the last assistant turn with the generation prompt
+//! (`P`), the context plus that turn (`B`), and that plus the new messages (`A`). The turn's
+//! sampled span is what `B` adds to `P`, through the first eos (or through the sampled text
+//! when it is known, or to the end of the turn when there is no eos: INTERFACES.md); the delta
+//! is the text of `A` after it. Special tokens split the tokenizer's input, so tokenizing the
+//! delta alone gives the ids a full render has there.
 //!
-//! The window also tells whether the template is append-only here: if the render with the new
-//! messages does not start with the render without them, the template rewrote the assistant
-//! turn (Qwen3 drops past reasoning once a new user query follows). The cache then records
-//! `append_only = false`; the sampled tokens stay as they were and only the suffix is appended.
+//! The context is normally a small *window* (the leading system message and an empty user
+//! turn), so the cost does not grow with the conversation. [`TemplateProbe::window_exact`]
+//! checks once per template, on sentinel conversations, that windows give the same tokens as
+//! full renders; where they do not, or where a template rejects the window, the whole
+//! conversation is the context.
+//!
+//! The renders also tell whether the template is append-only here: if `A` does not start with
+//! the turn as sampled, the template rewrote it (Qwen3 drops past reasoning once a new user
+//! query follows). The cache then records `append_only = false`; the sampled tokens stay as
+//! they were and only the suffix is appended.
+//!
+//! [`TemplateProbe::window_exact`]: super::TemplateProbe::window_exact
 
 use serde_json::{json, Value};
 
@@ -43,6 +52,17 @@ pub struct SampledTurn {
 pub(crate) struct Delta {
     pub spans: Vec<(Vec<u32>, TokenSource)>,
     pub append_only: bool,
+    /// The text the template put between the turn's sampled span and the new messages.
+    pub glue: String,
+}
+
+/// The last window prompt rendered (see [`Codec::delta_after`]).
+#[derive(Debug)]
+pub(crate) struct WindowPrompt {
+    system: Option<Value>,
+    tools: Vec<Value>,
+    kwargs: Kwargs,
+    prompt: String,
 }
 
 impl Delta {
@@ -62,55 +82,162 @@ fn nth_end(text: &str, needle: &str, n: usize) -> Option<usize> {
     Some(pos)
 }
 
+/// Where in `turn` (a render ending with an assistant turn) that turn's sampled span ends, and
+/// whether `turn` extends `prompt` (the render of what precedes the turn, with the generation
+/// prompt). INTERFACES.md: the span starts after the generation prompt
+/// and runs through the first eos, or to the end of the turn's render if it has none. When the
+/// actually sampled text is known and the template rendered it verbatim, the span ends after it
+/// (a model stopped by another stop id, or cut by a length limit, leaves the rest to the template).
+fn sampled_end(prompt: &str, turn: &str, sampled: Option<&str>, eos: &str) -> (usize, bool) {
+    let Some(rest) = turn.strip_prefix(prompt) else {
+        // The turn's render rewrote the prompt: align on the text they share.
+        let common = common_prefix(prompt, turn);
+        let rest = &turn[common..];
+        return (
+            common + rest.find(eos).map_or(rest.len(), |p| p + eos.len()),
+            false,
+        );
+    };
+    match sampled {
+        Some(s) if rest.starts_with(s) => (prompt.len() + s.len(), true),
+        // The message kept for the turn renders differently from the sampled text (a parser
+        // normalised it): what follows the turn is still the template's, after its eos. Only
+        // the caller's full render can tell whether the stream is append-only there.
+        _ => (
+            prompt.len() + rest.find(eos).map_or(rest.len(), |p| p + eos.len()),
+            true,
+        ),
+    }
+}
+
+/// Length of the longest common prefix of `a` and `b`, on a char boundary.
+fn common_prefix(a: &str, b: &str) -> usize {
+    a.char_indices()
+        .zip(b.chars())
+        .find(|((_, x), y)| x != y)
+        .map_or(a.len().min(b.len()), |((i, _), _)| i)
+}
+
+/// What precedes the assistant turn in a delta render.
+#[derive(Clone, Copy)]
+pub(crate) enum Context<'a> {
+    /// The small constant-cost window: the leading system message (if any) and an empty user
+    /// turn.
+    Window(Option<&'a Value>),
+    /// The real conversation before the assistant turn (cost grows with it; exact always).
+    Full(&'a [Value]),
+}
+
+/// The arguments of one delta computation.
+#[derive(Clone, Copy)]
+pub(crate) struct DeltaRequest<'a> {
+    pub context: Context<'a>,
+    pub assistant: &'a Value,
+    /// The text the policy sampled for `assistant`, when known.
+    pub sampled: Option<&'a str>,
+    pub new: &'a [Value],
+    pub tools: &'a [Value],
+    pub kwargs: &'a Kwargs,
+    pub add_generation_prompt: bool,
+}
+
 impl Codec {
-    /// The window render described in the module docs. `system` is the conversation's leading
-    /// system message, `assistant` its last assistant message.
-    pub(crate) fn window_delta(
+    /// The ids to append after an assistant turn: three renders (the context with the
+    /// generation prompt, the context plus the turn, and that plus `new`), then the text after
+    /// the turn's sampled span. See the module docs.
+    pub(crate) fn delta_after(&self, req: &DeltaRequest<'_>) -> Result<Delta> {
+        let input = |messages: Vec<Value>, add_generation_prompt: bool| ChatInput {
+            messages,
+            tools: req.tools.to_vec(),
+            add_generation_prompt,
+            template_kwargs: req.kwargs.clone(),
+        };
+        let (prompt, mut messages) = match req.context {
+            Context::Window(system) => {
+                let mut w: Vec<Value> = system.into_iter().cloned().collect();
+                w.push(json!({"role": "user", "content": ""}));
+                (self.window_prompt(system, req.tools, req.kwargs)?, w)
+            }
+            Context::Full(before) => (self.render(&input(before.to_vec(), true))?, before.to_vec()),
+        };
+        messages.push(req.assistant.clone());
+        let turn_len = messages.len();
+        messages.extend_from_slice(req.new);
+        let after = self.render(&input(messages.clone(), req.add_generation_prompt))?;
+        if let Some(sampled) = req.sampled {
+            // The common case costs one render: the new render extends the prompt plus what
+            // was sampled, so the delta is what follows.
+            let end = prompt.len() + sampled.len();
+            if after.starts_with(prompt.as_str()) && after.get(prompt.len()..end) == Some(sampled) {
+                let delta = &after[end..];
+                // A turn cut before its end-of-turn token is closed by the template: that
+                // token is glue too.
+                let closed = format!("{}{}", self.eos_token, self.turn_glue);
+                let glue = if delta.starts_with(&closed) {
+                    closed.as_str()
+                } else {
+                    self.turn_glue.as_str()
+                };
+                return self.label(delta, glue, true, req.add_generation_prompt);
+            }
+        }
+        messages.truncate(turn_len);
+        let before = self.render(&input(messages, false))?;
+        let eos = self.eos_token.as_str();
+        let (end, exact) = sampled_end(&prompt, &before, req.sampled, eos);
+        let turn = &before[..end];
+        let (start, append_only) = if after.starts_with(turn) {
+            (end, exact)
+        } else if turn.ends_with(eos) {
+            // The template rewrote the turn (e.g. dropped its reasoning): continue after the
+            // same end-of-turn token in the new render.
+            let k = turn.matches(eos).count();
+            (nth_end(&after, eos, k).unwrap_or(after.len()), false)
+        } else {
+            (common_prefix(turn, &after), false)
+        };
+        self.label(
+            &after[start..],
+            &before[end..],
+            append_only,
+            req.add_generation_prompt,
+        )
+    }
+
+    /// The text of `assistant`'s sampled span when rendered after `context` (the generation
+    /// prompt's render extended through the first eos, or the whole turn): what a policy that
+    /// the template describes exactly would have sampled there.
+    pub(crate) fn sampled_text(
         &self,
-        system: Option<&Value>,
+        context: &[Value],
         assistant: &Value,
-        new: &[Value],
         tools: &[Value],
         kwargs: &Kwargs,
-        add_generation_prompt: bool,
-    ) -> Result<Delta> {
-        let mut window: Vec<Value> = system.into_iter().cloned().collect();
-        window.push(json!({"role": "user", "content": ""}));
-        window.push(assistant.clone());
-        let base_len = window.len();
-        let before = self.render(&ChatInput {
-            messages: window.clone(),
-            tools: tools.to_vec(),
-            add_generation_prompt: false,
-            template_kwargs: kwargs.clone(),
-        })?;
-        window.extend_from_slice(new);
-        let after = self.render(&ChatInput {
-            messages: window,
+    ) -> Result<Option<String>> {
+        let input = |messages: Vec<Value>, add_generation_prompt: bool| ChatInput {
+            messages,
             tools: tools.to_vec(),
             add_generation_prompt,
             template_kwargs: kwargs.clone(),
-        })?;
-        let eos = self.eos_token.as_str();
-        let turns = before.matches(eos).count();
-        if turns == 0 || base_len == 0 {
-            return Err(Error::Codec {
-                message: format!("the chat template emits no `{eos}` after an assistant turn; cannot align appended messages"),
-                source: None,
-            });
-        }
-        let glue_start = nth_end(&before, eos, turns).unwrap_or(before.len());
-        let glue = &before[glue_start..];
-        let start = nth_end(&after, eos, turns).ok_or_else(|| Error::Codec {
-            message: format!(
-                "the template rendered fewer `{eos}` tokens once messages were appended"
-            ),
-            source: None,
-        })?;
-        let delta = &after[start..];
-        let append_only = after.starts_with(&before);
+        };
+        let prompt = self.render(&input(context.to_vec(), true))?;
+        let mut with_turn = context.to_vec();
+        with_turn.push(assistant.clone());
+        let turn = self.render(&input(with_turn, false))?;
+        let (end, exact) = sampled_end(&prompt, &turn, None, &self.eos_token);
+        Ok(exact.then(|| turn[prompt.len()..end].to_owned()))
+    }
+
+    /// Tokenizes a delta, labelling its leading `glue` and its trailing generation prompt as
+    /// template glue and the rest as observation (all mask 0).
+    fn label(
+        &self,
+        delta: &str,
+        glue: &str,
+        append_only: bool,
+        add_generation_prompt: bool,
+    ) -> Result<Delta> {
         let (ids, offsets) = self.encode_with_offsets(delta)?;
-        // Tokens inside the leading glue or the trailing generation prompt are template glue.
         let glue_len = if append_only && delta.starts_with(glue) {
             glue.len()
         } else {
@@ -134,7 +261,67 @@ impl Codec {
                 _ => spans.push((vec![id], source)),
             }
         }
-        Ok(Delta { spans, append_only })
+        Ok(Delta {
+            spans,
+            append_only,
+            glue: glue.to_owned(),
+        })
+    }
+
+    /// The window's prompt render (system message, empty user turn, generation prompt),
+    /// cached for the last system/tools/kwargs combination: a rollout keeps all three.
+    fn window_prompt(
+        &self,
+        system: Option<&Value>,
+        tools: &[Value],
+        kwargs: &Kwargs,
+    ) -> Result<String> {
+        if let Ok(cache) = self.window_prompt_cache.lock() {
+            if let Some(c) = cache.as_ref() {
+                if c.system.as_ref() == system && c.tools == tools && &c.kwargs == kwargs {
+                    return Ok(c.prompt.clone());
+                }
+            }
+        }
+        let mut messages: Vec<Value> = system.into_iter().cloned().collect();
+        messages.push(json!({"role": "user", "content": ""}));
+        let prompt = self.render(&ChatInput {
+            messages,
+            tools: tools.to_vec(),
+            add_generation_prompt: true,
+            template_kwargs: kwargs.clone(),
+        })?;
+        if let Ok(mut cache) = self.window_prompt_cache.lock() {
+            *cache = Some(WindowPrompt {
+                system: system.cloned(),
+                tools: tools.to_vec(),
+                kwargs: kwargs.clone(),
+                prompt: prompt.clone(),
+            });
+        }
+        Ok(prompt)
+    }
+
+    /// [`Codec::delta_after`] on `req`'s window, or on the full context (`context()`) when the
+    /// window cannot be rendered (the template rejects the synthetic conversation) or the
+    /// template's turn structure is not local ([`TemplateProbe::window_exact`]).
+    ///
+    /// [`TemplateProbe::window_exact`]: super::TemplateProbe::window_exact
+    pub(crate) fn delta_with_fallback(
+        &self,
+        req: DeltaRequest<'_>,
+        context: impl FnOnce() -> Result<Vec<Value>>,
+    ) -> Result<Delta> {
+        if self.window_exact() {
+            if let Ok(delta) = self.delta_after(&req) {
+                return Ok(delta);
+            }
+        }
+        let full = context()?;
+        self.delta_after(&DeltaRequest {
+            context: Context::Full(&full),
+            ..req
+        })
     }
 
     /// Starts a trajectory: renders `messages` with `tools`, the generation prompt and
@@ -185,14 +372,26 @@ impl Codec {
                 "messages can only be appended after an assistant turn; pass all observations of a step in one call",
             ));
         }
-        let ends_with_stop = cache
-            .tokens()
-            .ok_or_else(|| {
-                Error::invalid_input(format!("rollout `{}` has no token trace", cache.id()))
-            })?
+        let trace = cache.tokens().ok_or_else(|| {
+            Error::invalid_input(format!("rollout `{}` has no token trace", cache.id()))
+        })?;
+        let ends_with_stop = trace
             .response_ids
             .last()
             .is_some_and(|id| self.stop_ids.contains(id));
+        // The last turn's sampled tokens: the trailing mask-1 run.
+        let run = trace
+            .response_mask
+            .iter()
+            .rev()
+            .take_while(|m| **m == 1)
+            .count();
+        let sampled_ids = &trace.response_ids[trace.response_ids.len() - run..];
+        let sampled = if run > 0 {
+            Some(self.decode(sampled_ids, false)?)
+        } else {
+            None
+        };
         let system = cache
             .messages()
             .first()
@@ -204,17 +403,24 @@ impl Codec {
         let assistant_json = messages_to_json(std::slice::from_ref(last))?
             .pop()
             .unwrap_or(Value::Null);
-        let delta = self.window_delta(
-            system_json.as_ref(),
-            &assistant_json,
-            &messages_to_json(messages)?,
-            &tools_to_json(cache.tools())?,
-            cache.template_kwargs(),
-            true,
-        )?;
+        let new = messages_to_json(messages)?;
+        let tools = tools_to_json(cache.tools())?;
+        let history = cache.messages();
+        let context = || messages_to_json(&history[..history.len() - 1]);
+        let req = DeltaRequest {
+            context: Context::Window(system_json.as_ref()),
+            assistant: &assistant_json,
+            sampled: sampled.as_deref(),
+            new: &new,
+            tools: &tools,
+            kwargs: cache.template_kwargs(),
+            add_generation_prompt: true,
+        };
+        let delta = self.delta_with_fallback(req, context)?;
         let mut spans = delta.spans;
-        if !ends_with_stop {
-            // The turn was cut before its end-of-turn token: the template closes it.
+        if sampled.is_none() && !ends_with_stop {
+            // The turn was cut before its end-of-turn token and its tokens are masked out:
+            // the template closes it.
             spans.insert(0, (vec![self.eos_id], TokenSource::TemplateGlue));
         }
         let total: usize = spans.iter().map(|(ids, _)| ids.len()).sum();
@@ -296,7 +502,11 @@ impl Codec {
         let gp = if kwargs.is_empty() {
             self.generation_prompt.clone()
         } else {
-            self.probe_generation_prompt_with(kwargs)?
+            match self.probe_generation_prompt_with(kwargs) {
+                Ok(gp) => gp,
+                // No generation prompt to probe: nothing to compare the turn's start with.
+                Err(_) => return Ok(true),
+            }
         };
         let gp_ids = self.encode(&gp)?;
         let text = self.decode(ids, false)?;

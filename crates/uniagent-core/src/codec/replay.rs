@@ -4,6 +4,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
+use super::incremental::{Context, Delta, DeltaRequest};
 use super::{ChatInput, Codec};
 use crate::error::{Error, Result};
 
@@ -34,6 +35,31 @@ impl Replay {
 }
 
 impl Codec {
+    /// The delta after the assistant message `messages[i]` (sampled as `sampled`), windowed
+    /// as in a rollout, falling back to the full context like [`Codec::append_messages`].
+    #[allow(clippy::too_many_arguments)]
+    fn replay_delta(
+        &self,
+        input: &ChatInput,
+        system: Option<&Value>,
+        i: usize,
+        sampled: Option<&str>,
+        new: &[Value],
+        add_generation_prompt: bool,
+    ) -> Result<Delta> {
+        let messages = &input.messages;
+        let req = DeltaRequest {
+            context: Context::Window(system),
+            assistant: &messages[i],
+            sampled,
+            new,
+            tools: &input.tools,
+            kwargs: &input.template_kwargs,
+            add_generation_prompt,
+        };
+        self.delta_with_fallback(req, || Ok(messages[..i].to_vec()))
+    }
+
     fn input_with(
         &self,
         base: &ChatInput,
@@ -98,23 +124,19 @@ impl Codec {
         let prompt = self.render_ids(&self.input_with(input, &messages[..first], true))?;
         out.push(&prompt, 0);
         let mut i = first;
+        let mut sampled: Option<String> = None;
         while i < messages.len() {
             if is_assistant(&messages[i]) {
                 if i > 0 && is_assistant(&messages[i - 1]) {
-                    let delta = self.window_delta(
-                        system,
-                        &messages[i - 1],
-                        &[],
-                        &input.tools,
-                        &input.template_kwargs,
-                        true,
-                    )?;
+                    let delta =
+                        self.replay_delta(input, system, i - 1, sampled.as_deref(), &[], true)?;
                     out.push(&delta.ids(), 0);
                     out.append_only &= delta.append_only;
                 }
                 let (span, exact) = self.sampled_span(input, i)?;
                 out.append_only &= exact;
                 out.push(&span, 1);
+                sampled = Some(self.decode(&span, false)?);
                 let full = self.render_ids(&self.input_with(input, &messages[..=i], false))?;
                 out.append_only &= full.starts_with(&out.ids);
                 i += 1;
@@ -125,12 +147,12 @@ impl Codec {
                 .position(is_assistant)
                 .map_or(messages.len(), |k| i + k);
             let gen = end < messages.len() || input.add_generation_prompt;
-            let delta = self.window_delta(
+            let delta = self.replay_delta(
+                input,
                 system,
-                &messages[i - 1],
+                i - 1,
+                sampled.as_deref(),
                 &messages[i..end],
-                &input.tools,
-                &input.template_kwargs,
                 gen,
             )?;
             out.push(&delta.ids(), 0);
@@ -140,13 +162,12 @@ impl Codec {
             i = end;
         }
         if messages.last().is_some_and(is_assistant) {
-            let last = &messages[messages.len() - 1];
-            let delta = self.window_delta(
+            let delta = self.replay_delta(
+                input,
                 system,
-                last,
+                messages.len() - 1,
+                sampled.as_deref(),
                 &[],
-                &input.tools,
-                &input.template_kwargs,
                 input.add_generation_prompt,
             )?;
             out.push(&delta.ids(), 0);

@@ -2,14 +2,52 @@
 
 use std::collections::BTreeMap;
 
-use minijinja::value::{Kwargs, Value as JinjaValue};
+use std::sync::Arc;
+
+use minijinja::value::{Kwargs, Object, ObjectRepr, Value as JinjaValue, ValueKind};
 use minijinja::{Environment, ErrorKind as JinjaErrorKind};
 use serde_json::{Map, Value};
 
 use super::pyjson::{py_json_dumps_with, PyJsonOptions};
+use super::pyrepr::py_str;
+use super::unsupported::find_unsupported;
 use crate::error::{Error, Result};
 
 const TEMPLATE_NAME: &str = "chat_template";
+
+/// Python's `None` as `transformers` passes it for top-level variables (`tools=None`,
+/// `documents=None`): falsy, `is none`, printed `None`, and, unlike minijinja's none, not
+/// iterable and without a length (`for t in tools` raises in Python when there are no tools).
+#[derive(Debug)]
+struct PyNone;
+
+impl Object for PyNone {
+    fn repr(self: &Arc<Self>) -> ObjectRepr {
+        ObjectRepr::Plain
+    }
+
+    fn is_true(self: &Arc<Self>) -> bool {
+        false
+    }
+
+    fn render(self: &Arc<Self>, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("None")
+    }
+}
+
+fn is_py_none(value: &JinjaValue) -> bool {
+    value.is_none() || value.downcast_object_ref::<PyNone>().is_some()
+}
+
+/// `is none`: minijinja's none or a top-level Python `None`.
+fn test_none(value: &JinjaValue) -> bool {
+    is_py_none(value)
+}
+
+/// `is iterable`: Python's `None` is not (minijinja iterates it as empty).
+fn test_iterable(value: &JinjaValue) -> bool {
+    !is_py_none(value) && value.try_iter().is_ok()
+}
 
 /// What a chat template is rendered with: the `apply_chat_template` arguments.
 ///
@@ -41,6 +79,23 @@ fn tojson(value: JinjaValue, kwargs: Kwargs) -> std::result::Result<JinjaValue, 
     // `separators` is accepted for compatibility; Python's defaults are what templates use.
     let _: Option<JinjaValue> = kwargs.get("separators")?;
     kwargs.assert_all_used()?;
+    if is_py_none(&value) {
+        return Ok(JinjaValue::from_safe_string("null".into()));
+    }
+    if value.kind() == ValueKind::Iterable {
+        // A lazy iterator (Python: a generator) is not JSON-serialisable.
+        return Err(minijinja::Error::new(
+            JinjaErrorKind::InvalidOperation,
+            "tojson: an iterator is not JSON serialisable",
+        ));
+    }
+    if value.is_undefined() {
+        // Python's json.dumps raises on jinja2's Undefined.
+        return Err(minijinja::Error::new(
+            JinjaErrorKind::UndefinedError,
+            "tojson: value is undefined",
+        ));
+    }
     let json = serde_json::to_value(&value).map_err(|e| {
         minijinja::Error::new(
             JinjaErrorKind::InvalidOperation,
@@ -55,6 +110,67 @@ fn tojson(value: JinjaValue, kwargs: Kwargs) -> std::result::Result<JinjaValue, 
     Ok(JinjaValue::from_safe_string(py_json_dumps_with(
         &json, &options,
     )))
+}
+
+/// Refuses templates that use an [`UnsupportedFeature`](super::UnsupportedFeature).
+fn check_supported(source: &str) -> Result<()> {
+    match find_unsupported(source) {
+        Some(u) => Err(Error::Codec {
+            message: u.to_string(),
+            source: Some(Box::new(u)),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// `|string`: Python's `str()` (`None`, `True`, ...).
+fn string_filter(value: JinjaValue) -> JinjaValue {
+    if value.kind() == minijinja::value::ValueKind::String {
+        return value;
+    }
+    let mut out = String::new();
+    py_str(&value, &mut out);
+    JinjaValue::from(out)
+}
+
+/// `|trim`: `str(value).strip(chars)` as in `jinja2`.
+fn trim_filter(value: JinjaValue, chars: Option<String>) -> String {
+    let mut text = String::new();
+    py_str(&value, &mut text);
+    match chars {
+        Some(chars) => text.trim_matches(|c| chars.contains(c)).to_owned(),
+        None => text.trim().to_owned(),
+    }
+}
+
+/// `|map(...)`: in `jinja2` a generator, which is not JSON-serialisable and has no length.
+fn map_filter(
+    state: &mut minijinja::State<'_, '_>,
+    value: JinjaValue,
+    args: minijinja::value::Rest<minijinja::value::ValueOrKwargs>,
+) -> std::result::Result<JinjaValue, minijinja::Error> {
+    let items = minijinja::filters::map(state, value, args)?;
+    Ok(JinjaValue::make_one_shot_iterator(items.into_iter()))
+}
+
+/// `|join(d, attribute)`: items converted with Python's `str()`.
+fn join_filter(
+    value: JinjaValue,
+    sep: Option<String>,
+    attribute: Option<JinjaValue>,
+) -> std::result::Result<String, minijinja::Error> {
+    let mut out = String::new();
+    for (i, item) in value.try_iter()?.enumerate() {
+        if i > 0 {
+            out.push_str(sep.as_deref().unwrap_or(""));
+        }
+        let item = match &attribute {
+            Some(attr) => item.get_item(attr)?,
+            None => item,
+        };
+        py_str(&item, &mut out);
+    }
+    Ok(out)
 }
 
 fn raise_exception(message: String) -> std::result::Result<JinjaValue, minijinja::Error> {
@@ -74,11 +190,125 @@ fn strftime_now(format: String) -> std::result::Result<String, minijinja::Error>
     })
 }
 
+/// `for TARGET in ITER [if COND] [recursive]` becomes `for TARGET in (ITER)|__pyiter ...`, so
+/// that loops iterate as Python's do (see [`py_iter`]).
+fn rewrite_for(body: &str) -> Option<String> {
+    let rest = body.strip_prefix("for ")?;
+    let in_at = rest.find(" in ")?;
+    let (targets, iter) = (&rest[..in_at], &rest[in_at + 4..]);
+    // The iterable ends at the loop's own `if` filter or `recursive`, outside brackets and
+    // string literals (Jinja's grammar: an unparenthesised `if` there is the loop filter).
+    let mut depth = 0i32;
+    let mut quote: Option<char> = None;
+    let mut end = iter.len();
+    let mut prev = ' ';
+    for (i, c) in iter.char_indices() {
+        match quote {
+            Some(q) if c == q && prev != '\\' => quote = None,
+            Some(_) => {}
+            None => match c {
+                '"' | '\'' => quote = Some(c),
+                '(' | '[' | '{' => depth += 1,
+                ')' | ']' | '}' => depth -= 1,
+                ' ' if depth == 0
+                    && (iter[i..].starts_with(" if ") || iter[i..].starts_with(" recursive")) =>
+                {
+                    end = i;
+                    break;
+                }
+                _ => {}
+            },
+        }
+        prev = c;
+    }
+    let (expr, tail) = iter.split_at(end);
+    Some(format!("for {targets} in ({})|__pyiter{tail}", expr.trim()))
+}
+
+/// What a `for` loop iterates, as in Python: `None` raises ("'NoneType' object is not
+/// iterable"), and a string is iterated as a list of its characters (minijinja's own string
+/// iterator has no exact length, so `loop.last` would always be false).
+fn py_iter(value: JinjaValue) -> std::result::Result<JinjaValue, minijinja::Error> {
+    if is_py_none(&value) {
+        return Err(minijinja::Error::new(
+            JinjaErrorKind::InvalidOperation,
+            "'NoneType' object is not iterable",
+        ));
+    }
+    match value.as_str() {
+        Some(s) if value.kind() == ValueKind::String => Ok(JinjaValue::from(
+            s.chars().map(JinjaValue::from).collect::<Vec<_>>(),
+        )),
+        _ => Ok(value),
+    }
+}
+
+/// `transformers`' `{% generation %}...{% endgeneration %}` extension marks the assistant's
+/// tokens for `return_assistant_tokens_mask`; the render is the body unchanged. minijinja has no
+/// custom tags, so each tag becomes an always-true `if` with the same whitespace control, which
+/// renders identically (`trim_blocks`/`lstrip_blocks` treat both as block tags). `for` tags are
+/// rewritten by [`rewrite_for`].
+fn without_generation_tags(source: &str) -> String {
+    let mut out = String::with_capacity(source.len());
+    let mut rest = source;
+    while let Some(start) = rest.find("{%") {
+        out.push_str(&rest[..start]);
+        let tag = &rest[start..];
+        let Some(end) = tag.find("%}") else {
+            out.push_str(tag);
+            return out;
+        };
+        let inner = &tag[2..end];
+        let (lead, body) = match inner.strip_prefix(['-', '+']) {
+            Some(b) => (&inner[..1], b),
+            None => ("", inner),
+        };
+        let (body, trail) = match body.strip_suffix(['-', '+']) {
+            Some(b) => (b, &body[body.len() - 1..]),
+            None => (body, ""),
+        };
+        let replacement = match body.trim() {
+            "generation" => Some("if true".to_owned()),
+            "endgeneration" => Some("endif".to_owned()),
+            b => rewrite_for(b),
+        };
+        match replacement {
+            Some(r) => out.push_str(&format!("{{%{lead} {r} {trail}%}}")),
+            None => out.push_str(&tag[..end + 2]),
+        }
+        rest = &tag[end + 2..];
+    }
+    out.push_str(rest);
+    out
+}
+
 impl ChatTemplate {
+    /// Makes `strftime_now` read a fixed local time (`"2024-07-26T10:30:00"`) instead of the
+    /// clock: for reproducible renders of templates that print today's date (Llama 3.x).
+    pub fn with_fixed_clock(mut self, local_time: &str) -> Result<Self> {
+        let at: jiff::civil::DateTime = local_time.parse().map_err(|e| {
+            Error::invalid_input(format!(
+                "fixed clock `{local_time}` is not a local date-time: {e}"
+            ))
+        })?;
+        self.env
+            .add_function("strftime_now", move |format: String| {
+                jiff::fmt::strtime::format(format.as_str(), at).map_err(|e| {
+                    minijinja::Error::new(
+                        JinjaErrorKind::InvalidOperation,
+                        format!("strftime_now: {e}"),
+                    )
+                })
+            });
+        Ok(self)
+    }
+
     /// Compiles `source` with `trim_blocks`, `lstrip_blocks`, loop controls, Python-style
     /// `tojson`, Python string/dict methods (`pycompat`), `raise_exception` and `strftime_now`.
     /// `globals` are the special-token variables (`eos_token`, `bos_token`, ...).
     pub fn new(source: impl Into<String>, globals: BTreeMap<String, Value>) -> Result<Self> {
+        // jinja2's lexer turns `\r\n` and `\r` into `\n` (its default `newline_sequence`).
+        let source = source.into().replace("\r\n", "\n").replace('\r', "\n");
         let mut env = Environment::new();
         let syntax = minijinja::syntax::SyntaxConfig::builder()
             .trim_blocks(true)
@@ -91,10 +321,24 @@ impl ChatTemplate {
             })?;
         env.set_syntax(syntax);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        // `{{ x }}` is Python's `str(x)`: `None`, `True`, `1e-05`, `{'k': 1}`.
+        env.set_formatter(|out, _state, value| {
+            let mut text = String::new();
+            py_str(value, &mut text);
+            out.write_str(&text).map_err(minijinja::Error::from)
+        });
         env.add_filter("tojson", tojson);
+        env.add_filter("string", string_filter);
+        env.add_filter("trim", trim_filter);
+        env.add_filter("join", join_filter);
+        env.add_filter("map", map_filter);
+        env.add_filter("__pyiter", py_iter);
+        env.add_test("none", test_none);
+        env.add_test("iterable", test_iterable);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
-        env.add_template_owned(TEMPLATE_NAME, source.into())
+        check_supported(&source)?;
+        env.add_template_owned(TEMPLATE_NAME, without_generation_tags(&source))
             .map_err(|e| Error::Codec {
                 message: format!("chat template does not compile: {e:#}"),
                 source: Some(Box::new(e)),
@@ -123,6 +367,8 @@ impl ChatTemplate {
                 Value::Array(input.tools.clone())
             },
         );
+        // `transformers` always passes `documents` (None unless given).
+        ctx.entry("documents").or_insert(Value::Null);
         ctx.insert(
             "add_generation_prompt".into(),
             Value::Bool(input.add_generation_prompt),
@@ -134,11 +380,77 @@ impl ChatTemplate {
                 message: format!("chat template missing: {e}"),
                 source: Some(Box::new(e)),
             })?;
+        let ctx: BTreeMap<String, JinjaValue> = ctx
+            .into_iter()
+            .map(|(k, v)| {
+                let v = if v.is_null() {
+                    JinjaValue::from_object(PyNone)
+                } else {
+                    JinjaValue::from(minijinja::value::Serde(&v))
+                };
+                (k, v)
+            })
+            .collect();
         template
-            .render(JinjaValue::from(minijinja::value::Serde(&ctx)))
+            .render(JinjaValue::from(ctx))
             .map_err(|e| Error::Codec {
                 message: format!("chat template failed: {e}"),
                 source: Some(Box::new(e)),
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn render(source: &str, ctx: Value) -> String {
+        let globals = BTreeMap::new();
+        let t = ChatTemplate::new(source, globals).unwrap();
+        let messages = ctx["messages"].as_array().cloned().unwrap_or_default();
+        t.render(&ChatInput {
+            messages,
+            ..ChatInput::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn generation_blocks_render_their_body_with_the_same_whitespace() {
+        let src = "{%- for m in messages %}{% generation -%}\n[{{ m.content }}]\n{%- endgeneration %}\n{% endfor %}";
+        let plain =
+            "{%- for m in messages %}{% if true -%}\n[{{ m.content }}]\n{%- endif %}\n{% endfor %}";
+        let ctx = serde_json::json!({"messages": [{"content": "a"}, {"content": "b"}]});
+        assert_eq!(render(src, ctx.clone()), render(plain, ctx));
+        assert_eq!(
+            without_generation_tags("{%+ generation +%}x{%- endgeneration -%}"),
+            "{%+ if true +%}x{%- endif -%}"
+        );
+    }
+
+    #[test]
+    fn values_print_as_python_prints_them() {
+        let ctx = serde_json::json!({"messages": [{"content": null, "flag": true, "x": 1e-05}]});
+        let src = "{% set m = messages[0] %}{{ m.content }}|{{ m.flag }}|{{ m.x }}|{{ m.content|string }}|{{ [m.content, 1]|join(',') }}|{{ m.missing }}|{{ documents }}";
+        assert_eq!(render(src, ctx), "None|True|1e-05|None|None,1||None");
+    }
+
+    #[test]
+    fn loops_iterate_like_python() {
+        let ctx = serde_json::json!({"messages": [{"content": "abc", "none": null}]});
+        let src = "{% for c in messages[0].content %}{{ c }}{% if not loop.last %},{% endif %}{% endfor %}";
+        assert_eq!(render(src, ctx.clone()), "a,b,c");
+        let src = "{% for c in messages[0].content if c != 'b' %}{{ c }}{% endfor %}";
+        assert_eq!(render(src, ctx.clone()), "ac");
+        let t = ChatTemplate::new(
+            "{% for x in messages[0].none %}{% endfor %}",
+            BTreeMap::new(),
+        )
+        .unwrap();
+        let input = ChatInput {
+            messages: ctx["messages"].as_array().cloned().unwrap_or_default(),
+            ..ChatInput::default()
+        };
+        assert!(t.render(&input).is_err());
     }
 }
