@@ -3,6 +3,8 @@
 //! on harness-style logs. Expected values were computed by the package itself
 //! (tests/golden/swebench/generate.py); this test needs no Python.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: panics are failures
+
 use std::path::PathBuf;
 
 use serde_json::{json, Value};

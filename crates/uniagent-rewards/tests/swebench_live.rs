@@ -6,6 +6,8 @@
 //! scripts/setup/50-swebench.sh) and FAILS if the venv is missing then; skips, saying why, when
 //! it is unset.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: panics are failures
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
