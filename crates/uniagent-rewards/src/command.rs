@@ -38,7 +38,9 @@ pub struct CommandReward {
     pub command: Option<String>,
     /// Directory the command runs in (default: the sandbox's working directory).
     pub cwd: Option<String>,
-    /// Seconds before the command is interrupted (and the episode scores 0).
+    /// Seconds before the command is interrupted (and the episode scores 0). Must be positive and at most a
+    /// week; other values are refused when the config is loaded.
+    #[serde(deserialize_with = "crate::config::timeout_secs")]
     pub timeout_secs: f64,
     /// How the result becomes a score.
     pub score: CommandScore,

@@ -36,6 +36,37 @@ pub enum RewardError {
         /// Its output (tail).
         output: String,
     },
+    /// The reward's own configuration is unusable (a timeout set by the builder that the
+    /// loader would have refused).
+    #[error("bad reward configuration: {message}")]
+    BadConfig {
+        /// What is wrong.
+        message: String,
+    },
+    /// No parser of the `swebench` package has this name.
+    #[error("unknown log parser `{name}` (Python parsers: {known})")]
+    UnknownParser {
+        /// The name asked for.
+        name: String,
+        /// The names there are.
+        known: String,
+    },
+    /// The name is one of the package's non-Python parsers, which are not ported.
+    #[error(
+        "log parser `{name}` is a non-Python parser of the swebench package and is not supported"
+    )]
+    UnsupportedParser {
+        /// The name asked for.
+        name: String,
+    },
+    /// The package's parser raises on this log (so does this port).
+    #[error("log parser `{parser}` failed on this log: {message}")]
+    ParserFailed {
+        /// The parser.
+        parser: String,
+        /// What went wrong.
+        message: String,
+    },
     /// The sandbox itself failed (unreachable, died, protocol error).
     #[error(transparent)]
     Sandbox(#[from] uniagent_core::Error),
@@ -45,8 +76,12 @@ impl RewardError {
     /// The broad class of this error.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::MissingMetadata { .. } | Self::BadMetadata { .. } => ErrorKind::InvalidInput,
-            Self::NoSandbox => ErrorKind::Config,
+            Self::MissingMetadata { .. }
+            | Self::BadMetadata { .. }
+            | Self::UnknownParser { .. }
+            | Self::ParserFailed { .. } => ErrorKind::InvalidInput,
+            Self::UnsupportedParser { .. } => ErrorKind::NotSupported,
+            Self::NoSandbox | Self::BadConfig { .. } => ErrorKind::Config,
             Self::SetupFailed { .. } => ErrorKind::CommandFailed,
             Self::Sandbox(e) => e.kind(),
         }

@@ -2,9 +2,12 @@
 
 pub mod answer;
 pub mod command;
+mod config;
 mod error;
+pub mod grade;
 mod sandbox;
 pub mod suite;
+pub mod swebench;
 
 pub use answer::{AnswerMatch, AnswerMetric};
 pub use command::{CommandReward, CommandScore};

@@ -31,6 +31,9 @@ pub(crate) async fn run(
     cwd: Option<&str>,
     timeout_secs: f64,
 ) -> Result<Run, RewardError> {
+    if let Some(message) = crate::config::timeout_problem(timeout_secs) {
+        return Err(RewardError::BadConfig { message });
+    }
     let mut command = Command::shell(script, Some(timeout_secs));
     command.cwd = cwd.map(str::to_owned);
     command.merge_output_streams = true;

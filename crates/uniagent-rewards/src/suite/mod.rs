@@ -47,7 +47,9 @@ pub struct TestsReward {
     pub repo_dir: Option<String>,
     /// The runner whose log is parsed.
     pub log_format: LogFormat,
-    /// Seconds before the test run is interrupted (and scores 0).
+    /// Seconds before the test run is interrupted (and scores 0). Must be positive and at most a
+    /// week; other values are refused when the config is loaded.
+    #[serde(deserialize_with = "crate::config::timeout_secs")]
     pub timeout_secs: f64,
     /// Bytes of the test log kept in the details.
     pub output_tail_bytes: usize,

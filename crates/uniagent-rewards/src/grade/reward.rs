@@ -1,0 +1,130 @@
+//! [`FreshSandboxTests`]: the SWE-bench grading as a training reward.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use uniagent_core::runner::SandboxFactory;
+use uniagent_core::{Result, RewardContext, RewardOutcome, RewardSpec};
+
+use super::extract::extract_patch;
+use super::fresh::{grade_patch, GradeOptions, Verdict};
+use super::instance::SweInstance;
+use crate::error::RewardError;
+use crate::sandbox::sandbox;
+
+/// Scores a SWE-style rollout as the SWE-bench harness would: the agent's `git diff` against
+/// `base_commit` is taken from its sandbox ([`extract_patch`]) and graded in a fresh sandbox
+/// from `sandboxes` ([`grade_patch`]). Nothing else the agent did in its sandbox (test edits,
+/// git tricks, planted files outside the repository, a dead sandbox) reaches the verdict.
+///
+/// The task metadata is a dataset row ([`SweInstance::from_json`]; the task id stands in for a
+/// missing `instance_id`). Score 1.0 when resolved (FULL), else 0.0; an agent that left no
+/// usable repository (deleted `.git`) scores 0. Infrastructure failures (the fresh sandbox
+/// does not start, the test patch does not apply, the tests never ran) are errors, not zeros.
+///
+/// [`TestsReward`](crate::TestsReward) is the cheaper opt-in that runs the tests in the agent's
+/// own sandbox; use it only where the agent cannot be adversarial.
+#[derive(Clone)]
+pub struct FreshSandboxTests {
+    sandboxes: Arc<dyn SandboxFactory>,
+    /// How the fresh sandbox grades.
+    pub options: GradeOptions,
+    /// Where the repository is in the agent's sandbox, when not at the task's `repo_dir`.
+    pub agent_repo_dir: Option<String>,
+}
+
+impl fmt::Debug for FreshSandboxTests {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FreshSandboxTests")
+            .field("options", &self.options)
+            .field("agent_repo_dir", &self.agent_repo_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FreshSandboxTests {
+    /// Grades in fresh sandboxes from `sandboxes` (given the task, it must return a sandbox of
+    /// the task's image).
+    pub fn new(sandboxes: Arc<dyn SandboxFactory>) -> Self {
+        Self {
+            sandboxes,
+            options: GradeOptions::default(),
+            agent_repo_dir: None,
+        }
+    }
+
+    /// Reads the agent's work from `dir` in its sandbox (the fresh sandbox still uses the
+    /// task's `repo_dir`).
+    pub fn with_agent_repo_dir(mut self, dir: impl Into<String>) -> Self {
+        self.agent_repo_dir = Some(dir.into());
+        self
+    }
+
+    /// Grades with `options`.
+    pub fn with_options(mut self, options: GradeOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    async fn outcome(
+        &self,
+        ctx: &RewardContext<'_>,
+    ) -> std::result::Result<RewardOutcome, RewardError> {
+        let mut row = Value::Object(ctx.task.metadata.clone());
+        if row.get("instance_id").is_none() {
+            row["instance_id"] = json!(ctx.task.id);
+        }
+        let instance = SweInstance::from_json(&row)?;
+        let agent = sandbox(ctx)?;
+        let patch = match extract_patch(
+            agent,
+            self.agent_repo_dir.as_deref().unwrap_or(&instance.repo_dir),
+            &instance.base_commit,
+        )
+        .await
+        {
+            Ok(patch) => patch,
+            Err(RewardError::SetupFailed { output, .. }) => {
+                // The agent's repository no longer yields a diff (its `.git` deleted or broken):
+                // only the agent could have done that.
+                return Ok(RewardOutcome::binary(false)
+                    .with_detail("verdict", json!("patch_unavailable"))
+                    .with_detail("message", json!(output)));
+            }
+            Err(e) => return Err(e),
+        };
+        let fresh = self.sandboxes.create(ctx.task)?;
+        let grade = grade_patch(fresh, &instance, &patch, &self.options).await;
+        if grade.verdict == Verdict::Error {
+            return Err(RewardError::SetupFailed {
+                step: format!("grading in a fresh sandbox ({:?})", grade.error),
+                exit_code: None,
+                output: grade.message.unwrap_or_default(),
+            });
+        }
+        let mut details = serde_json::to_value(&grade).unwrap_or(Value::Null);
+        let outcome = RewardOutcome::binary(grade.verdict == Verdict::Resolved)
+            .with_detail("log_tail", json!(crate::error::tail(&grade.log, 4000)));
+        Ok(match details.as_object_mut() {
+            Some(map) => map
+                .iter()
+                .fold(outcome, |o, (k, v)| o.with_detail(k, v.clone())),
+            None => outcome,
+        })
+    }
+}
+
+#[async_trait]
+impl RewardSpec for FreshSandboxTests {
+    fn name(&self) -> &str {
+        "swe_fresh_sandbox"
+    }
+
+    async fn score(&self, ctx: &RewardContext<'_>) -> Result<RewardOutcome> {
+        self.outcome(ctx)
+            .await
+            .map_err(|e| e.into_core(self.name()))
+    }
+}
