@@ -90,6 +90,7 @@ fn main() {
             response_ids: p.iter().rev().cycle().take(NEW).copied().collect(),
             response_mask: vec![1; NEW],
             response_logprobs: None,
+            weight_versions: None,
             reward_score: None,
             num_turns: 2,
             metrics: AgentLoopMetrics::default(),

@@ -11,6 +11,12 @@ pub mod generate;
 #[cfg(feature = "tch")]
 pub mod trainer;
 
+#[cfg(feature = "tch")]
+pub mod pipeline;
+
+#[cfg(feature = "tch")]
+pub mod scratch;
+
 /// The `tch` crate this crate is built against, so that dependents use the same version.
 #[cfg(feature = "tch")]
 pub use tch;

@@ -179,7 +179,10 @@ fn bad_requests_are_typed_errors() {
 async fn engine_batches_concurrent_calls_and_tracks_weight_versions() {
     let engine = Arc::new(TchEngine::new(
         common::tiny_model(),
-        EngineConfig { max_batch_size: 8 },
+        EngineConfig {
+            max_batch_size: 8,
+            ..EngineConfig::default()
+        },
     ));
     assert_eq!(engine.name(), "tch");
     let reference = common::tiny_model();

@@ -60,6 +60,7 @@ fn rollouts(model: &Qwen2ForCausalLM) -> (Vec<AgentLoopOutput>, Vec<String>) {
                 response_ids: ids,
                 response_mask: mask,
                 response_logprobs: Some(logprobs),
+                weight_versions: None,
                 reward_score: Some(if k == 0 { 1.0 } else { 0.0 }),
                 num_turns: 2,
                 metrics: AgentLoopMetrics::default(),

@@ -28,4 +28,4 @@ pub use feedback::{
 pub use interaction::{AgentInteraction, RolloutControl};
 #[cfg(feature = "codec")]
 pub use token_model::TokenChatModel;
-pub use trajectory::{rollout_id, EpisodeCounts, PhaseTimings, Trajectory};
+pub use trajectory::{rollout_id, EpisodeCounts, PhaseTimings, TrainingUse, Trajectory};

@@ -81,7 +81,66 @@ pub struct Trajectory {
     pub messages: Vec<Message>,
 }
 
+/// What training does with one trajectory: the one place that decides it (see
+/// [`Trajectory::training_use`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "use")]
+pub enum TrainingUse {
+    /// In the batch and in its group's baseline, with this reward (0 for failures the agent
+    /// could have caused, whatever the reward said).
+    Train {
+        /// The reward trained on.
+        reward: f64,
+    },
+    /// Out of the batch *and* out of its group's baseline: infrastructure failed and the
+    /// policy had no part in it.
+    Drop,
+}
+
 impl Trajectory {
+    /// The training policy, decided here once for every trainer:
+    ///
+    /// - **Dropped** ([`TrainingUse::Drop`]): endings the policy cannot cause — the model
+    ///   backend failed, the run was cancelled, an internal error — and a sandbox that failed
+    ///   before the agent executed any tool call (it never started properly). They leave the
+    ///   batch and their group's baseline, so they neither reward nor punish anyone.
+    /// - **Reward-0 failures**: every other abnormal ending, including the infrastructure-
+    ///   looking ones the agent can cause itself — its sandbox dying after it ran commands
+    ///   (out-of-memory kill, killing the sandbox server), a reward that cannot be computed
+    ///   (the repository broken so the reward cannot set up), the wall-clock budget — train
+    ///   with reward 0. Dropping them would teach the policy to crash its sandbox to escape a
+    ///   bad score.
+    /// - Normal endings train with their reward (0 when none was computed).
+    ///
+    /// Whether the tokens carry gradient is the mask's business (the loop's `MaskPolicy`); a
+    /// masked reward-0 failure still counts in its group's baseline.
+    ///
+    /// ```
+    /// use uniagent_core::agent::{ExitReason, Trajectory, TrainingUse};
+    /// use uniagent_core::Message;
+    /// let mut t = Trajectory::empty("t", 0, vec![Message::user("hi")], ExitReason::ModelError, None);
+    /// assert_eq!(t.training_use(), TrainingUse::Drop);
+    /// t.exit_reason = ExitReason::SandboxError;
+    /// assert_eq!(t.training_use(), TrainingUse::Drop); // failed before the agent acted
+    /// t.counts.tool_calls = 2;
+    /// assert_eq!(t.training_use(), TrainingUse::Train { reward: 0.0 }); // the agent may have killed it
+    /// ```
+    pub fn training_use(&self) -> TrainingUse {
+        let acted = self.counts.tool_calls > 0;
+        match self.exit_reason {
+            ExitReason::ModelError | ExitReason::Cancelled | ExitReason::InternalError => {
+                TrainingUse::Drop
+            }
+            ExitReason::SandboxError if !acted => TrainingUse::Drop,
+            ExitReason::SandboxError | ExitReason::RewardError | ExitReason::WallClockTimeout => {
+                TrainingUse::Train { reward: 0.0 }
+            }
+            _ => TrainingUse::Train {
+                reward: self.output.reward_score.unwrap_or(0.0),
+            },
+        }
+    }
+
     /// Whether the task counts as solved (the reward says so).
     pub fn is_success(&self) -> bool {
         self.reward.as_ref().is_some_and(|r| r.success)
@@ -95,6 +154,9 @@ impl Trajectory {
             self.output.response_mask.iter_mut().for_each(|m| *m = 0);
             if let Some(lps) = &mut self.output.response_logprobs {
                 lps.iter_mut().for_each(|lp| *lp = 0.0);
+            }
+            if let Some(versions) = &mut self.output.weight_versions {
+                versions.iter_mut().for_each(|v| *v = None);
             }
         }
         self.output

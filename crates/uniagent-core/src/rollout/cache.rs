@@ -95,6 +95,11 @@ impl TokenTrace {
 /// let trace = cache.tokens().unwrap();
 /// assert_eq!(trace.response_mask, vec![1, 1, 0]);
 /// assert_eq!(trace.response_logprobs, vec![-0.5, -0.25, 0.0]);
+/// // Provenance reaches the trainer: one weight version per response token, null on mask 0.
+/// let out = cache.to_agent_loop_output();
+/// assert_eq!(out.weight_versions, Some(vec![Some(3), Some(3), None]));
+/// cache.mask_out_turn(0);
+/// assert_eq!(cache.to_agent_loop_output().weight_versions, Some(vec![None, None, None]));
 /// // Sampled ids must come with as many logprobs.
 /// assert!(cache.append_sampled(&[1, 2], &[-0.1], None).is_err());
 /// ```
@@ -495,6 +500,13 @@ impl RolloutCache {
     /// Converts into verl's `AgentLoopOutput` (token fields empty for message-only caches).
     pub fn to_agent_loop_output(&self) -> super::AgentLoopOutput {
         let t = self.tokens.clone().unwrap_or_default();
+        // Masked-out tokens carry no version: nothing is trained on them.
+        let versions: Vec<Option<u64>> = t
+            .provenance
+            .iter()
+            .zip(&t.response_mask)
+            .map(|(p, &m)| if m == 0 { None } else { p.weight_version })
+            .collect();
         let user_turns = self
             .messages
             .iter()
@@ -505,6 +517,7 @@ impl RolloutCache {
             response_ids: t.response_ids,
             response_mask: t.response_mask,
             response_logprobs: self.tokens.as_ref().map(|_| t.response_logprobs),
+            weight_versions: self.tokens.as_ref().map(|_| versions),
             reward_score: None,
             num_turns: user_turns + self.assistant_turns + 1,
             metrics: super::AgentLoopMetrics::default(),

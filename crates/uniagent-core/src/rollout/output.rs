@@ -39,6 +39,12 @@ pub struct AgentLoopOutput {
     pub response_mask: Vec<u8>,
     /// Engine logprob per response token (0.0 where mask is 0); `None` without token data.
     pub response_logprobs: Option<Vec<f32>>,
+    /// Provenance: the weight version of the policy that sampled each response token (same
+    /// length as `response_ids`); `null` on mask-0 tokens and where the backend tracks no
+    /// version. `None` without token data. Staleness is computed from it, and tokens of a
+    /// partial rollout resumed after a weight update keep the version that produced them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight_versions: Option<Vec<Option<u64>>>,
     /// Trajectory reward, when computed by the loop.
     pub reward_score: Option<f64>,
     /// user turns + assistant turns + 1, as verl's `ToolAgentLoop` counts.

@@ -31,6 +31,20 @@ pub(crate) fn validate_request(model: &Qwen2ForCausalLM, request: &GenerateReque
     Ok(())
 }
 
+/// Which log-probability an engine reports per sampled token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogprobKind {
+    /// Under the model's unmodified distribution (temperature 1, no truncation): vLLM's
+    /// `raw_logprobs`, comparable with a recompute at temperature 1.
+    #[default]
+    Raw,
+    /// Under the distribution the token was drawn from (temperature, top-k, top-p): vLLM's
+    /// `processed_logprobs`, the behaviour policy of rollout correction, comparable with a
+    /// recompute at the rollout temperature.
+    Processed,
+}
+
 struct Row {
     budget: usize,
     rng: fastrand::Rng,
@@ -49,6 +63,16 @@ pub fn generate_batch(
     model: &Qwen2ForCausalLM,
     requests: &[GenerateRequest],
     weight_version: Option<u64>,
+) -> Result<Vec<GenerateOutput>> {
+    generate_batch_with(model, requests, weight_version, LogprobKind::Raw)
+}
+
+/// [`generate_batch`] reporting the logprobs of `kind`.
+pub fn generate_batch_with(
+    model: &Qwen2ForCausalLM,
+    requests: &[GenerateRequest],
+    weight_version: Option<u64>,
+    kind: LogprobKind,
 ) -> Result<Vec<GenerateOutput>> {
     for request in requests {
         validate_request(model, request)?;
@@ -71,7 +95,7 @@ pub fn generate_batch(
         .filter(|&i| rows[i].finish.is_none())
         .collect();
     if !active.is_empty() {
-        tch::no_grad(|| decode(model, requests, &mut rows, &mut active))?;
+        tch::no_grad(|| decode(model, requests, &mut rows, &mut active, kind))?;
     }
     Ok(rows
         .into_iter()
@@ -89,6 +113,7 @@ fn decode(
     requests: &[GenerateRequest],
     rows: &mut [Row],
     active: &mut Vec<usize>,
+    kind: LogprobKind,
 ) -> Result<()> {
     let device = model.device();
     let width = active
@@ -136,7 +161,10 @@ fn decode(
                 &mut row.rng,
             );
             row.tokens.push(sampled.token);
-            row.logprobs.push(sampled.logprob);
+            row.logprobs.push(match kind {
+                LogprobKind::Raw => sampled.logprob,
+                LogprobKind::Processed => sampled.processed_logprob,
+            });
             if request.stop_token_ids.contains(&sampled.token) {
                 row.finish = Some(FinishReason::Stop);
             } else if row.tokens.len() >= row.budget {

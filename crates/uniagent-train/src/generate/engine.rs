@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot};
 use uniagent_core::{Error, GenerateOutput, GenerateRequest, Result, TokenGenerator};
 
-use super::batch::{generate_batch, validate_request};
+use super::batch::{generate_batch_with, validate_request, LogprobKind};
 use crate::model::Qwen2ForCausalLM;
 
 /// Engine settings.
@@ -15,11 +15,16 @@ use crate::model::Qwen2ForCausalLM;
 pub struct EngineConfig {
     /// Most requests decoded together in one batch.
     pub max_batch_size: usize,
+    /// Which logprobs the outputs carry (raw by default).
+    pub logprobs: LogprobKind,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        Self { max_batch_size: 64 }
+        Self {
+            max_batch_size: 64,
+            logprobs: LogprobKind::Raw,
+        }
     }
 }
 
@@ -74,7 +79,8 @@ impl TchEngine {
         let worker_model = Arc::clone(&model);
         let worker_version = Arc::clone(&version);
         let max_batch = config.max_batch_size.max(1);
-        std::thread::spawn(move || run_worker(jobs, worker_model, worker_version, max_batch));
+        let kind = config.logprobs;
+        std::thread::spawn(move || run_worker(jobs, worker_model, worker_version, max_batch, kind));
         Self {
             queue,
             model,
@@ -104,6 +110,7 @@ fn run_worker(
     model: Arc<Mutex<Qwen2ForCausalLM>>,
     version: Arc<AtomicU64>,
     max_batch: usize,
+    kind: LogprobKind,
 ) {
     while let Some(first) = jobs.blocking_recv() {
         let mut batch = vec![first];
@@ -135,7 +142,7 @@ fn run_worker(
         }
         let requests: Vec<GenerateRequest> = valid.iter().map(|j| j.request.clone()).collect();
         let current = Some(version.load(Ordering::SeqCst));
-        match generate_batch(&model, &requests, current) {
+        match generate_batch_with(&model, &requests, current, kind) {
             Ok(outputs) => {
                 for (job, output) in valid.into_iter().zip(outputs) {
                     let _ = job.reply.send(Ok(output));

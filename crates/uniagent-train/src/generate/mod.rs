@@ -6,6 +6,6 @@ mod batch;
 mod engine;
 mod sampler;
 
-pub use batch::generate_batch;
+pub use batch::{generate_batch, generate_batch_with, LogprobKind};
 pub use engine::{EngineConfig, TchEngine};
 pub use sampler::{sample_token, Sampled};

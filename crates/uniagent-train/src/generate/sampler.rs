@@ -10,6 +10,11 @@ pub struct Sampled {
     /// `log_softmax(logits)[token]`: temperature 1, no top-p/top-k (vLLM's default
     /// `raw_logprobs`).
     pub logprob: f32,
+    /// The log-probability under the distribution the token was really drawn from (vLLM's
+    /// `processed_logprobs`): `logits / temperature`, truncated by top-k/top-p and
+    /// renormalised; 0 for greedy picks (a point mass). The behaviour policy of rollout
+    /// correction.
+    pub processed_logprob: f32,
 }
 
 /// Picks the next token from one row of float32 logits.
@@ -38,14 +43,15 @@ pub fn sample_token(logits: &[f32], params: &SamplingParams, rng: &mut fastrand:
     let log_z = max + logits.iter().map(|&l| (l - max).exp()).sum::<f32>().ln();
     let logprob_of = |token: usize| logits.get(token).map_or(f32::NEG_INFINITY, |&l| l - log_z);
     let greedy = params.temperature <= 0.0 || params.top_k == Some(1);
-    let token = if greedy {
-        argmax(logits)
+    let (token, processed) = if greedy {
+        (argmax(logits), 0.0)
     } else {
         draw(logits, max, params, rng)
     };
     Sampled {
         token: token as u32,
         logprob: logprob_of(token),
+        processed_logprob: processed as f32,
     }
 }
 
@@ -59,7 +65,13 @@ fn argmax(logits: &[f32]) -> usize {
     best
 }
 
-fn draw(logits: &[f32], max: f32, params: &SamplingParams, rng: &mut fastrand::Rng) -> usize {
+/// The drawn id and its log-probability under the (tempered, truncated) sampling distribution.
+fn draw(
+    logits: &[f32],
+    max: f32,
+    params: &SamplingParams,
+    rng: &mut fastrand::Rng,
+) -> (usize, f64) {
     let inv_t = 1.0 / params.temperature;
     // Unnormalised probabilities, in f64 for a stable cumulative sum.
     let weights: Vec<f64> = logits
@@ -71,11 +83,9 @@ fn draw(logits: &[f32], max: f32, params: &SamplingParams, rng: &mut fastrand::R
         .map_or(logits.len(), |k| (k as usize).min(logits.len()));
     let truncate = top_k < logits.len() || params.top_p < 1.0;
     if !truncate {
-        return inverse_cdf(
-            weights.iter().copied().enumerate(),
-            weights.iter().sum(),
-            rng,
-        );
+        let mass: f64 = weights.iter().sum();
+        let i = inverse_cdf(weights.iter().copied().enumerate(), mass, rng);
+        return (i, (weights[i] / mass).ln());
     }
     let mut order: Vec<usize> = (0..logits.len()).collect();
     if top_k < order.len() {
@@ -99,8 +109,9 @@ fn draw(logits: &[f32], max: f32, params: &SamplingParams, rng: &mut fastrand::R
         }
     }
     let kept = &order[..keep];
-    let mass = kept.iter().map(|&i| weights[i]).sum();
-    inverse_cdf(kept.iter().map(|&i| (i, weights[i])), mass, rng)
+    let mass: f64 = kept.iter().map(|&i| weights[i]).sum();
+    let i = inverse_cdf(kept.iter().map(|&i| (i, weights[i])), mass, rng);
+    (i, (weights[i] / mass).ln())
 }
 
 fn inverse_cdf(
@@ -168,6 +179,30 @@ mod tests {
                 w[i] / z
             );
         }
+    }
+
+    #[test]
+    fn processed_logprob_is_that_of_the_sampling_distribution() {
+        let logits = [0.5f32, 1.5, -0.5, 1.0];
+        let mut rng = fastrand::Rng::with_seed(4);
+        for _ in 0..50 {
+            // Temperature 0.5, no truncation: log_softmax(logits / 0.5).
+            let s = sample_token(&logits, &params(0.5, 1.0, None), &mut rng);
+            let z = logits
+                .iter()
+                .map(|l| f64::from(l / 0.5).exp())
+                .sum::<f64>()
+                .ln();
+            let expected = f64::from(logits[s.token as usize] / 0.5) - z;
+            assert!((f64::from(s.processed_logprob) - expected).abs() < 1e-5);
+            // Top-k 2 at temperature 1: renormalised over ids 1 and 3.
+            let s = sample_token(&logits, &params(1.0, 1.0, Some(2)), &mut rng);
+            let z = (1.5f64.exp() + 1.0f64.exp()).ln();
+            let expected = f64::from(logits[s.token as usize]) - z;
+            assert!((f64::from(s.processed_logprob) - expected).abs() < 1e-5);
+        }
+        let g = sample_token(&logits, &params(0.0, 1.0, None), &mut rng);
+        assert_eq!(g.processed_logprob, 0.0);
     }
 
     #[test]

@@ -186,6 +186,14 @@ impl Qwen2ForCausalLM {
         &mut self.vs
     }
 
+    /// A copy of this model (same architecture, device and dtype; the same weights, in
+    /// separate tensors): a frozen reference, or the generation engine's copy.
+    pub fn try_clone(&self) -> Result<Self> {
+        let mut copy = Self::new(self.config.clone(), self.device(), self.dtype)?;
+        copy.copy_weights_from(self)?;
+        Ok(copy)
+    }
+
     /// Copies all parameters from another model of the same architecture (no gradient).
     pub fn copy_weights_from(&mut self, other: &Qwen2ForCausalLM) -> Result<()> {
         self.vs

@@ -36,6 +36,7 @@ mod kl;
 mod masked;
 mod policy_loss;
 mod report;
+mod rollout_corr;
 
 pub use advantages::{
     gae_advantages, grpo_advantages, reinforce_plus_plus_advantages,
@@ -47,7 +48,12 @@ pub use groups::Groups;
 pub use kl::{entropy_from_logits, kl_penalty, KlEstimator, KlKind};
 pub use masked::{masked_mean, masked_sum, masked_var, masked_whiten};
 pub use policy_loss::{
-    cispo_policy_loss, gspo_policy_loss, policy_loss, vanilla_policy_loss, ClipConfig, PolicyLoss,
-    PolicyLossMode,
+    cispo_policy_loss, cispo_policy_loss_weighted, gspo_policy_loss, gspo_policy_loss_weighted,
+    policy_loss, policy_loss_weighted, vanilla_policy_loss, vanilla_policy_loss_weighted,
+    ClipConfig, PolicyLoss, PolicyLossMode,
 };
 pub use report::{rl_report, LossReport, RlBatch, RlBatchConfig, RlReport};
+pub use rollout_corr::{
+    is_weights, rejection_mask, rollout_correction, CorrectionMetrics, IsConfig, IsLevel,
+    RolloutCorrection, RsCriterion, RsStatistic,
+};

@@ -113,6 +113,44 @@ fn check_window(clip: &ClipConfig) -> RlResult<()> {
     Ok(())
 }
 
+/// `pg · w` when rollout-correction weights are given (verl: `pg_losses * rollout_is_weights`).
+fn apply_weights(pg: Tensor, weights: Option<&Tensor>) -> Tensor {
+    match weights {
+        Some(w) => pg * w.detach(),
+        None => pg,
+    }
+}
+
+/// [`policy_loss`] with rollout-correction weights (see [`vanilla_policy_loss_weighted`]).
+#[allow(clippy::too_many_arguments)]
+pub fn policy_loss_weighted(
+    mode: PolicyLossMode,
+    old_log_prob: &Tensor,
+    log_prob: &Tensor,
+    advantages: &Tensor,
+    response_mask: &Tensor,
+    clip: &ClipConfig,
+    agg: LossAggMode,
+    info: &GlobalBatchInfo,
+    weights: Option<&Tensor>,
+) -> RlResult<PolicyLoss> {
+    let f = match mode {
+        PolicyLossMode::Vanilla => vanilla_policy_loss_weighted,
+        PolicyLossMode::Gspo => gspo_policy_loss_weighted,
+        PolicyLossMode::Cispo => cispo_policy_loss_weighted,
+    };
+    f(
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        clip,
+        agg,
+        info,
+        weights,
+    )
+}
+
 /// Computes the loss of `mode`; see [`vanilla_policy_loss`], [`gspo_policy_loss`] and
 /// [`cispo_policy_loss`].
 // verl's own signature (old, new, advantages, mask, config, aggregation) plus the mode.
@@ -176,6 +214,31 @@ pub fn vanilla_policy_loss(
     agg: LossAggMode,
     info: &GlobalBatchInfo,
 ) -> RlResult<PolicyLoss> {
+    vanilla_policy_loss_weighted(
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        clip,
+        agg,
+        info,
+        None,
+    )
+}
+
+/// [`vanilla_policy_loss`] with verl's `rollout_is_weights` multiplying each token's loss before the
+/// aggregation (rollout correction; the weights are detached).
+#[allow(clippy::too_many_arguments)]
+pub fn vanilla_policy_loss_weighted(
+    old_log_prob: &Tensor,
+    log_prob: &Tensor,
+    advantages: &Tensor,
+    response_mask: &Tensor,
+    clip: &ClipConfig,
+    agg: LossAggMode,
+    info: &GlobalBatchInfo,
+    weights: Option<&Tensor>,
+) -> RlResult<PolicyLoss> {
     check_inputs(old_log_prob, log_prob, advantages, response_mask)?;
     check_window(clip)?;
     if clip.clip_ratio_c.is_nan() || clip.clip_ratio_c <= 1.0 {
@@ -199,6 +262,7 @@ pub fn vanilla_policy_loss(
     let lower = clipped1.gt_tensor(&pg3).to_kind(kind) * negative.to_kind(kind);
     let pg_clipfrac_lower = masked_mean(&lower, response_mask);
     let pg = clipped2.where_self(&negative, &clipped1);
+    let pg = apply_weights(pg, weights);
     let loss = agg_loss(&pg, &as_bool(response_mask), agg, info)?;
     Ok(PolicyLoss {
         loss,
@@ -228,6 +292,31 @@ pub fn gspo_policy_loss(
     agg: LossAggMode,
     info: &GlobalBatchInfo,
 ) -> RlResult<PolicyLoss> {
+    gspo_policy_loss_weighted(
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        clip,
+        agg,
+        info,
+        None,
+    )
+}
+
+/// [`gspo_policy_loss`] with verl's `rollout_is_weights` multiplying each token's loss before the
+/// aggregation (rollout correction; the weights are detached).
+#[allow(clippy::too_many_arguments)]
+pub fn gspo_policy_loss_weighted(
+    old_log_prob: &Tensor,
+    log_prob: &Tensor,
+    advantages: &Tensor,
+    response_mask: &Tensor,
+    clip: &ClipConfig,
+    agg: LossAggMode,
+    info: &GlobalBatchInfo,
+    weights: Option<&Tensor>,
+) -> RlResult<PolicyLoss> {
     check_inputs(old_log_prob, log_prob, advantages, response_mask)?;
     check_window(clip)?;
     let kind = log_prob.kind();
@@ -241,6 +330,7 @@ pub fn gspo_policy_loss(
     let pg1 = &neg_adv * &ratio;
     let pg2 = &neg_adv * ratio.clamp(1.0 - clip.clip_ratio_low, 1.0 + clip.clip_ratio_high);
     let pg = pg1.maximum(&pg2);
+    let pg = apply_weights(pg, weights);
     let loss = agg_loss(&pg, &mask, agg, info)?;
     let pg_clipfrac = masked_mean(&pg2.gt_tensor(&pg1).to_kind(kind), &mask);
     let ppo_kl = masked_mean(&delta.neg(), &mask);
@@ -267,6 +357,31 @@ pub fn cispo_policy_loss(
     agg: LossAggMode,
     info: &GlobalBatchInfo,
 ) -> RlResult<PolicyLoss> {
+    cispo_policy_loss_weighted(
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        clip,
+        agg,
+        info,
+        None,
+    )
+}
+
+/// [`cispo_policy_loss`] with verl's `rollout_is_weights` multiplying each token's loss before the
+/// aggregation (rollout correction; the weights are detached).
+#[allow(clippy::too_many_arguments)]
+pub fn cispo_policy_loss_weighted(
+    old_log_prob: &Tensor,
+    log_prob: &Tensor,
+    advantages: &Tensor,
+    response_mask: &Tensor,
+    clip: &ClipConfig,
+    agg: LossAggMode,
+    info: &GlobalBatchInfo,
+    weights: Option<&Tensor>,
+) -> RlResult<PolicyLoss> {
     check_inputs(old_log_prob, log_prob, advantages, response_mask)?;
     check_window(clip)?;
     let kind = log_prob.kind();
@@ -277,6 +392,7 @@ pub fn cispo_policy_loss(
     let clipped = ratio.clamp(1.0 - clip.clip_ratio_low, 1.0 + clip.clip_ratio_high);
     let pg = clipped.detach().neg() * advantages * log_prob;
     let pg_clipfrac = masked_mean(&ratio.ne_tensor(&clipped).to_kind(kind), &mask);
+    let pg = apply_weights(pg, weights);
     let loss = agg_loss(&pg, &mask, agg, info)?;
     Ok(PolicyLoss {
         loss,

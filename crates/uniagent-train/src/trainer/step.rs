@@ -11,7 +11,8 @@ use super::config::{OldLogProbSource, RlObjective, TrainMode, TrainerConfig};
 use super::logprob::{response_logits, token_logprobs};
 use crate::model::{tch_error, Qwen2ForCausalLM};
 use crate::rl::{
-    agg_loss, entropy_from_logits, kl_penalty, policy_loss, GlobalBatchInfo, LossAggMode,
+    agg_loss, entropy_from_logits, kl_penalty, policy_loss_weighted, rollout_correction,
+    CorrectionMetrics, GlobalBatchInfo, LossAggMode, RolloutCorrection,
 };
 
 /// What one step measured.
@@ -31,8 +32,10 @@ pub struct StepMetrics {
     pub grad_norm: f64,
     /// Learning rate used by this step.
     pub lr: f64,
-    /// Mask-1 response tokens in the batch.
+    /// Mask-1 response tokens in the batch (after rollout-correction rejection).
     pub tokens: i64,
+    /// What rollout correction did (all 0 without it).
+    pub correction: CorrectionMetrics,
 }
 
 /// A GRPO/GSPO/PPO (or SFT) trainer over a [`Qwen2ForCausalLM`] policy.
@@ -55,6 +58,7 @@ pub struct StepMetrics {
 /// # Ok(()) }
 /// ```
 pub struct Trainer {
+    correction: RolloutCorrection,
     policy: Qwen2ForCausalLM,
     reference: Option<Qwen2ForCausalLM>,
     optimizer: nn::Optimizer,
@@ -107,6 +111,7 @@ impl Trainer {
         optimizer.set_weight_decay_group(crate::model::DECAY_GROUP, o.weight_decay);
         optimizer.set_weight_decay_group(crate::model::NO_DECAY_GROUP, 0.0);
         Ok(Self {
+            correction: RolloutCorrection::default(),
             policy,
             reference,
             optimizer,
@@ -118,6 +123,23 @@ impl Trainer {
     /// The policy being trained.
     pub fn policy(&self) -> &Qwen2ForCausalLM {
         &self.policy
+    }
+
+    /// Decoupled PPO with rollout correction: the recomputed `old_log_prob` is the proximal
+    /// policy (the clip is taken around it), the rows' `response_logprobs` are the behaviour
+    /// policy, and `correction`'s importance weights multiply each token's loss while its
+    /// rejection criteria drop tokens or sequences from the mask (verl's
+    /// `rollout_corr`). Needs `old_log_prob = recompute`, and the rollout logprobs must be those
+    /// of the sampling distribution at the trainer's temperature (the engine's
+    /// [`LogprobKind::Processed`](crate::generate::LogprobKind)).
+    pub fn with_rollout_correction(mut self, correction: RolloutCorrection) -> Self {
+        self.correction = correction;
+        self
+    }
+
+    /// Ends training and hands the policy back (the optimizer state is dropped).
+    pub fn into_policy(self) -> Qwen2ForCausalLM {
+        self.policy
     }
 
     /// Optimizer steps taken.
@@ -159,15 +181,31 @@ impl Trainer {
                 )));
             }
         }
+        let correcting =
+            matches!(self.config.mode, TrainMode::Rl(_)) && !self.correction.is_disabled();
+        if correcting {
+            if self.config.old_log_prob != OldLogProbSource::Recompute {
+                return Err(Error::invalid_input(
+                    "rollout correction needs old_log_prob = recompute (the proximal policy)",
+                ));
+            }
+            if let Some(i) = batch
+                .rows
+                .iter()
+                .position(|r| r.response_logprobs.is_none())
+            {
+                return Err(Error::invalid_input(format!(
+                    "row {i} has no response_logprobs, which rollout correction needs"
+                )));
+            }
+        }
         let vocab = self.policy.config().vocab_size;
-        let padded = PaddedBatch::new(
+        let mut padded = PaddedBatch::new(
             &batch.rows,
             batch.advantages.as_deref(),
             vocab,
             self.policy.device(),
         )?;
-        let info = GlobalBatchInfo::for_mini_batch(&padded.response_mask).map_err(rl_error)?;
-        let tokens = info.batch_num_tokens.unwrap_or(0);
         let temperature = self.config.temperature;
         let old = match (self.config.mode, self.config.old_log_prob) {
             (TrainMode::Rl(_), OldLogProbSource::Recompute) => {
@@ -178,6 +216,24 @@ impl Trainer {
             }
             (TrainMode::Sft, _) => None,
         };
+        let mut correction = CorrectionMetrics::default();
+        let weights = match (&old, correcting) {
+            (Some(old), true) => {
+                let (w, mask, metrics) = rollout_correction(
+                    old,
+                    &padded.rollout_logprobs,
+                    &padded.response_mask,
+                    &self.correction,
+                )
+                .map_err(rl_error)?;
+                padded.response_mask = mask;
+                correction = metrics;
+                w
+            }
+            _ => None,
+        };
+        let info = GlobalBatchInfo::for_mini_batch(&padded.response_mask).map_err(rl_error)?;
+        let tokens = info.batch_num_tokens.unwrap_or(0);
         let reference = match (&self.reference, self.config.mode) {
             (Some(r), TrainMode::Rl(RlObjective { kl: Some(_), .. })) => {
                 Some(self.no_grad_logprobs(r, &padded)?)
@@ -186,6 +242,7 @@ impl Trainer {
         };
         let mut m = StepMetrics {
             tokens,
+            correction,
             ..StepMetrics::default()
         };
         let micro = self.config.micro_batch_size as i64;
@@ -210,7 +267,8 @@ impl Trainer {
                 TrainMode::Rl(objective) => {
                     let slice = |t: &Option<Tensor>| t.as_ref().map(|t| t.narrow(0, start, len));
                     let old_mb = slice(&old).unwrap_or_else(|| logp.detach());
-                    let out = policy_loss(
+                    let weights_mb = slice(&weights);
+                    let out = policy_loss_weighted(
                         objective.loss_mode,
                         &old_mb,
                         &logp,
@@ -219,6 +277,7 @@ impl Trainer {
                         &objective.clip,
                         objective.agg,
                         &info,
+                        weights_mb.as_ref(),
                     )
                     .map_err(rl_error)?;
                     let mb_tokens = mb.response_mask.sum(Kind::Float).double_value(&[]);

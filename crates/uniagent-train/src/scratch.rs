@@ -1,9 +1,11 @@
-//! The from-scratch policy: a byte-level BPE tokenizer trained on the task's text with
-//! ChatML special tokens, a ChatML chat template with Hermes tool calls, and a tiny
-//! Qwen2-architecture model; or all three from a Hugging Face model directory.
+//! A policy from scratch, for tiny experiments and tests: a byte-level BPE tokenizer trained
+//! on your task's text with ChatML special tokens, a ChatML chat template with Hermes tool
+//! calls, and a small randomly initialised Qwen2-architecture model; or all three from a
+//! Hugging Face model directory.
 
 use std::path::Path;
 
+use tch::Device;
 use tokenizers::models::bpe::{BpeTrainerBuilder, BPE};
 use tokenizers::models::TrainerWrapper;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
@@ -16,8 +18,8 @@ use tokenizers::{
 use uniagent_core::codec::{ChatTemplate, Codec};
 use uniagent_core::parsers::ToolCallFormat;
 use uniagent_core::{Error, Result};
-use uniagent_train::model::{ModelDtype, Qwen2Config, Qwen2ForCausalLM};
-use uniagent_train::tch::Device;
+
+use crate::model::{ModelDtype, Qwen2Config, Qwen2ForCausalLM};
 
 /// ChatML rendering; assistant tool calls in the Hermes format (what the policy samples).
 pub const CHAT_TEMPLATE: &str = "{%- for message in messages -%}\
@@ -111,7 +113,7 @@ pub fn save_tokenizer(tokenizer: &Tokenizer, dir: &Path) -> Result<()> {
 }
 
 /// Size of the from-scratch model.
-#[derive(Debug, Clone, Copy, serde::Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TinyModel {
     /// Model width.
@@ -124,6 +126,20 @@ pub struct TinyModel {
     pub kv_heads: usize,
     /// MLP width.
     pub intermediate_size: usize,
+}
+
+impl Default for TinyModel {
+    /// 64 wide, 2 layers, 4 heads (2 for keys/values), MLP 128: about 60k parameters plus
+    /// the embeddings, enough for the quickstart's task family.
+    fn default() -> Self {
+        Self {
+            hidden_size: 64,
+            layers: 2,
+            heads: 4,
+            kv_heads: 2,
+            intermediate_size: 128,
+        }
+    }
 }
 
 /// A randomly initialised tiny Qwen2 model over `vocab_size` ids.

@@ -1,56 +1,29 @@
-//! The fully-async pipeline (verl's `fully_async_policy` semantics): rollout workers and the
-//! trainer run concurrently around a bounded queue of finished groups.
+//! The fully-async rollouter (verl's `fully_async_policy` semantics): rollout workers run one
+//! task's group at a time and queue it, concurrently with the trainer, under a staleness gate.
 //!
-//! - `staleness_threshold`: after each parameter sync the rollouter may produce at most
-//!   `(1 + staleness_threshold) · trigger_parameter_sync_step · tasks_per_step` new groups;
-//!   then it waits for the next sync, bounding how old the weights behind a sample can be.
-//! - `trigger_parameter_sync_step`: the trainer pushes its weights to the generation engine
-//!   every this many optimizer steps.
-//! - `partial_rollout`: with it, a sync happens between decoding batches while rollouts are in
-//!   flight, which continue with the new weights (their tokens then carry several weight
-//!   versions); without it, a sync waits for the rollouts in flight to finish and holds new
-//!   ones back until it is done.
+//! - `staleness_threshold`: after each weight sync the rollouter may start at most
+//!   `(1 + staleness_threshold) · trigger_parameter_sync_step · require_batches ·
+//!   tasks_per_step` groups counted from those the trainer consumed; then it waits for the
+//!   next sync, which bounds how old the weights behind a sample can be.
+//! - `partial_rollout`: a sync happens between decoding batches while rollouts are in flight;
+//!   they continue with the new weights and their tokens carry the version that produced each
+//!   one. Without it, a sync waits for the rollouts in flight and holds new ones back.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, Notify, RwLock};
+use tokio::sync::{mpsc, Notify, RwLock, RwLockWriteGuard};
 use uniagent_core::agent::Trajectory;
-use uniagent_core::codec::Codec;
 use uniagent_core::{Result, TokenGenerator};
 
-use crate::rollout::{run_rollouts, RolloutSettings};
-use crate::task::FileQuestion;
-
-/// The async knobs, named as in verl.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AsyncKnobs {
-    /// Extra fraction of a sync period the rollouter may run ahead.
-    pub staleness_threshold: f64,
-    /// Rollouts in flight continue across a weight sync.
-    pub partial_rollout: bool,
-    /// Trainer steps between weight syncs.
-    pub trigger_parameter_sync_step: usize,
-}
-
-impl Default for AsyncKnobs {
-    fn default() -> Self {
-        Self {
-            staleness_threshold: 0.5,
-            partial_rollout: true,
-            trigger_parameter_sync_step: 1,
-        }
-    }
-}
+use super::config::AsyncConfig;
+use super::rollout::RolloutSpec;
+use super::tasks::TaskSource;
 
 /// Shared state of the rollouter.
 struct Gate {
-    /// Groups the rollouter has started.
     started: AtomicUsize,
-    /// Groups it may start before the next sync.
     allowed: AtomicUsize,
     changed: Notify,
     stop: AtomicBool,
@@ -88,29 +61,37 @@ impl Gate {
     }
 }
 
-/// The rollouter: `workers` loops that each run one task's group at a time and queue it.
-pub struct Rollouter {
+/// How a rollouter samples.
+#[derive(Debug, Clone)]
+pub(crate) struct RolloutPlan {
+    pub samples: u32,
+    pub temperature: f64,
+    pub concurrency: usize,
+    pub groups_per_step: usize,
+}
+
+/// The running rollouter; [`Rollouter::stop`] ends its workers.
+pub(crate) struct Rollouter {
     gate: Arc<Gate>,
     handles: Vec<tokio::task::JoinHandle<()>>,
     started: Instant,
     workers: usize,
-    knobs: AsyncKnobs,
+    knobs: AsyncConfig,
     per_period: usize,
 }
 
 impl Rollouter {
-    /// Starts the workers; returns the rollouter and the queue of finished groups.
-    pub fn start(
+    /// Starts the workers; returns the rollouter and the queue of finished groups (`None`
+    /// once the task source is exhausted).
+    pub(crate) fn start(
         generator: Arc<dyn TokenGenerator>,
-        codec: Arc<Codec>,
-        settings: RolloutSettings,
-        tasks_per_step: usize,
-        knobs: AsyncKnobs,
-        files_per_task: usize,
-        seed: u64,
+        spec: RolloutSpec,
+        source: Arc<Mutex<TaskSource>>,
+        plan: RolloutPlan,
+        knobs: AsyncConfig,
     ) -> (Self, mpsc::Receiver<Result<Vec<Trajectory>>>) {
         let per_period = ((1.0 + knobs.staleness_threshold.max(0.0))
-            * (knobs.trigger_parameter_sync_step.max(1) * tasks_per_step) as f64)
+            * (knobs.trigger_parameter_sync_step.max(1) * plan.groups_per_step) as f64)
             .ceil() as usize;
         let (tx, rx) = mpsc::channel(per_period.max(1));
         let gate = Arc::new(Gate {
@@ -121,18 +102,17 @@ impl Rollouter {
             sync: RwLock::new(()),
             idle: Mutex::new(0.0),
         });
-        let rng = Arc::new(Mutex::new(fastrand::Rng::with_seed(seed)));
-        let counter = Arc::new(AtomicUsize::new(0));
-        let workers = (settings.concurrency / settings.samples_per_task.max(1) as usize).max(1);
+        let workers = (plan.concurrency / plan.samples.max(1) as usize).max(1);
         let mut handles = Vec::new();
         for _ in 0..workers {
-            let (generator, codec, settings, tx) = (
+            let (generator, spec, tx, gate, source, plan) = (
                 generator.clone(),
-                codec.clone(),
-                settings.clone(),
+                spec.clone(),
                 tx.clone(),
+                gate.clone(),
+                source.clone(),
+                plan.clone(),
             );
-            let (gate, rng, counter) = (gate.clone(), rng.clone(), counter.clone());
             handles.push(tokio::spawn(async move {
                 loop {
                     let t0 = Instant::now();
@@ -145,23 +125,21 @@ impl Rollouter {
                         Some(gate.sync.read().await)
                     };
                     gate.add_idle(t0);
-                    let k = counter.fetch_add(1, Ordering::SeqCst);
-                    let task = match rng.lock() {
-                        Ok(mut rng) => {
-                            FileQuestion::generate(format!("rla{k}"), files_per_task, &mut rng)
-                        }
-                        Err(_) => break,
+                    let Some(task) = source.lock().ok().and_then(|mut s| s.next_task()) else {
+                        break;
                     };
-                    let ts = run_rollouts(
-                        generator.clone(),
-                        codec.clone(),
-                        vec![task.to_task()],
-                        &settings,
-                    )
-                    .await;
+                    let group = spec
+                        .run(
+                            generator.clone(),
+                            vec![task],
+                            plan.samples,
+                            plan.temperature,
+                            plan.samples as usize,
+                        )
+                        .await;
                     drop(guard);
                     let t1 = Instant::now();
-                    if tx.send(ts).await.is_err() {
+                    if tx.send(group).await.is_err() {
                         break;
                     }
                     gate.add_idle(t1);
@@ -179,24 +157,27 @@ impl Rollouter {
         (rollouter, rx)
     }
 
-    /// Runs `update` (the weight sync) under verl's rules, then lets the rollouter run ahead
-    /// by another period counted from the `consumed` groups.
-    pub async fn sync<T>(&self, consumed: usize, update: impl FnOnce() -> T) -> T {
-        let out = if self.knobs.partial_rollout {
-            update()
+    /// Before a weight sync: without partial rollouts, waits for the rollouts in flight and
+    /// holds new ones back until the returned guard is dropped.
+    pub(crate) async fn pause(&self) -> Option<RwLockWriteGuard<'_, ()>> {
+        if self.knobs.partial_rollout {
+            None
         } else {
-            let _exclusive = self.gate.sync.write().await;
-            update()
-        };
+            Some(self.gate.sync.write().await)
+        }
+    }
+
+    /// After a weight sync: lets the rollouter run ahead by another period counted from the
+    /// `consumed` groups.
+    pub(crate) fn release(&self, consumed: usize) {
         self.gate
             .allowed
             .store(consumed + self.per_period, Ordering::SeqCst);
         self.gate.changed.notify_waiters();
-        out
     }
 
     /// Stops the workers and returns the rollout idle ratio (time waiting over worker time).
-    pub async fn stop(self) -> f64 {
+    pub(crate) async fn stop(self) -> f64 {
         self.gate.stop.store(true, Ordering::SeqCst);
         self.gate.changed.notify_waiters();
         let total = self.started.elapsed().as_secs_f64() * self.workers as f64;

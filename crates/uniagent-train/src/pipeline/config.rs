@@ -1,0 +1,247 @@
+//! The pipeline's configuration: every knob in serde structs (`deny_unknown_fields`), loaded
+//! from YAML or TOML; names that select behaviour are enums, checked when the file is read.
+
+use serde::{Deserialize, Serialize};
+use uniagent_core::{Error, Result};
+
+use crate::rl::{PolicyLossMode, RolloutCorrection};
+
+/// The whole run: SFT, RL, rollouts, engine.
+///
+/// ```
+/// use uniagent_train::pipeline::{LossName, Mode, PipelineConfig};
+/// let c = PipelineConfig::from_toml_str("seed = 3\n[rl]\nmode = \"async\"\nloss = \"gspo\"\n").unwrap();
+/// assert_eq!((c.seed, c.rl.mode, c.rl.loss), (3, Mode::Async, LossName::Gspo));
+/// let y = PipelineConfig::from_yaml_str("rl:\n  async:\n    staleness_threshold: 1.0\n").unwrap();
+/// assert_eq!(y.rl.r#async.staleness_threshold, 1.0);
+/// assert!(PipelineConfig::from_toml_str("[rl]\nloss = \"ppo2\"\n").is_err());
+/// assert!(PipelineConfig::from_toml_str("sed = 3\n").is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PipelineConfig {
+    /// Seed of data order, initialisation and sampling.
+    pub seed: u64,
+    /// The supervised warm start.
+    pub sft: SftConfig,
+    /// Reinforcement learning on the policy's own rollouts.
+    pub rl: RlConfig,
+    /// Rollouts (host or container sandboxes) in flight at once.
+    pub max_concurrent_rollouts: usize,
+    /// Most requests the generation engine decodes together.
+    pub engine_batch: usize,
+    /// libtorch intra-op threads (fixed, so that a seed gives the same numbers).
+    pub torch_threads: usize,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        Self {
+            seed: 7,
+            sft: SftConfig::default(),
+            rl: RlConfig::default(),
+            max_concurrent_rollouts: 8,
+            engine_batch: 64,
+            torch_threads: 1,
+        }
+    }
+}
+
+impl PipelineConfig {
+    /// Parses TOML (unknown keys are errors).
+    pub fn from_toml_str(text: &str) -> Result<Self> {
+        toml::from_str(text).map_err(|e| config_error(format!("pipeline config (TOML): {e}")))
+    }
+
+    /// Parses YAML (unknown keys are errors).
+    pub fn from_yaml_str(text: &str) -> Result<Self> {
+        serde_norway::from_str(text)
+            .map_err(|e| config_error(format!("pipeline config (YAML): {e}")))
+    }
+
+    /// Checks ranges; the message names the bad field.
+    pub fn validate(&self) -> Result<()> {
+        let positive = [
+            ("sft.batch_size", self.sft.batch_size),
+            ("sft.micro_batch_size", self.sft.micro_batch_size),
+            ("rl.tasks_per_step", self.rl.tasks_per_step),
+            ("rl.micro_batch_size", self.rl.micro_batch_size),
+            (
+                "rl.async.trigger_parameter_sync_step",
+                self.rl.r#async.trigger_parameter_sync_step,
+            ),
+            ("rl.async.require_batches", self.rl.r#async.require_batches),
+            ("max_concurrent_rollouts", self.max_concurrent_rollouts),
+            ("engine_batch", self.engine_batch),
+            ("torch_threads", self.torch_threads),
+        ];
+        for (name, v) in positive {
+            if v == 0 {
+                return Err(config_error(format!("{name} must be >= 1")));
+            }
+        }
+        if self.rl.group_size == 0 {
+            return Err(config_error("rl.group_size must be >= 1".into()));
+        }
+        let a = &self.rl.r#async;
+        if !(a.staleness_threshold.is_finite() && a.staleness_threshold >= 0.0) {
+            return Err(config_error(
+                "rl.async.staleness_threshold must be >= 0".into(),
+            ));
+        }
+        for (name, v) in [("sft.lr", self.sft.lr), ("rl.lr", self.rl.lr)] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(config_error(format!("{name} must be a finite value >= 0")));
+            }
+        }
+        if !(self.rl.temperature.is_finite() && self.rl.temperature > 0.0) {
+            return Err(config_error("rl.temperature must be > 0".into()));
+        }
+        Ok(())
+    }
+}
+
+fn config_error(message: String) -> Error {
+    Error::Config {
+        message,
+        source: None,
+    }
+}
+
+/// The SFT phase: masked NLL of the demonstrations' sampled tokens.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SftConfig {
+    /// Optimizer steps.
+    pub steps: usize,
+    /// Rows per step (drawn in a seeded shuffled order, epoch after epoch).
+    pub batch_size: usize,
+    /// Learning rate (constant, no weight decay).
+    pub lr: f64,
+    /// Rows per forward/backward pass.
+    pub micro_batch_size: usize,
+}
+
+impl Default for SftConfig {
+    fn default() -> Self {
+        Self {
+            steps: 150,
+            batch_size: 16,
+            lr: 3e-3,
+            micro_batch_size: 16,
+        }
+    }
+}
+
+/// Policy-loss names as written in configs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LossName {
+    /// GRPO advantages with verl's vanilla (dual-clip PPO) loss.
+    Grpo,
+    /// GSPO: sequence-level importance ratio.
+    Gspo,
+    /// CISPO: clipped importance-sampling weight, gradient through the log-prob.
+    Cispo,
+}
+
+impl LossName {
+    /// The verl policy loss.
+    pub fn policy_loss(self) -> PolicyLossMode {
+        match self {
+            Self::Grpo => PolicyLossMode::Vanilla,
+            Self::Gspo => PolicyLossMode::Gspo,
+            Self::Cispo => PolicyLossMode::Cispo,
+        }
+    }
+}
+
+/// How rollouts and training alternate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Roll out a batch, train on it, sync the weights, repeat.
+    Sync,
+    /// verl's `fully_async`: a rollouter keeps producing groups while the trainer trains.
+    Async,
+}
+
+/// The RL phase.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RlConfig {
+    /// Trainer steps.
+    pub steps: usize,
+    /// Tasks per optimizer step (each sampled `group_size` times).
+    pub tasks_per_step: usize,
+    /// GRPO group size.
+    pub group_size: u32,
+    /// Learning rate (constant, no weight decay).
+    pub lr: f64,
+    /// Policy loss.
+    pub loss: LossName,
+    /// GRPO advantages divided by the group's standard deviation.
+    pub norm_adv_by_std: bool,
+    /// Sampling temperature of RL rollouts (evaluation is greedy).
+    pub temperature: f64,
+    /// Rows per forward/backward pass.
+    pub micro_batch_size: usize,
+    /// Evaluate the held-out tasks every this many steps (and after the last); 0: only at the
+    /// end.
+    pub eval_every: usize,
+    /// Sync or fully async.
+    pub mode: Mode,
+    /// The fully-async knobs (verl's names), used in [`Mode::Async`].
+    pub r#async: AsyncConfig,
+    /// Rollout correction (decoupled PPO with verl's `rollout_corr` weights and rejection);
+    /// when set, the engine reports processed logprobs (the behaviour policy).
+    pub correction: RolloutCorrection,
+}
+
+impl Default for RlConfig {
+    fn default() -> Self {
+        Self {
+            steps: 40,
+            tasks_per_step: 8,
+            group_size: 8,
+            lr: 5e-4,
+            loss: LossName::Grpo,
+            norm_adv_by_std: true,
+            temperature: 0.5,
+            micro_batch_size: 16,
+            eval_every: 5,
+            mode: Mode::Sync,
+            r#async: AsyncConfig::default(),
+            correction: RolloutCorrection::default(),
+        }
+    }
+}
+
+/// verl's `async_training` knobs of the fully-async policy.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AsyncConfig {
+    /// After each weight sync the rollouter may start at most
+    /// `(1 + staleness_threshold) · trigger_parameter_sync_step · require_batches ·
+    /// tasks_per_step` new groups, then waits for the next sync.
+    pub staleness_threshold: f64,
+    /// Trainer steps between weight syncs.
+    pub trigger_parameter_sync_step: usize,
+    /// Mini-batches (of `tasks_per_step` groups, one optimizer step each) a trainer step
+    /// waits for.
+    pub require_batches: usize,
+    /// Rollouts in flight continue across a weight sync (their later tokens carry the new
+    /// version); without it a sync waits for them and holds new ones back.
+    pub partial_rollout: bool,
+}
+
+impl Default for AsyncConfig {
+    fn default() -> Self {
+        Self {
+            staleness_threshold: 0.5,
+            trigger_parameter_sync_step: 1,
+            require_batches: 1,
+            partial_rollout: true,
+        }
+    }
+}

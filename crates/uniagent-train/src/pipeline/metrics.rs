@@ -1,0 +1,182 @@
+//! The run's records: one [`StepRecord`] per RL step in `metrics.jsonl` (and through
+//! `tracing`), trajectories tagged with their phase in `trajectories.jsonl`, the [`Summary`].
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use uniagent_core::agent::Trajectory;
+use uniagent_core::{Error, Result};
+
+use super::config::{AsyncConfig, LossName, Mode};
+
+/// What one RL step measured.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct StepRecord {
+    /// Trainer step (1-based).
+    pub step: usize,
+    /// The generator's weight version after this step's sync.
+    pub weight_version: u64,
+    /// Mean reward of the step's rollouts (as trained on: reward-0 failures count as 0).
+    pub mean_reward: f64,
+    /// Share of the step's rollouts that succeeded.
+    pub success_rate: f64,
+    /// Held-out success, on steps that evaluate.
+    pub held_out_success: Option<f64>,
+    /// Total loss.
+    pub loss: f64,
+    /// Policy-gradient part of the loss.
+    pub pg_loss: f64,
+    /// Fraction of tokens clipped by the policy loss.
+    pub pg_clipfrac: f64,
+    /// KL to the reference (0 without a KL term).
+    pub kl: f64,
+    /// Entropy (0 unless an entropy bonus is configured).
+    pub entropy: f64,
+    /// Gradient norm before clipping.
+    pub grad_norm: f64,
+    /// Learning rate.
+    pub lr: f64,
+    /// Largest |trainer − rollout| log-prob over the sampled tokens (before the update).
+    pub logprob_max_abs_diff: f64,
+    /// Mean importance ratio π_trainer / π_rollout (before the update).
+    pub importance_ratio: f64,
+    /// Largest importance ratio.
+    pub importance_ratio_max: f64,
+    /// KL(behaviour ‖ current) on the sampled tokens.
+    pub kl_behaviour_current: f64,
+    /// Rollout correction: mean applied importance weight.
+    pub is_weight_mean: f64,
+    /// Rollout correction: largest importance weight (or sequence ratio).
+    pub is_weight_max: f64,
+    /// Rollout correction: share of ratios above the truncation threshold.
+    pub is_fraction_high: f64,
+    /// Rollout correction: share of tokens rejected.
+    pub rs_rejected_tokens: f64,
+    /// Rollout correction: share of sequences with a rejected token.
+    pub rs_rejected_sequences: f64,
+    /// Share of groups whose rewards differ.
+    pub mixed_groups: f64,
+    /// Mean |advantage| over rows.
+    pub mean_abs_advantage: f64,
+    /// Tokens sampled by the policy in the step's rollouts.
+    pub sampled_tokens: u64,
+    /// Sampled tokens per second of waiting for rollouts.
+    pub tokens_per_s: f64,
+    /// Rollouts per second of waiting for rollouts.
+    pub rollouts_per_s: f64,
+    /// Seconds the trainer waited for rollouts.
+    pub rollout_wait_s: f64,
+    /// Seconds of training (diagnostics, optimizer steps, weight sync).
+    pub train_s: f64,
+    /// Seconds of the weight sync.
+    pub sync_s: f64,
+    /// Largest staleness (trained version − token version) of a sampled token.
+    pub staleness: u64,
+    /// Staleness → sampled tokens.
+    pub staleness_hist: BTreeMap<u64, usize>,
+    /// Rollouts dropped by the training policy (infrastructure failures).
+    pub dropped: usize,
+    /// Exit reason → rollouts.
+    pub exit_reasons: BTreeMap<String, usize>,
+}
+
+/// The outcome of a whole run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Sync or async.
+    pub mode: Mode,
+    /// The async knobs.
+    pub pipeline: AsyncConfig,
+    /// Policy loss.
+    pub loss: LossName,
+    /// Held-out tasks evaluated.
+    pub held_out_tasks: usize,
+    /// The run's seed.
+    pub seed: u64,
+    /// Held-out success before RL.
+    pub sft_only_success: f64,
+    /// Held-out success after RL.
+    pub rl_success: f64,
+    /// Held-out mean reward before RL.
+    pub sft_only_reward: f64,
+    /// Held-out mean reward after RL.
+    pub rl_reward: f64,
+    /// `(rl_success − sft_only_success) · 100`.
+    pub improvement_points: f64,
+    /// The last SFT step's loss.
+    pub sft_final_nll: Option<f64>,
+    /// `(step, held-out success)` at every evaluation.
+    pub curve: Vec<(usize, f64)>,
+    /// `(step, held-out mean reward)` at every evaluation.
+    pub reward_curve: Vec<(usize, f64)>,
+    /// Share of RL wall time the trainer waited for rollouts.
+    pub trainer_idle_ratio: f64,
+    /// Share of rollout-worker time spent waiting (async), or training time over wall (sync).
+    pub rollout_idle_ratio: f64,
+    /// RL phase wall time.
+    pub rl_wall_s: f64,
+    /// Whole run wall time.
+    pub wall_s: f64,
+}
+
+/// Appends JSON lines to the run's files.
+#[derive(Debug)]
+pub(crate) struct Records {
+    trajectories: File,
+    metrics: File,
+}
+
+fn io(what: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |e| Error::io(what.to_owned(), e)
+}
+
+impl Records {
+    /// Creates (truncates) `trajectories.jsonl` and `metrics.jsonl` in `out`.
+    pub(crate) fn create(out: &Path) -> Result<Self> {
+        std::fs::create_dir_all(out).map_err(io("creating the output directory"))?;
+        Ok(Self {
+            trajectories: File::create(out.join("trajectories.jsonl"))
+                .map_err(io("creating trajectories.jsonl"))?,
+            metrics: File::create(out.join("metrics.jsonl"))
+                .map_err(io("creating metrics.jsonl"))?,
+        })
+    }
+
+    /// One line per trajectory, tagged with `phase` and `step`.
+    pub(crate) fn trajectories(
+        &mut self,
+        phase: &str,
+        step: usize,
+        ts: &[Trajectory],
+    ) -> Result<()> {
+        for t in ts {
+            let mut v = serde_json::to_value(t).map_err(|e| Error::internal(e.to_string()))?;
+            if let serde_json::Value::Object(o) = &mut v {
+                o.insert("phase".into(), phase.into());
+                o.insert("step".into(), step.into());
+            }
+            writeln!(self.trajectories, "{v}").map_err(io("writing trajectories.jsonl"))?;
+        }
+        Ok(())
+    }
+
+    /// One line for a step, also logged through `tracing`.
+    pub(crate) fn step(&mut self, r: &StepRecord) -> Result<()> {
+        tracing::info!(
+            step = r.step,
+            reward = r.mean_reward,
+            success = r.success_rate,
+            loss = r.loss,
+            grad_norm = r.grad_norm,
+            ratio = r.importance_ratio,
+            staleness = r.staleness,
+            held_out = r.held_out_success,
+            "rl step"
+        );
+        let line = serde_json::to_string(r).map_err(|e| Error::internal(e.to_string()))?;
+        writeln!(self.metrics, "{line}").map_err(io("writing metrics.jsonl"))
+    }
+}

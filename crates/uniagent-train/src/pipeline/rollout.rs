@@ -1,0 +1,200 @@
+//! The rollout side: the pieces `uniagent_core::runner::Runner` takes, run unchanged for every
+//! phase (demonstrations, evaluation, RL), over the policy's token generator.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use uniagent_core::agent::{AgentInteraction, CancelToken, LoopConfig, TokenChatModel, Trajectory};
+use uniagent_core::codec::Codec;
+use uniagent_core::runner::{ProgressEvent, Runner, RunnerConfig, SandboxFactory};
+use uniagent_core::{
+    Error, FinishReason, GenerateOutput, GenerateRequest, Result, RewardSpec, Task, TokenGenerator,
+    Tool,
+};
+
+/// Called on every finished rollout (progress bars); keep it cheap.
+pub type RolloutProgress = Arc<dyn Fn(&ProgressEvent) + Send + Sync>;
+
+/// The environment and agent of a run: exactly what a [`Runner`] takes, plus the policy's
+/// codec (tokenizer and chat template).
+#[derive(Clone)]
+pub struct RolloutSpec {
+    /// The agent's tools.
+    pub tools: Vec<Arc<dyn Tool>>,
+    /// Scores each episode while its sandbox is up.
+    pub reward: Arc<dyn RewardSpec>,
+    /// The loop (turns, sampling, length limits, mask policy). RL overrides the temperature;
+    /// evaluation is greedy.
+    pub loop_config: LoopConfig,
+    /// A fresh sandbox per rollout (`None`: the tools and reward need none).
+    pub sandboxes: Option<Arc<dyn SandboxFactory>>,
+    /// The policy's tokenizer and chat template.
+    pub codec: Arc<Codec>,
+    /// Reports rollouts as they start and finish, if set.
+    pub progress: Option<RolloutProgress>,
+}
+
+impl std::fmt::Debug for RolloutSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RolloutSpec")
+            .field(
+                "tools",
+                &self
+                    .tools
+                    .iter()
+                    .map(|t| t.spec().name().to_owned())
+                    .collect::<Vec<_>>(),
+            )
+            .field("reward", &self.reward.name())
+            .field("loop_config", &self.loop_config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Collects a run's trajectories.
+struct Collect(Vec<Trajectory>);
+
+impl uniagent_core::runner::TrajectorySink for Collect {
+    fn write(&mut self, trajectory: &Trajectory) -> Result<()> {
+        self.0.push(trajectory.clone());
+        Ok(())
+    }
+}
+
+impl RolloutSpec {
+    /// Runs every task `samples` times at `temperature` (0: greedy) with `generator`, at most
+    /// `concurrency` at once; returns the trajectories sorted by id.
+    pub async fn run(
+        &self,
+        generator: Arc<dyn TokenGenerator>,
+        tasks: Vec<Task>,
+        samples: u32,
+        temperature: f64,
+        concurrency: usize,
+    ) -> Result<Vec<Trajectory>> {
+        let mut config = self.loop_config.clone();
+        config.sampling.temperature = temperature;
+        let model = TokenChatModel::new(generator, self.codec.clone(), config.limits);
+        let agent = AgentInteraction::new(Arc::new(model), self.tools.clone(), config)?
+            .with_reward(self.reward.clone());
+        let mut runner = Runner::new(
+            agent,
+            RunnerConfig {
+                samples_per_task: samples.max(1),
+                max_concurrent_rollouts: concurrency.max(1),
+                max_concurrent_sandbox_starts: concurrency.max(1),
+                ..RunnerConfig::default()
+            },
+        )?;
+        if let Some(factory) = self.sandboxes.clone() {
+            runner = runner.with_sandboxes(move |task: &Task| factory.create(task));
+        }
+        if let Some(progress) = self.progress.clone() {
+            runner = runner.with_progress(move |e| progress(e));
+        }
+        let mut sink = Collect(Vec::new());
+        runner.run(tasks, &CancelToken::new(), &mut sink).await?;
+        let mut out = sink.0;
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(out)
+    }
+}
+
+/// Gives every request a seed derived from the run's seed, the rollout and its context
+/// length, so that a run is reproducible while the samples of one group differ.
+#[derive(Debug)]
+pub struct Seeded<G> {
+    inner: G,
+    seed: u64,
+}
+
+impl<G> Seeded<G> {
+    /// Wraps `inner`.
+    pub fn new(inner: G, seed: u64) -> Self {
+        Self { inner, seed }
+    }
+}
+
+#[async_trait]
+impl<G: TokenGenerator> TokenGenerator for Seeded<G> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    async fn generate(&self, mut request: GenerateRequest) -> Result<GenerateOutput> {
+        let mut h = DefaultHasher::new();
+        (self.seed, &request.session_id, request.prompt_ids.len()).hash(&mut h);
+        request.sampling.seed = Some(h.finish());
+        self.inner.generate(request).await
+    }
+}
+
+/// The text a correct agent writes at turn `turn` (0-based) of task `task_id`, `None` when it
+/// has nothing more to say.
+pub type Script = dyn Fn(&str, usize) -> Option<String> + Send + Sync;
+
+/// A scripted "policy" for demonstrations: each turn it emits the script's text, encoded with
+/// the policy's codec and ended with the end-of-turn token, so that SFT data goes through
+/// the same loop, sandboxes and reward as RL.
+pub struct Demonstrator {
+    codec: Arc<Codec>,
+    script: Box<Script>,
+    turns: Mutex<HashMap<String, usize>>,
+}
+
+impl std::fmt::Debug for Demonstrator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Demonstrator").finish_non_exhaustive()
+    }
+}
+
+impl Demonstrator {
+    /// A demonstrator following `script`.
+    pub fn new(
+        codec: Arc<Codec>,
+        script: impl Fn(&str, usize) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            codec,
+            script: Box::new(script),
+            turns: Mutex::default(),
+        }
+    }
+}
+
+#[async_trait]
+impl TokenGenerator for Demonstrator {
+    fn name(&self) -> &str {
+        "demonstrator"
+    }
+    async fn generate(&self, request: GenerateRequest) -> Result<GenerateOutput> {
+        let session = request.session_id.clone().unwrap_or_default();
+        let task_id = session
+            .rsplit_once(':')
+            .map_or(session.as_str(), |(t, _)| t);
+        let turn = {
+            let mut turns = self
+                .turns
+                .lock()
+                .map_err(|_| Error::internal("demonstrator lock poisoned"))?;
+            let n = turns.entry(session.clone()).or_insert(0);
+            *n += 1;
+            *n - 1
+        };
+        let text = (self.script)(task_id, turn).ok_or_else(|| {
+            Error::invalid_input(format!("no demonstration for turn {turn} of `{session}`"))
+        })?;
+        let mut ids = self.codec.encode(&text)?;
+        ids.push(self.codec.eos_token_id());
+        ids.truncate(request.max_new_tokens);
+        Ok(GenerateOutput {
+            // A script has no distribution; SFT does not read these.
+            logprobs: vec![0.0; ids.len()],
+            token_ids: ids,
+            finish_reason: FinishReason::Stop,
+            weight_version: None,
+        })
+    }
+}

@@ -1,0 +1,583 @@
+//! [`Pipeline`]: demonstrations → SFT → held-out evaluation → RL (sync or fully async) →
+//! export, with the records on disk.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use uniagent_core::agent::{TrainingUse, Trajectory};
+use uniagent_core::{AgentLoopOutput, Error, Result, Task, TokenGenerator};
+
+use super::config::{Mode, PipelineConfig};
+use super::diagnostics::{mixed_groups, ratio_stats, staleness_histogram};
+use super::metrics::{Records, StepRecord, Summary};
+use super::rollout::{RolloutSpec, Seeded};
+use super::rollouter::{RolloutPlan, Rollouter};
+use super::tasks::TaskSource;
+use super::weight_sync::WeightSync;
+use crate::generate::{EngineConfig, LogprobKind, TchEngine};
+use crate::model::Qwen2ForCausalLM;
+use crate::trainer::{
+    OptimConfig, RlObjective, StepMetrics, TrainBatch, TrainMode, Trainer, TrainerConfig,
+};
+
+/// Runs CPU-heavy work (forward/backward passes) without stalling the runtime's other tasks
+/// when the runtime has several workers.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
+/// Held-out success and mean reward of one evaluation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Evaluation {
+    /// Share of episodes the reward calls solved.
+    pub success: f64,
+    /// Mean reward (missing = 0).
+    pub reward: f64,
+}
+
+/// The training pipeline over one Qwen2 policy, its in-process generation engine and a
+/// rollout side ([`RolloutSpec`]). Needs a tokio runtime; with a multi-threaded one, training
+/// steps leave the other workers free for rollouts.
+pub struct Pipeline {
+    config: PipelineConfig,
+    spec: RolloutSpec,
+    policy: Option<Qwen2ForCausalLM>,
+    engine: Arc<TchEngine>,
+    generator: Arc<dyn TokenGenerator>,
+    out: PathBuf,
+    records: Records,
+    sft_losses: Vec<f64>,
+}
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("config", &self.config)
+            .field("out", &self.out)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pipeline {
+    /// A pipeline training `policy` on the environment of `spec`, writing to `out`
+    /// (`trajectories.jsonl`, `metrics.jsonl`, `summary.json`, `learning_curve.png`).
+    /// Seeds torch and fixes its thread count from `config`.
+    pub fn new(
+        policy: Qwen2ForCausalLM,
+        spec: RolloutSpec,
+        config: PipelineConfig,
+        out: &Path,
+    ) -> Result<Self> {
+        config.validate()?;
+        tch::set_num_threads(config.torch_threads as i32);
+        tch::manual_seed(config.seed as i64);
+        let engine = Arc::new(TchEngine::new(
+            policy.try_clone()?,
+            EngineConfig {
+                max_batch_size: config.engine_batch,
+                logprobs: if config.rl.correction.is_disabled() {
+                    LogprobKind::Raw
+                } else {
+                    LogprobKind::Processed
+                },
+            },
+        ));
+        let generator: Arc<dyn TokenGenerator> = Arc::new(Seeded::new(engine.clone(), config.seed));
+        Ok(Self {
+            records: Records::create(out)?,
+            out: out.to_path_buf(),
+            config,
+            spec,
+            policy: Some(policy),
+            engine,
+            generator,
+            sft_losses: Vec::new(),
+        })
+    }
+
+    /// The policy (between phases).
+    pub fn policy(&self) -> Result<&Qwen2ForCausalLM> {
+        self.policy
+            .as_ref()
+            .ok_or_else(|| Error::internal("the policy is inside a failed phase"))
+    }
+
+    /// The generation engine holding the rollout weights.
+    pub fn engine(&self) -> &Arc<TchEngine> {
+        &self.engine
+    }
+
+    /// The seeded generator the rollouts use.
+    pub fn generator(&self) -> Arc<dyn TokenGenerator> {
+        self.generator.clone()
+    }
+
+    /// Runs `tasks` once each with `demonstrator` (e.g. a [`super::Demonstrator`]) through
+    /// the real loop; fails unless every one succeeds. Returns them for [`Self::sft`].
+    pub async fn demonstrations(
+        &mut self,
+        demonstrator: Arc<dyn TokenGenerator>,
+        tasks: Vec<Task>,
+    ) -> Result<Vec<Trajectory>> {
+        let ts = self
+            .spec
+            .run(
+                demonstrator,
+                tasks,
+                1,
+                0.0,
+                self.config.max_concurrent_rollouts,
+            )
+            .await?;
+        self.records.trajectories("demonstration", 0, &ts)?;
+        let failed: Vec<String> = ts
+            .iter()
+            .filter(|t| !t.is_success())
+            .map(|t| format!("{} ({})", t.id, t.exit_reason))
+            .collect();
+        if !failed.is_empty() {
+            return Err(Error::invalid_input(format!(
+                "{} of {} demonstrations fail: {}",
+                failed.len(),
+                ts.len(),
+                failed.join(", ")
+            )));
+        }
+        Ok(ts)
+    }
+
+    /// SFT on `rows` (masked NLL of the sampled tokens): `sft.steps` steps of `sft.batch_size`
+    /// rows drawn epoch by epoch in a seeded order; then the engine gets the weights. Returns
+    /// the loss of every step.
+    pub fn sft(&mut self, rows: &[AgentLoopOutput]) -> Result<Vec<f64>> {
+        let c = self.config.sft.clone();
+        if rows.is_empty() || c.steps == 0 {
+            return Ok(Vec::new());
+        }
+        let config = TrainerConfig {
+            mode: TrainMode::Sft,
+            optim: OptimConfig {
+                lr: c.lr,
+                weight_decay: 0.0,
+                ..OptimConfig::default()
+            },
+            micro_batch_size: c.micro_batch_size,
+            ..TrainerConfig::default()
+        };
+        let mut trainer = Trainer::new(self.take_policy()?, None, config)?;
+        let mut rng = fastrand::Rng::with_seed(self.config.seed ^ 0x5f7);
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        let mut cursor = order.len();
+        let mut losses = Vec::with_capacity(c.steps);
+        let result = (|| -> Result<()> {
+            for step in 1..=c.steps {
+                let mut batch = Vec::with_capacity(c.batch_size);
+                while batch.len() < c.batch_size.min(rows.len()) {
+                    if cursor == order.len() {
+                        rng.shuffle(&mut order);
+                        cursor = 0;
+                    }
+                    batch.push(rows[order[cursor]].clone());
+                    cursor += 1;
+                }
+                let m = blocking(|| trainer.step(&TrainBatch::sft(batch)))?;
+                tracing::debug!(step, nll = m.loss, "sft step");
+                losses.push(m.loss);
+            }
+            Ok(())
+        })();
+        let policy = trainer.into_policy();
+        let synced = self.engine.update_weights(&policy);
+        self.policy = Some(policy);
+        result?;
+        synced?;
+        tracing::info!(steps = c.steps, nll = losses.last().copied(), "sft done");
+        self.sft_losses.clone_from(&losses);
+        Ok(losses)
+    }
+
+    fn take_policy(&mut self) -> Result<Qwen2ForCausalLM> {
+        self.policy
+            .take()
+            .ok_or_else(|| Error::internal("the policy is inside a failed phase"))
+    }
+
+    /// Greedy rollouts of `tasks` with the engine's current weights (recorded as phase
+    /// `eval` at `step`).
+    pub async fn evaluate(&mut self, tasks: &[Task], step: usize) -> Result<Evaluation> {
+        let ts = self
+            .spec
+            .run(
+                self.generator.clone(),
+                tasks.to_vec(),
+                1,
+                0.0,
+                self.config.max_concurrent_rollouts,
+            )
+            .await?;
+        self.records.trajectories("eval", step, &ts)?;
+        let n = ts.len().max(1) as f64;
+        let e = Evaluation {
+            success: ts.iter().filter(|t| t.is_success()).count() as f64 / n,
+            reward: ts
+                .iter()
+                .map(|t| t.output.reward_score.unwrap_or(0.0))
+                .sum::<f64>()
+                / n,
+        };
+        tracing::info!(
+            step,
+            success = e.success,
+            reward = e.reward,
+            "held-out evaluation"
+        );
+        Ok(e)
+    }
+
+    /// The RL phase: `rl.steps` trainer steps on groups of tasks from `source`, synchronous
+    /// or fully async per `rl.mode`, evaluating `held_out` every `rl.eval_every` steps and
+    /// after the last. Returns the step records and the held-out curve.
+    pub async fn rl(&mut self, source: TaskSource, held_out: &[Task]) -> Result<RlOutcome> {
+        let c = self.config.rl.clone();
+        let config = TrainerConfig {
+            mode: TrainMode::Rl(RlObjective {
+                loss_mode: c.loss.policy_loss(),
+                ..RlObjective::default()
+            }),
+            optim: OptimConfig {
+                lr: c.lr,
+                weight_decay: 0.0,
+                ..OptimConfig::default()
+            },
+            micro_batch_size: c.micro_batch_size,
+            temperature: c.temperature,
+            ..TrainerConfig::default()
+        };
+        let mut trainer = Trainer::new(self.take_policy()?, None, config)?
+            .with_rollout_correction(c.correction.clone());
+        let result = self.rl_loop(&mut trainer, source, held_out).await;
+        self.policy = Some(trainer.into_policy());
+        result
+    }
+
+    async fn rl_loop(
+        &mut self,
+        trainer: &mut Trainer,
+        source: TaskSource,
+        held_out: &[Task],
+    ) -> Result<RlOutcome> {
+        let c = self.config.rl.clone();
+        let started = Instant::now();
+        let (is_async, batches) = match c.mode {
+            Mode::Sync => (false, 1),
+            Mode::Async => (true, c.r#async.require_batches),
+        };
+        let groups_per_step = c.tasks_per_step * batches;
+        let source = Arc::new(Mutex::new(source));
+        let mut rollouter = if is_async {
+            let plan = RolloutPlan {
+                samples: c.group_size,
+                temperature: c.temperature,
+                concurrency: self.config.max_concurrent_rollouts,
+                groups_per_step,
+            };
+            Some(Rollouter::start(
+                self.generator.clone(),
+                self.spec.clone(),
+                source.clone(),
+                plan,
+                c.r#async,
+            ))
+        } else {
+            None
+        };
+        let mut out = RlOutcome::default();
+        let (mut trainer_idle, mut train_total) = (0.0f64, 0.0f64);
+        let result: Result<()> = async {
+            for step in 1..=c.steps {
+                let t0 = Instant::now();
+                let ts = match &mut rollouter {
+                    None => {
+                        let tasks = source
+                            .lock()
+                            .map_err(|_| Error::internal("task source lock poisoned"))?
+                            .take(c.tasks_per_step)?;
+                        self.spec
+                            .run(
+                                self.generator.clone(),
+                                tasks,
+                                c.group_size,
+                                c.temperature,
+                                self.config.max_concurrent_rollouts,
+                            )
+                            .await?
+                    }
+                    Some((_, rx)) => {
+                        let mut all = Vec::new();
+                        for _ in 0..groups_per_step {
+                            let group = rx.recv().await.ok_or_else(|| {
+                                Error::invalid_input("the task source ran out during async RL")
+                            })??;
+                            all.extend(group);
+                        }
+                        all
+                    }
+                };
+                let wait = t0.elapsed().as_secs_f64();
+                trainer_idle += wait;
+                let t1 = Instant::now();
+                let mut record = self.train_step(trainer, step, &ts, batches)?;
+                record.rollout_wait_s = wait;
+                record.tokens_per_s = record.sampled_tokens as f64 / wait.max(1e-9);
+                record.rollouts_per_s = ts.len() as f64 / wait.max(1e-9);
+                let sync_every = if is_async {
+                    c.r#async.trigger_parameter_sync_step
+                } else {
+                    1
+                };
+                if step % sync_every == 0 {
+                    let ts0 = Instant::now();
+                    let paused = match &rollouter {
+                        Some((r, _)) => r.pause().await,
+                        None => None,
+                    };
+                    self.engine.stage(trainer.policy())?;
+                    self.engine.commit().await?;
+                    drop(paused);
+                    if let Some((r, _)) = &rollouter {
+                        r.release(step * groups_per_step);
+                    }
+                    record.sync_s = ts0.elapsed().as_secs_f64();
+                }
+                record.weight_version = self.engine.weight_version();
+                record.train_s = t1.elapsed().as_secs_f64();
+                train_total += record.train_s;
+                let eval_now = (c.eval_every > 0 && step % c.eval_every == 0) || step == c.steps;
+                if eval_now && !held_out.is_empty() {
+                    let e = self.evaluate(held_out, step).await?;
+                    out.curve.push((step, e.success));
+                    out.reward_curve.push((step, e.reward));
+                    record.held_out_success = Some(e.success);
+                }
+                self.records.step(&record)?;
+                out.steps.push(record);
+            }
+            Ok(())
+        }
+        .await;
+        let wall = started.elapsed().as_secs_f64();
+        out.rollout_idle_ratio = match rollouter {
+            Some((r, _)) => r.stop().await,
+            None => train_total / wall.max(1e-9),
+        };
+        out.trainer_idle_ratio = trainer_idle / wall.max(1e-9);
+        out.wall_s = wall;
+        result.map(|()| out)
+    }
+
+    /// Applies the training policy to `ts`, then takes `batches` optimizer steps (one per
+    /// mini-batch of groups).
+    fn train_step(
+        &self,
+        trainer: &mut Trainer,
+        step: usize,
+        ts: &[Trajectory],
+        batches: usize,
+    ) -> Result<StepRecord> {
+        let mut record = StepRecord {
+            step,
+            ..StepRecord::default()
+        };
+        for t in ts {
+            *record
+                .exit_reasons
+                .entry(t.exit_reason.to_string())
+                .or_insert(0) += 1;
+        }
+        record.sampled_tokens = ts.iter().map(|t| t.counts.sampled_tokens).sum();
+        record.success_rate =
+            ts.iter().filter(|t| t.is_success()).count() as f64 / ts.len().max(1) as f64;
+        // The one policy: dropped rows leave the batch and their group's baseline; the rest
+        // train with the reward the policy assigns (0 for failures the agent could cause).
+        let mut kept: Vec<(Trajectory, f64)> = Vec::with_capacity(ts.len());
+        for t in ts {
+            match t.training_use() {
+                TrainingUse::Drop => record.dropped += 1,
+                TrainingUse::Train { reward } => kept.push((t.clone(), reward)),
+            }
+        }
+        record.mean_reward = kept.iter().map(|(_, r)| r).sum::<f64>() / kept.len().max(1) as f64;
+        let refs: Vec<&Trajectory> = kept.iter().map(|(t, _)| t).collect();
+        let current = self.engine.weight_version();
+        record.staleness_hist = staleness_histogram(&refs, current);
+        record.staleness = record.staleness_hist.keys().max().copied().unwrap_or(0);
+        let pairs: Vec<(&str, f64)> = kept.iter().map(|(t, r)| (t.task_id.as_str(), *r)).collect();
+        record.mixed_groups = mixed_groups(&pairs);
+        let outputs: Vec<&AgentLoopOutput> = refs.iter().map(|t| &t.output).collect();
+        // Compared at the temperature of the logprobs the engine reports.
+        let temperature = if self.config.rl.correction.is_disabled() {
+            1.0
+        } else {
+            self.config.rl.temperature
+        };
+        let ratios = blocking(|| ratio_stats(trainer.policy(), &outputs, temperature))?;
+        record.logprob_max_abs_diff = ratios.max_abs_diff;
+        record.importance_ratio = ratios.mean_ratio;
+        record.importance_ratio_max = ratios.max_ratio;
+        record.kl_behaviour_current = ratios.kl_behaviour_current;
+        // Mini-batches of whole groups, in task order.
+        let mut tasks: Vec<&str> = kept.iter().map(|(t, _)| t.task_id.as_str()).collect();
+        tasks.dedup();
+        let per_batch = tasks.len().div_ceil(batches.max(1)).max(1);
+        let (mut adv_sum, mut adv_rows) = (0.0f64, 0usize);
+        let mut metrics: Vec<StepMetrics> = Vec::new();
+        for chunk in tasks.chunks(per_batch) {
+            let rows: Vec<&(Trajectory, f64)> = kept
+                .iter()
+                .filter(|(t, _)| {
+                    chunk.contains(&t.task_id.as_str()) && !t.output.response_ids.is_empty()
+                })
+                .collect();
+            if rows.is_empty() {
+                continue;
+            }
+            let uids: Vec<String> = rows.iter().map(|(t, _)| t.task_id.clone()).collect();
+            let outputs = rows
+                .iter()
+                .map(|(t, r)| {
+                    let mut o = t.output.clone();
+                    o.reward_score = Some(*r);
+                    o
+                })
+                .collect();
+            let batch = TrainBatch::with_grpo(outputs, &uids, self.config.rl.norm_adv_by_std)?;
+            if let Some(adv) = &batch.advantages {
+                for a in adv {
+                    adv_sum += a
+                        .iter()
+                        .find(|x| **x != 0.0)
+                        .map_or(0.0, |x| f64::from(x.abs()));
+                    adv_rows += 1;
+                }
+            }
+            metrics.push(blocking(|| trainer.step(&batch))?);
+        }
+        record.mean_abs_advantage = adv_sum / adv_rows.max(1) as f64;
+        let n = metrics.len().max(1) as f64;
+        let mean = |f: fn(&StepMetrics) -> f64| metrics.iter().map(f).sum::<f64>() / n;
+        if metrics.is_empty() {
+            record.loss = f64::NAN;
+            record.grad_norm = f64::NAN;
+        } else {
+            record.loss = mean(|m| m.loss);
+            record.pg_loss = mean(|m| m.pg_loss);
+            record.pg_clipfrac = mean(|m| m.pg_clipfrac);
+            record.kl = mean(|m| m.kl);
+            record.entropy = mean(|m| m.entropy);
+            record.grad_norm = mean(|m| m.grad_norm);
+            record.lr = mean(|m| m.lr);
+            record.is_weight_mean = mean(|m| m.correction.is_mean);
+            record.is_weight_max = metrics
+                .iter()
+                .map(|m| m.correction.is_max)
+                .fold(0.0, f64::max);
+            record.is_fraction_high = mean(|m| m.correction.is_fraction_high);
+            record.rs_rejected_tokens = mean(|m| m.correction.rs_masked_fraction);
+            record.rs_rejected_sequences = mean(|m| m.correction.rs_seq_masked_fraction);
+        }
+        Ok(record)
+    }
+
+    /// The whole run: demonstrations of `sft_tasks` by `demonstrator`, SFT, held-out
+    /// evaluation, RL on `source`, the learning curve and `summary.json`. The policy is
+    /// exported with [`Self::export`].
+    pub async fn run(
+        &mut self,
+        demonstrator: Arc<dyn TokenGenerator>,
+        sft_tasks: Vec<Task>,
+        source: TaskSource,
+        held_out: &[Task],
+    ) -> Result<Summary> {
+        let started = Instant::now();
+        if !sft_tasks.is_empty() && self.config.sft.steps > 0 {
+            let demos = self.demonstrations(demonstrator, sft_tasks).await?;
+            let rows: Vec<AgentLoopOutput> = demos.into_iter().map(|t| t.output).collect();
+            self.sft(&rows)?;
+        }
+        let before = self.evaluate(held_out, 0).await?;
+        let rl = if self.config.rl.steps > 0 {
+            self.rl(source, held_out).await?
+        } else {
+            RlOutcome::default()
+        };
+        let mut curve = vec![(0, before.success)];
+        curve.extend(&rl.curve);
+        let mut reward_curve = vec![(0, before.reward)];
+        reward_curve.extend(&rl.reward_curve);
+        let train: Vec<(usize, f64)> = rl.steps.iter().map(|s| (s.step, s.success_rate)).collect();
+        super::artifacts::plot_learning_curve(
+            &self.out.join("learning_curve.png"),
+            &curve,
+            &train,
+            self.config.rl.steps,
+        )?;
+        let after = curve.last().map_or(before.success, |c| c.1);
+        let summary = Summary {
+            mode: self.config.rl.mode,
+            pipeline: self.config.rl.r#async,
+            loss: self.config.rl.loss,
+            held_out_tasks: held_out.len(),
+            seed: self.config.seed,
+            sft_only_success: before.success,
+            rl_success: after,
+            sft_only_reward: before.reward,
+            rl_reward: reward_curve.last().map_or(before.reward, |c| c.1),
+            improvement_points: (after - before.success) * 100.0,
+            sft_final_nll: self.sft_losses.last().copied(),
+            curve,
+            reward_curve,
+            trainer_idle_ratio: rl.trainer_idle_ratio,
+            rollout_idle_ratio: rl.rollout_idle_ratio,
+            rl_wall_s: rl.wall_s,
+            wall_s: started.elapsed().as_secs_f64(),
+        };
+        let text =
+            serde_json::to_string_pretty(&summary).map_err(|e| Error::internal(e.to_string()))?;
+        std::fs::write(self.out.join("summary.json"), text)
+            .map_err(|e| Error::io("writing summary.json".to_owned(), e))?;
+        Ok(summary)
+    }
+
+    /// Writes the policy as a Hugging Face folder (see [`super::export_hf`]), with the
+    /// codec's end-of-turn token as `eos_token_id` and the tokenizer files of
+    /// `tokenizer_dir`.
+    pub fn export(&self, dir: &Path, tokenizer_dir: Option<&Path>) -> Result<()> {
+        super::artifacts::export_hf(
+            self.policy()?,
+            self.spec.codec.eos_token_id(),
+            tokenizer_dir,
+            dir,
+        )
+    }
+}
+
+/// What the RL phase produced.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RlOutcome {
+    /// One record per trainer step.
+    pub steps: Vec<StepRecord>,
+    /// `(step, held-out success)` at every evaluation.
+    pub curve: Vec<(usize, f64)>,
+    /// `(step, held-out mean reward)` at every evaluation.
+    pub reward_curve: Vec<(usize, f64)>,
+    /// Share of the wall time the trainer waited for rollouts.
+    pub trainer_idle_ratio: f64,
+    /// Rollout workers' waiting share (async), or training time over wall time (sync).
+    pub rollout_idle_ratio: f64,
+    /// Wall time of the phase.
+    pub wall_s: f64,
+}

@@ -1,0 +1,190 @@
+//! Training as a library, with a task family of its own (not the quickstart's): "repeat the
+//! word" tasks answered with the `finish` tool, no sandbox, a reward that compares the answer
+//! with the task's metadata. A from-scratch tokenizer and tiny Qwen2 policy go through the
+//! pipeline's phases one by one: demonstrations through the real loop, SFT (held-out success
+//! goes up), RL in sync mode, RL in fully-async mode, and the Hugging Face export that loads
+//! back.
+
+#![cfg(feature = "tch")]
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use uniagent_core::agent::LoopConfig;
+use uniagent_core::{
+    EpisodeSignal, LengthLimits, Message, Result, RewardContext, RewardOutcome, RewardSpec,
+    SamplingParams, Task,
+};
+use uniagent_train::model::{ModelDtype, Qwen2ForCausalLM};
+use uniagent_train::pipeline::{
+    Demonstrator, Mode, Pipeline, PipelineConfig, RolloutSpec, StepRecord, TaskSource,
+};
+use uniagent_train::scratch::{scratch_codec, scratch_model, train_tokenizer, TinyModel};
+
+const WORDS: [&str; 6] = ["amber", "basil", "coral", "delta", "ember", "fjord"];
+
+fn task(id: String, word: &str) -> Task {
+    Task::new(id, vec![Message::user(format!("Repeat the word {word}."))])
+        .with_metadata("word", json!(word))
+}
+
+fn answer(word: &str) -> String {
+    format!("<tool_call>\n{{\"name\": \"finish\", \"arguments\": {{\"answer\": \"{word}\"}}}}\n</tool_call>")
+}
+
+/// 1.0 when the `finish` answer is the task's word.
+#[derive(Debug)]
+struct SameWord;
+
+#[async_trait]
+impl RewardSpec for SameWord {
+    fn name(&self) -> &str {
+        "same-word"
+    }
+    async fn score(&self, ctx: &RewardContext<'_>) -> Result<RewardOutcome> {
+        let ok = matches!(ctx.signal, Some(EpisodeSignal::Finish { answer })
+            if Some(answer.trim()) == ctx.task.metadata["word"].as_str());
+        Ok(RewardOutcome::binary(ok))
+    }
+}
+
+fn metrics(out: &std::path::Path) -> Vec<StepRecord> {
+    std::fs::read_to_string(out.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_trains_a_policy_on_their_own_task_family() {
+    tokenizers::utils::parallelism::set_parallelism(false);
+    let corpus: Vec<String> = WORDS
+        .iter()
+        .flat_map(|w| {
+            [
+                format!("<|im_start|>user\nRepeat the word {w}.<|im_end|>\n"),
+                format!("<|im_start|>assistant\n{}<|im_end|>\n", answer(w)),
+            ]
+        })
+        .collect();
+    let tokenizer = train_tokenizer(&corpus, 300).unwrap();
+    let vocab = tokenizer.get_vocab_size(true);
+    let codec = Arc::new(scratch_codec(tokenizer).unwrap());
+    let size = TinyModel {
+        hidden_size: 32,
+        layers: 1,
+        heads: 2,
+        kv_heads: 1,
+        intermediate_size: 64,
+    };
+    let policy = scratch_model(&size, vocab, 3).unwrap();
+    let spec = RolloutSpec {
+        tools: vec![Arc::new(uniagent_tools::Finish)],
+        reward: Arc::new(SameWord),
+        loop_config: LoopConfig {
+            max_turns: 1,
+            sampling: SamplingParams {
+                max_tokens: Some(32),
+                ..SamplingParams::default()
+            },
+            limits: LengthLimits {
+                max_model_len: Some(256),
+                ..LengthLimits::default()
+            },
+            create_session: false,
+            ..LoopConfig::default()
+        },
+        sandboxes: None,
+        codec: codec.clone(),
+        progress: None,
+    };
+    let yaml = "seed: 3\nsft:\n  steps: 40\n  batch_size: 12\n  lr: 0.01\n\
+                rl:\n  steps: 2\n  tasks_per_step: 3\n  group_size: 4\n  lr: 0.0005\n  eval_every: 0\n";
+    let mut config = PipelineConfig::from_yaml_str(yaml).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let mut pipeline = Pipeline::new(policy, spec.clone(), config.clone(), out.path()).unwrap();
+
+    let held_out: Vec<Task> = WORDS.iter().map(|w| task(format!("eval-{w}"), w)).collect();
+    let before = pipeline.evaluate(&held_out, 0).await.unwrap();
+    // Demonstrations through the real loop (the reward says they succeed), then SFT.
+    let sft_tasks: Vec<Task> = (0..12)
+        .map(|i| task(format!("sft-{i}"), WORDS[i % 6]))
+        .collect();
+    let words: Vec<String> = (0..12).map(|i| WORDS[i % 6].to_owned()).collect();
+    let demonstrator = Arc::new(Demonstrator::new(codec.clone(), move |id, turn| {
+        let i: usize = id.strip_prefix("sft-")?.parse().ok()?;
+        (turn == 0).then(|| answer(&words[i]))
+    }));
+    let demos = pipeline
+        .demonstrations(demonstrator, sft_tasks)
+        .await
+        .unwrap();
+    let rows: Vec<_> = demos.into_iter().map(|t| t.output).collect();
+    let losses = pipeline.sft(&rows).unwrap();
+    assert!(
+        losses.last().unwrap() < &(losses[0] * 0.5),
+        "SFT did not learn: {losses:?}"
+    );
+    let after = pipeline.evaluate(&held_out, 0).await.unwrap();
+    assert!(
+        after.success > before.success + 0.3,
+        "SFT did not raise held-out success: {before:?} -> {after:?}"
+    );
+
+    // RL, synchronous: one metrics line per step, fresh samples, ratio 1.
+    let rl_tasks: Vec<Task> = (0..30)
+        .map(|i| task(format!("rl-{i}"), WORDS[i % 6]))
+        .collect();
+    let rl = pipeline
+        .rl(TaskSource::new(rl_tasks.clone(), 5), &held_out)
+        .await
+        .unwrap();
+    assert_eq!(rl.steps.len(), 2);
+    assert_eq!(metrics(out.path()), rl.steps);
+    for s in &rl.steps {
+        assert_eq!(s.staleness, 0, "{s:?}");
+        assert!((s.importance_ratio - 1.0).abs() < 1e-3, "{s:?}");
+        assert!(s.grad_norm.is_finite() && s.sampled_tokens > 0, "{s:?}");
+        assert_eq!(s.exit_reasons.values().sum::<usize>(), 12);
+    }
+    assert_eq!(
+        rl.curve.len(),
+        1,
+        "held-out evaluated after the last step only"
+    );
+
+    // The export loads back, with eos in both configs.
+    let export = out.path().join("policy");
+    pipeline.export(&export, None).unwrap();
+    let loaded = Qwen2ForCausalLM::load(&export, tch::Device::Cpu, ModelDtype::F32).unwrap();
+    assert_eq!(loaded.config().vocab_size, vocab);
+    let generation: Value = serde_json::from_str(
+        &std::fs::read_to_string(export.join("generation_config.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(generation["eos_token_id"], json!(codec.eos_token_id()));
+
+    // RL, fully async, on a fresh pipeline from the exported policy: the rollouter runs ahead
+    // (bounded by the staleness threshold) and every step's staleness is measured from the
+    // tokens' weight versions.
+    config.rl.mode = Mode::Async;
+    config.rl.steps = 3;
+    config.rl.r#async.staleness_threshold = 1.0;
+    let out2 = tempfile::tempdir().unwrap();
+    let mut pipeline = Pipeline::new(loaded, spec, config, out2.path()).unwrap();
+    let rl = pipeline
+        .rl(TaskSource::new(rl_tasks, 5), &held_out)
+        .await
+        .unwrap();
+    assert_eq!(rl.steps.len(), 3);
+    for s in &rl.steps {
+        let tokens: usize = s.staleness_hist.values().sum();
+        assert!(tokens > 0, "no staleness measured: {s:?}");
+        // At most (1 + threshold) periods ahead of the trainer.
+        assert!(s.staleness <= 2, "{s:?}");
+    }
+    assert!(rl.rollout_idle_ratio >= 0.0 && rl.trainer_idle_ratio <= 1.0);
+}
