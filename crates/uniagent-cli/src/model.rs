@@ -21,6 +21,9 @@ use uniagent_envs::models::{
 use crate::config::resolve;
 use crate::error::{CliError, Result};
 
+/// A built model and, for token-level backends, its weight-version log.
+pub type BuiltModel = (Arc<dyn ChatModel>, Option<Arc<VersionLog>>);
+
 /// Which model backend, and its settings (`type` picks it).
 ///
 /// ```
@@ -102,12 +105,7 @@ impl ModelConfig {
 
     /// Builds the chat model and, for token-level backends, the log of the weight version of
     /// every sampled token per rollout.
-    pub fn build_with_versions(&self) -> Result<(Arc<dyn ChatModel>, Option<Arc<VersionLog>>)> {
-        let model = self.build_inner()?;
-        Ok(model)
-    }
-
-    fn build_inner(&self) -> Result<(Arc<dyn ChatModel>, Option<Arc<VersionLog>>)> {
+    pub fn build_with_versions(&self) -> Result<BuiltModel> {
         let bad = |e: uniagent_core::Error| CliError::config("model", self.backend(), e);
         match self {
             Self::Openai(c) => Ok((Arc::new(OpenAiChatModel::new(c).map_err(bad)?), None)),

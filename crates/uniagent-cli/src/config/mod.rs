@@ -72,7 +72,7 @@ impl RunConfig {
             for key in map.keys() {
                 if !SECTIONS.contains(&key.as_str()) {
                     return Err(doc.error_at(
-                        &[key.clone()],
+                        std::slice::from_ref(key),
                         format!("unknown section, expected one of {}", SECTIONS.join(", ")),
                     ));
                 }

@@ -137,8 +137,10 @@ impl Environment for Swe {
     }
 
     fn parts(&self) -> Result<EnvironmentParts> {
-        let mut toolbox = ToolboxConfig::default();
-        toolbox.binary = self.settings.toolbox_binary.clone();
+        let toolbox = ToolboxConfig {
+            binary: self.settings.toolbox_binary.clone(),
+            ..ToolboxConfig::default()
+        };
         let reward = TestsReward {
             test_command: self.settings.test_command.clone(),
             repo_dir: Some(self.settings.repo_dir.clone()),
