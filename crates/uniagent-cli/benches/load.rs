@@ -245,11 +245,11 @@ runner:\n  max_concurrent_rollouts: {n}\n  max_concurrent_model_calls: {n}\n  ma
         "load bench: {n} rollouts, {n} at once, host sandboxes, scripted model (2 turns each)"
     );
     println!(
-        "  baseline (core Runner): {:>7.1} rollouts/s  {:>6.1} s  solved {}/{}  peak in loop {}  peak sandboxes alive {}  sandbox RSS peak {:.0} MiB",
+        "  baseline (core Runner): {:>7.1} rollouts/s  {:>6.1} s  solved {}/{}  peak in loop {}  peak sandbox processes {}  sandbox RSS peak {:.0} MiB",
         n as f64 / base_secs, base_secs, base_summary.succeeded, base_summary.rollouts, base_peak, base_alive, base_rss as f64 / 1024.0
     );
     println!(
-        "  uniagent run:           {:>7.1} rollouts/s  {:>6.1} s  solved {}/{}  peak in loop {}  peak sandboxes alive {}  sandbox RSS peak {:.0} MiB",
+        "  uniagent run:           {:>7.1} rollouts/s  {:>6.1} s  solved {}/{}  peak in loop {}  peak sandbox processes {}  sandbox RSS peak {:.0} MiB",
         n as f64 / cli_secs, cli_secs, summary.succeeded, summary.rollouts, cli_peak, cli_alive, cli_rss as f64 / 1024.0
     );
     println!(
