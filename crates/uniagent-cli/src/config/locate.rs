@@ -39,31 +39,39 @@ fn yaml_key(line: &str) -> Option<&str> {
 
 fn yaml_line(text: &str, keys: &[&str]) -> Option<usize> {
     let lines: Vec<&str> = text.lines().collect();
+    fn content(l: &&&str) -> bool {
+        !l.trim().is_empty() && !l.trim_start().starts_with('#')
+    }
     let mut found = None;
     let mut start = 0;
     let mut parent_indent: Option<usize> = None;
     for key in keys {
+        // The children of the parent are the lines at the indentation of its first child.
+        let Some(level) = lines.iter().skip(start).find(content).map(|l| indent_of(l)) else {
+            break;
+        };
+        if parent_indent.is_some_and(|p| level <= p) {
+            break;
+        }
         let mut hit = None;
         for (i, line) in lines.iter().enumerate().skip(start) {
-            if line.trim().is_empty() || line.trim_start().starts_with('#') {
+            if !content(&line) {
                 continue;
             }
             let indent = indent_of(line);
-            if let Some(p) = parent_indent {
-                if i > start && indent <= p {
-                    break;
-                }
+            if indent < level {
+                break;
             }
-            if yaml_key(line) == Some(key) {
-                hit = Some((i, indent));
+            if indent == level && yaml_key(line) == Some(key) {
+                hit = Some(i);
                 break;
             }
         }
         match hit {
-            Some((i, indent)) => {
+            Some(i) => {
                 found = Some(i + 1);
                 start = i + 1;
-                parent_indent = Some(indent);
+                parent_indent = Some(level);
             }
             None => break,
         }
@@ -102,7 +110,9 @@ fn toml_line(text: &str, keys: &[&str]) -> Option<usize> {
         for (i, line) in lines.iter().enumerate() {
             if let Some(h) = toml_header(line) {
                 in_table = h == table;
-                if in_table && rest.is_empty() && best.is_none_or(|(d, _)| d < split) {
+                // `[a.b]` also opens `a` when `a` has no header of its own.
+                let opens = in_table || (split > 0 && h.starts_with(&format!("{table}.")));
+                if opens && rest.is_empty() && best.is_none_or(|(d, _)| d < split) {
                     best = Some((split, i + 1));
                 }
                 continue;
