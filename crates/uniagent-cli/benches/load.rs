@@ -90,7 +90,7 @@ impl ChatModel for FileReader {
             None => {
                 let wait = self.all_started.notified();
                 if self.started.load(Ordering::SeqCst) < self.expected {
-                    let _ = tokio::time::timeout(Duration::from_secs(120), wait).await;
+                    let _ = tokio::time::timeout(Duration::from_secs(1800), wait).await;
                 }
                 let question = cache
                     .messages()
@@ -183,7 +183,7 @@ fn main() {
         "tasks:\n  generate: {{count: {n}, seed: 11}}\n\
 environment:\n  type: file-lookup\n  bash_timeout: 60\n  setup_timeout: 120\n  sandbox:\n    type: host\n    startup_timeout: 120\n    env: {{UNIAGENT_LOAD_MARK: \"{mark}\"}}\n\
 model:\n  type: openai\n  http: {{endpoints: [\"http://127.0.0.1:9/v1\"], model: unused}}\n\
-loop:\n  max_turns: 4\n  tool_timeout: 120\n  wall_clock_budget: 1200\n\
+loop:\n  max_turns: 4\n  tool_timeout: 120\n  wall_clock_budget: 3000\n\
 runner:\n  max_concurrent_rollouts: {n}\n  max_concurrent_model_calls: {n}\n  max_concurrent_sandbox_starts: 32\n  sandbox_stop_timeout: 120\n"
     );
     let path = dir.path().join("load.yaml");
@@ -262,6 +262,7 @@ runner:\n  max_concurrent_rollouts: {n}\n  max_concurrent_model_calls: {n}\n  ma
         kib_of(&status, "VmRSS:") as f64 / 1024.0
     );
     assert_eq!(summary.rollouts as usize, n);
+    assert_eq!(cli_peak, n, "not every rollout was in the loop at once");
     let left = uniagent_envs::host::marked_processes(&format!("UNIAGENT_LOAD_MARK={mark}"));
     assert!(left.is_empty(), "{} sandbox processes left", left.len());
 }

@@ -53,16 +53,13 @@ fn tree() -> impl Strategy<Value = BTreeMap<String, serde_json::Value>> {
 }
 
 fn leaves(prefix: &[String], v: &serde_json::Value, out: &mut Vec<Vec<String>>) {
-    match v.as_object() {
-        Some(m) => {
-            for (k, v) in m {
-                let mut p = prefix.to_vec();
-                p.push(k.clone());
-                out.push(p.clone());
-                leaves(&p, v, out);
-            }
+    if let Some(m) = v.as_object() {
+        for (k, v) in m {
+            let mut p = prefix.to_vec();
+            p.push(k.clone());
+            out.push(p.clone());
+            leaves(&p, v, out);
         }
-        None => {}
     }
 }
 
