@@ -260,3 +260,58 @@ impl TrajectorySink for TrajectoryFile {
             .map_err(|e| uniagent_core::Error::io("syncing trajectories.jsonl", e))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use uniagent_core::agent::{ExitReason, Trajectory};
+
+    use super::*;
+
+    fn trajectory() -> Trajectory {
+        let mut t = Trajectory::empty("t", 0, vec![], ExitReason::Finished, None);
+        t.output.prompt_ids = vec![1, 2];
+        t.output.response_ids = vec![5, 6, 7, 8];
+        t.output.response_mask = vec![1, 1, 0, 1];
+        t
+    }
+
+    #[test]
+    fn token_records_carry_weight_versions_and_no_null_logprobs() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = OutputDir::create(dir.path()).unwrap();
+        let log = Arc::new(VersionLog::default());
+        log.record("t:0", 2, Some(3));
+        log.record("t:0", 1, None);
+        let sink = out.sink(true, Some(Arc::clone(&log))).unwrap();
+        let v = sink.record(&trajectory(), "t:0");
+        assert_eq!(v["weight_versions"], json!([3, 3, null, null]));
+        assert_eq!(v["response_mask"], json!([1, 1, 0, 1]));
+        assert!(v.get("response_logprobs").is_none(), "{v}");
+        let api = out.sink(false, None).unwrap().record(&trajectory(), "t:0");
+        assert!(api.get("prompt_ids").is_none() && api.get("weight_versions").is_none());
+    }
+
+    #[test]
+    fn cancelled_rollouts_are_not_finished_and_samples_are_remapped() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = OutputDir::create(dir.path()).unwrap();
+        let mut sink = out.sink(false, None).unwrap();
+        sink.remap_samples("t", vec![3]);
+        sink.write(&Trajectory::empty(
+            "t",
+            0,
+            vec![],
+            ExitReason::Cancelled,
+            None,
+        ))
+        .unwrap();
+        sink.write(&trajectory()).unwrap();
+        assert_eq!(sink.written(), 1);
+        let done = out.finished().unwrap();
+        assert_eq!(done.into_iter().collect::<Vec<_>>(), [("t".to_owned(), 3)]);
+        let summary = out.write_summary(1, 0.0).unwrap();
+        assert_eq!(summary.rollouts, 1);
+        assert_eq!(summary.exit_reasons["finished"], 1);
+    }
+}
