@@ -1,0 +1,82 @@
+//! The `uniagent` binary: one module per subcommand. Exit codes: 0 success, 2 bad usage or
+//! bad input (one line `error: ...` on stderr), 1 a failure while running.
+
+mod run;
+mod train;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::env::EnvironmentRegistry;
+use crate::error::{one_line, CliError};
+
+/// The command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "uniagent",
+    version,
+    about = "Run and train LLM agents from one config file."
+)]
+pub struct Cli {
+    /// The subcommand.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Evaluate / run inference: every task × sample through the loop, results in --out.
+    Run(run::RunArgs),
+    /// Train: the same config plus a `trainer:` section.
+    Train(train::TrainArgs),
+}
+
+/// Parses the process arguments and runs; returns the exit code.
+pub fn main() -> ExitCode {
+    main_with(std::env::args_os(), &EnvironmentRegistry::builtin())
+}
+
+/// Runs the command line `args` with the environments of `registry` (so a binary with its
+/// own environments is three lines: build a registry, register, call this).
+pub fn main_with(
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+    registry: &EnvironmentRegistry,
+) -> ExitCode {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let result = match cli.command {
+        Command::Run(args) => run::main(args, registry),
+        Command::Train(args) => train::main(args, registry),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", one_line(&e.to_string()));
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// A multi-threaded runtime for one command.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::runtime(format!("starting the async runtime: {e}")))
+}
+
+/// Prints the first tasks as JSON lines on stdout (`--dry-run`).
+pub(crate) fn print_tasks(tasks: &[uniagent_core::Task], n: usize) {
+    for task in tasks.iter().take(n) {
+        let line = serde_json::json!({"id": task.id, "messages": task.messages});
+        println!("{line}");
+    }
+}

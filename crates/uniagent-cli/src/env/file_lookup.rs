@@ -1,0 +1,254 @@
+//! `file-lookup`: the quickstart's task family. Each task gives a few names a random 3-digit
+//! code, written as `data/<name>.txt` in a fresh sandbox by the setup hook; the question asks
+//! for one name's code, which the agent reads with `execute_bash` and returns with `finish`.
+//! The reward reads the sandbox's file again and compares.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use uniagent_core::{
+    Deployment, DeploymentExt, EpisodeSignal, Error, Message, RewardContext, RewardOutcome,
+    RewardSpec, Task,
+};
+use uniagent_envs::DeploymentConfig;
+use uniagent_tools::{ExecuteBash, Finish};
+
+use super::{
+    Environment, EnvironmentParts, EnvironmentSettings, SandboxSettings, TaskSetup,
+    TemplatedSandboxes,
+};
+use crate::dataset::GenerateConfig;
+use crate::error::Result;
+
+/// The names whose codes the sandboxes hold.
+pub const NAMES: [&str; 16] = [
+    "apple", "river", "stone", "cloud", "maple", "tiger", "lemon", "ocean", "pixel", "raven",
+    "cedar", "ember", "frost", "grape", "honey", "ivory",
+];
+
+/// One generated task: the name asked about and every `(name, code)` file of its sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileQuestion {
+    /// Task id.
+    pub id: String,
+    /// The name asked about.
+    pub target: String,
+    /// `(name, code)` for every file.
+    pub files: Vec<(String, String)>,
+}
+
+impl FileQuestion {
+    /// A task drawn from `rng`: `files` distinct names (1 to 16) with codes, one of them asked.
+    pub fn generate(id: String, files: usize, rng: &mut fastrand::Rng) -> Self {
+        let mut names: Vec<&str> = NAMES.to_vec();
+        rng.shuffle(&mut names);
+        let files: Vec<(String, String)> = names[..files.clamp(1, NAMES.len())]
+            .iter()
+            .map(|n| ((*n).to_owned(), rng.u32(100..1000).to_string()))
+            .collect();
+        let target = files[rng.usize(..files.len())].0.clone();
+        Self { id, target, files }
+    }
+
+    /// The code that answers the question.
+    pub fn answer(&self) -> &str {
+        self.files
+            .iter()
+            .find(|(n, _)| *n == self.target)
+            .map_or("", |(_, c)| c.as_str())
+    }
+
+    /// The task as the loop sees it (metadata: `target`, `answer`, `files`).
+    pub fn to_task(&self) -> Task {
+        let question = format!(
+            "What is the code of {}? The codes are in files under data/.",
+            self.target
+        );
+        Task::new(self.id.clone(), vec![Message::user(question)])
+            .with_metadata("target", json!(self.target))
+            .with_metadata("answer", json!(self.answer()))
+            .with_metadata("files", json!(self.files))
+    }
+
+    /// Reads a task back from its metadata.
+    pub fn from_task(task: &Task) -> std::result::Result<Self, String> {
+        let target = task
+            .metadata
+            .get("target")
+            .and_then(|v| v.as_str())
+            .ok_or("missing field `target`")?
+            .to_owned();
+        let files: Vec<(String, String)> =
+            serde_json::from_value(task.metadata.get("files").cloned().unwrap_or_default())
+                .map_err(|e| format!("field `files` must be a list of [name, code] pairs: {e}"))?;
+        let safe = |s: &str| {
+            !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        };
+        if let Some((n, c)) = files.iter().find(|(n, c)| !safe(n) || !safe(c)) {
+            return Err(format!(
+                "field `files`: `{n}`/`{c}` must be letters, digits, `_` or `-`"
+            ));
+        }
+        if !files.iter().any(|(n, _)| *n == target) {
+            return Err(format!(
+                "field `files` has no file for the target `{target}`"
+            ));
+        }
+        Ok(Self {
+            id: task.id.clone(),
+            target,
+            files,
+        })
+    }
+
+    /// The shell script that writes the sandbox's files.
+    pub fn setup_script(&self) -> String {
+        let mut s = String::from("mkdir -p data");
+        for (name, code) in &self.files {
+            s.push_str(&format!(" && echo {code} > data/{name}.txt"));
+        }
+        s
+    }
+}
+
+/// Settings of `file-lookup`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FileLookupSettings {
+    /// Files in each generated task's sandbox.
+    pub files_per_task: usize,
+    /// Seconds one `execute_bash` call may take.
+    pub bash_timeout: f64,
+    /// The sandbox backend (host by default).
+    pub sandbox: DeploymentConfig,
+    /// Extra setup commands, run after the task's files are written.
+    pub setup: Vec<String>,
+    /// Seconds each setup command may take.
+    pub setup_timeout: f64,
+}
+
+impl FileLookupSettings {
+    fn sandbox_settings(&self) -> SandboxSettings {
+        SandboxSettings {
+            sandbox: self.sandbox.clone(),
+            setup: self.setup.clone(),
+            setup_timeout: self.setup_timeout,
+        }
+    }
+}
+
+impl Default for FileLookupSettings {
+    fn default() -> Self {
+        Self {
+            files_per_task: 3,
+            bash_timeout: 10.0,
+            sandbox: DeploymentConfig::default(),
+            setup: Vec::new(),
+            setup_timeout: 60.0,
+        }
+    }
+}
+
+/// The `file-lookup` environment.
+#[derive(Debug, Clone)]
+pub struct FileLookup {
+    settings: FileLookupSettings,
+}
+
+impl FileLookup {
+    /// From the config section.
+    pub fn from_settings(s: &EnvironmentSettings<'_>) -> Result<Self> {
+        Ok(Self::new(s.decode()?))
+    }
+
+    /// From settings.
+    pub fn new(settings: FileLookupSettings) -> Self {
+        Self { settings }
+    }
+}
+
+#[async_trait]
+impl Environment for FileLookup {
+    fn name(&self) -> &str {
+        "file-lookup"
+    }
+
+    fn check_task(&self, task: &Task) -> std::result::Result<(), String> {
+        FileQuestion::from_task(task).map(|_| ())
+    }
+
+    fn generate_tasks(&self, spec: &GenerateConfig) -> std::result::Result<Vec<Task>, String> {
+        let mut rng = fastrand::Rng::with_seed(spec.seed);
+        Ok((0..spec.count)
+            .map(|i| {
+                FileQuestion::generate(
+                    format!("lookup-{i}"),
+                    self.settings.files_per_task,
+                    &mut rng,
+                )
+                .to_task()
+            })
+            .collect())
+    }
+
+    fn parts(&self) -> Result<EnvironmentParts> {
+        let setup: TaskSetup = Arc::new(|task: &Task| {
+            let q = FileQuestion::from_task(task).map_err(Error::invalid_input)?;
+            Ok(vec![q.setup_script()])
+        });
+        Ok(EnvironmentParts {
+            tools: vec![
+                Arc::new(ExecuteBash {
+                    timeout: Duration::from_secs_f64(self.settings.bash_timeout.max(0.1)),
+                    ..ExecuteBash::default()
+                }),
+                Arc::new(Finish),
+            ],
+            reward: Some(Arc::new(CodeReward)),
+            sandboxes: Some(Arc::new(TemplatedSandboxes::new(
+                self.settings.sandbox_settings(),
+                Some(setup),
+            ))),
+        })
+    }
+
+    async fn preflight(&self, tasks: &[Task]) -> Result<()> {
+        TemplatedSandboxes::new(self.settings.sandbox_settings(), None)
+            .preflight(tasks)
+            .await
+    }
+}
+
+/// 1.0 when the `finish` answer equals the code in the sandbox's file for the asked name.
+#[derive(Debug, Default)]
+pub struct CodeReward;
+
+#[async_trait]
+impl RewardSpec for CodeReward {
+    fn name(&self) -> &str {
+        "file-code"
+    }
+
+    async fn score(&self, ctx: &RewardContext<'_>) -> uniagent_core::Result<RewardOutcome> {
+        let answer = match ctx.signal {
+            Some(EpisodeSignal::Finish { answer }) => answer.trim().to_owned(),
+            _ => return Ok(RewardOutcome::binary(false)),
+        };
+        let q = FileQuestion::from_task(ctx.task).map_err(Error::invalid_input)?;
+        let sandbox: &Arc<dyn Deployment> = ctx
+            .deployment
+            .ok_or_else(|| Error::internal("the file-code reward needs the task's sandbox"))?;
+        let truth = sandbox
+            .sh(&format!("cat data/{}.txt", q.target), 10.0)
+            .await?
+            .stdout;
+        let truth = truth.trim();
+        Ok(RewardOutcome::binary(!truth.is_empty() && answer == truth)
+            .with_detail("expected", json!(truth)))
+    }
+}

@@ -1,0 +1,323 @@
+//! The sandbox side of an environment: a deployment config whose image is a per-task template
+//! (`{instance_id}`), and setup commands run once, after the sandbox starts and before the
+//! loop, by a wrapper the factory puts around every deployment (the setup hook).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uniagent_core::runner::SandboxFactory;
+use uniagent_core::sandbox::{
+    Action, BashObservation, CloseSessionRequest, CloseSessionResponse, Command, CommandResponse,
+    CreateSessionRequest, CreateSessionResponse, IsAliveResponse, ReadFileRequest,
+    ReadFileResponse, UploadRequest, WriteFileRequest,
+};
+use uniagent_core::{Capabilities, Deployment, DeploymentExt, Error, Task};
+use uniagent_envs::DeploymentConfig;
+
+use crate::error::{CliError, Result};
+
+/// The `sandbox:` and `setup:` settings shared by environments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxSettings {
+    /// The backend (`type: host | docker | remote`); `{field}` in a docker `image` is replaced
+    /// by the task's metadata field (`{instance_id}`, `{id}`).
+    #[serde(default)]
+    pub sandbox: DeploymentConfig,
+    /// Shell commands run once in every fresh sandbox before the loop (`{field}` substituted).
+    #[serde(default)]
+    pub setup: Vec<String>,
+    /// Seconds each setup command may take.
+    #[serde(default = "default_setup_timeout")]
+    pub setup_timeout: f64,
+}
+
+fn default_setup_timeout() -> f64 {
+    600.0
+}
+
+impl Default for SandboxSettings {
+    fn default() -> Self {
+        Self {
+            sandbox: DeploymentConfig::default(),
+            setup: Vec::new(),
+            setup_timeout: default_setup_timeout(),
+        }
+    }
+}
+
+/// Extra setup computed from each task (e.g. the files a generated task needs).
+pub type TaskSetup = Arc<dyn Fn(&Task) -> uniagent_core::Result<Vec<String>> + Send + Sync>;
+
+/// Replaces `{name}` by the task's metadata field `name` (strings and numbers; `id` is the task
+/// id). With `strict`, a placeholder without a value is an error; otherwise it stays as
+/// written, so shell braces (`${HOME}`, `{a,b}`) pass through.
+///
+/// ```
+/// use uniagent_cli::env::fill_template;
+/// use uniagent_core::Task;
+/// let task = Task::new("t1", vec![]).with_metadata("instance_id", "django__django-1".into());
+/// assert_eq!(fill_template("swe:{instance_id}", &task, true).unwrap(), "swe:django__django-1");
+/// assert_eq!(fill_template("echo ${HOME} {id}", &task, false).unwrap(), "echo ${HOME} t1");
+/// assert!(fill_template("img:{nope}", &task, true).is_err());
+/// ```
+pub fn fill_template(
+    template: &str,
+    task: &Task,
+    strict: bool,
+) -> std::result::Result<String, String> {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        let close = after.find('}');
+        let name = close.map(|c| &after[..c]);
+        match name {
+            Some(name)
+                if !name.is_empty()
+                    && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') =>
+            {
+                let value = if name == "id" {
+                    Some(task.id.clone())
+                } else {
+                    match task.metadata.get(name) {
+                        Some(Value::String(s)) => Some(s.clone()),
+                        Some(Value::Number(n)) => Some(n.to_string()),
+                        _ => None,
+                    }
+                };
+                match value {
+                    Some(v) => out.push_str(&v),
+                    None if strict => {
+                        return Err(format!(
+                            "task `{}` has no field `{name}` for `{{{name}}}`",
+                            task.id
+                        ))
+                    }
+                    None => {
+                        out.push('{');
+                        out.push_str(name);
+                        out.push('}');
+                    }
+                }
+                rest = &after[name.len() + 1..];
+            }
+            _ => {
+                out.push('{');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Builds every rollout's sandbox from [`SandboxSettings`] and wraps it in the setup hook.
+#[derive(Clone)]
+pub struct TemplatedSandboxes {
+    settings: SandboxSettings,
+    task_setup: Option<TaskSetup>,
+}
+
+impl std::fmt::Debug for TemplatedSandboxes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TemplatedSandboxes")
+            .field("settings", &self.settings)
+            .field("task_setup", &self.task_setup.is_some())
+            .finish()
+    }
+}
+
+impl TemplatedSandboxes {
+    /// A factory for `settings`; `task_setup` adds per-task commands before the configured
+    /// ones.
+    pub fn new(settings: SandboxSettings, task_setup: Option<TaskSetup>) -> Self {
+        Self {
+            settings,
+            task_setup,
+        }
+    }
+
+    /// The deployment config of `task` (image template filled in).
+    pub fn config_for(&self, task: &Task) -> std::result::Result<DeploymentConfig, String> {
+        let mut config = self.settings.sandbox.clone();
+        if let DeploymentConfig::Docker(d) = &mut config {
+            d.image = fill_template(&d.image, task, true)?;
+        }
+        Ok(config)
+    }
+
+    /// The setup commands of `task`, in order.
+    pub fn setup_for(&self, task: &Task) -> uniagent_core::Result<Vec<String>> {
+        let mut commands = match &self.task_setup {
+            Some(f) => f(task)?,
+            None => Vec::new(),
+        };
+        for c in &self.settings.setup {
+            commands.push(fill_template(c, task, false).map_err(Error::invalid_input)?);
+        }
+        Ok(commands)
+    }
+
+    /// Checks, before anything starts, that every task's sandbox can be built: the backend is
+    /// compiled in and valid, the template fills in, and (docker) every image exists locally.
+    pub async fn preflight(&self, tasks: &[Task]) -> Result<()> {
+        let mut images = BTreeSet::new();
+        for task in tasks {
+            let config = self
+                .config_for(task)
+                .map_err(|m| CliError::preflight(format!("environment.sandbox.image: {m}")))?;
+            config
+                .validate()
+                .map_err(|e| CliError::preflight(format!("environment.sandbox: {e}")))?;
+            if let DeploymentConfig::Docker(d) = &config {
+                images.insert((d.image.clone(), task.id.clone()));
+            }
+            self.setup_for(task).map_err(|e| {
+                CliError::preflight(format!("environment.setup for task `{}`: {e}", task.id))
+            })?;
+        }
+        if let DeploymentConfig::Host(h) = &self.settings.sandbox {
+            uniagent_envs::host::find_server_binary(h.server_binary.as_deref()).map_err(|e| {
+                CliError::preflight(format!(
+                    "{e}; build it with `cargo build --release -p uniagent-envs --bin uniagent-sandbox` or set environment.sandbox.server_binary"
+                ))
+            })?;
+        }
+        if !images.is_empty() {
+            check_images(&images).await?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(feature = "docker")]
+async fn check_images(images: &BTreeSet<(String, String)>) -> Result<()> {
+    let docker = uniagent_envs::docker::engine().await.map_err(|e| {
+        CliError::preflight(format!("the docker sandbox needs a Docker daemon: {e}"))
+    })?;
+    let mut checked = BTreeSet::new();
+    for (image, task) in images {
+        if !checked.insert(image.clone()) {
+            continue;
+        }
+        if docker.inspect_image(image).await.is_err() {
+            return Err(CliError::preflight(format!(
+                "image `{image}` (task `{task}`) does not exist locally; build it or fix environment.sandbox.image"
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "docker"))]
+async fn check_images(_images: &BTreeSet<(String, String)>) -> Result<()> {
+    Err(CliError::preflight(
+        "docker sandboxes need the `docker` feature of uniagent-cli",
+    ))
+}
+
+impl SandboxFactory for TemplatedSandboxes {
+    fn create(&self, task: &Task) -> uniagent_core::Result<Box<dyn Deployment>> {
+        let config = self.config_for(task).map_err(Error::invalid_input)?;
+        let inner = config.build()?;
+        let setup = self.setup_for(task)?;
+        if setup.is_empty() {
+            return Ok(inner);
+        }
+        Ok(Box::new(WithSetup {
+            inner,
+            setup,
+            timeout: self.settings.setup_timeout,
+        }))
+    }
+}
+
+/// A deployment whose `start` also runs the setup commands; everything else is the inner
+/// deployment's.
+#[derive(Debug)]
+pub struct WithSetup {
+    inner: Box<dyn Deployment>,
+    setup: Vec<String>,
+    timeout: f64,
+}
+
+impl WithSetup {
+    /// Wraps `inner`; `setup` runs in order after it starts.
+    pub fn new(inner: Box<dyn Deployment>, setup: Vec<String>, timeout: f64) -> Self {
+        Self {
+            inner,
+            setup,
+            timeout,
+        }
+    }
+}
+
+#[async_trait]
+impl Deployment for WithSetup {
+    fn backend(&self) -> &str {
+        self.inner.backend()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn start(&self) -> uniagent_core::Result<()> {
+        self.inner.start().await?;
+        for command in &self.setup {
+            let out = self.inner.sh(command, self.timeout).await?;
+            if out.exit_code != Some(0) {
+                let mut detail = format!("{}{}", out.stdout, out.stderr);
+                if detail.len() > 2000 {
+                    let cut = detail.len() - 2000;
+                    let cut = (cut..detail.len())
+                        .find(|&i| detail.is_char_boundary(i))
+                        .unwrap_or(cut);
+                    detail = detail.split_off(cut);
+                }
+                return Err(Error::invalid_input(format!(
+                    "setup command `{command}` exited with {:?}: {}",
+                    out.exit_code,
+                    detail.trim()
+                )));
+            }
+        }
+        Ok(())
+    }
+    async fn stop(&self) -> uniagent_core::Result<()> {
+        self.inner.stop().await
+    }
+    async fn is_alive(&self) -> uniagent_core::Result<IsAliveResponse> {
+        self.inner.is_alive().await
+    }
+    async fn create_session(
+        &self,
+        r: CreateSessionRequest,
+    ) -> uniagent_core::Result<CreateSessionResponse> {
+        self.inner.create_session(r).await
+    }
+    async fn run_in_session(&self, a: Action) -> uniagent_core::Result<BashObservation> {
+        self.inner.run_in_session(a).await
+    }
+    async fn close_session(
+        &self,
+        r: CloseSessionRequest,
+    ) -> uniagent_core::Result<CloseSessionResponse> {
+        self.inner.close_session(r).await
+    }
+    async fn execute(&self, c: Command) -> uniagent_core::Result<CommandResponse> {
+        self.inner.execute(c).await
+    }
+    async fn read_file(&self, r: ReadFileRequest) -> uniagent_core::Result<ReadFileResponse> {
+        self.inner.read_file(r).await
+    }
+    async fn write_file(&self, r: WriteFileRequest) -> uniagent_core::Result<()> {
+        self.inner.write_file(r).await
+    }
+    async fn upload(&self, r: UploadRequest) -> uniagent_core::Result<()> {
+        self.inner.upload(r).await
+    }
+}

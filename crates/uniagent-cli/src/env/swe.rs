@@ -1,0 +1,176 @@
+//! `swe`: a repository at its base commit in a Docker image chosen per task (`{instance_id}`),
+//! the bash, editor and submit tools, and the SWE-bench tests reward (`FAIL_TO_PASS` must
+//! start passing, `PASS_TO_PASS` must keep passing, with the task's `test_patch` applied).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uniagent_core::agent::LoopConfig;
+use uniagent_core::Task;
+use uniagent_envs::{DeploymentConfig, DockerConfig};
+use uniagent_rewards::{LogFormat, TestsReward};
+use uniagent_tools::{ExecuteBash, StrReplaceEditor, Submit, ToolboxConfig};
+
+use super::{
+    Environment, EnvironmentParts, EnvironmentSettings, SandboxSettings, TemplatedSandboxes,
+};
+use crate::error::Result;
+
+/// Settings of `swe`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SweSettings {
+    /// The sandbox; by default docker with image `{image}` if tasks carry one, written as
+    /// `sandbox: {type: docker, image: "sweb.eval.x86_64.{instance_id}"}`.
+    pub sandbox: DeploymentConfig,
+    /// Setup commands run once before the loop (`{field}` substituted).
+    pub setup: Vec<String>,
+    /// Seconds each setup command may take.
+    pub setup_timeout: f64,
+    /// The repository in the sandbox.
+    pub repo_dir: String,
+    /// The test command; `None` reads each task's `test_cmd`.
+    pub test_command: Option<String>,
+    /// The log format of the test command.
+    pub log_format: LogFormat,
+    /// Seconds the test run may take (past it the task scores 0).
+    pub test_timeout: f64,
+    /// Seconds one `execute_bash` call may take.
+    pub bash_timeout: f64,
+    /// The `uniagent-toolbox` binary the editor uploads (default: found next to the sandbox
+    /// server, or `$UNIAGENT_TOOLBOX_BIN`).
+    pub toolbox_binary: Option<PathBuf>,
+}
+
+impl Default for SweSettings {
+    fn default() -> Self {
+        Self {
+            sandbox: DeploymentConfig::Docker(DockerConfig {
+                image: "{image}".into(),
+                ..DockerConfig::default()
+            }),
+            setup: Vec::new(),
+            setup_timeout: 600.0,
+            repo_dir: "/testbed".into(),
+            test_command: None,
+            log_format: LogFormat::Auto,
+            test_timeout: 1800.0,
+            bash_timeout: 180.0,
+            toolbox_binary: None,
+        }
+    }
+}
+
+/// The `swe` environment.
+#[derive(Debug, Clone)]
+pub struct Swe {
+    settings: SweSettings,
+}
+
+impl Swe {
+    /// From the config section.
+    pub fn from_settings(s: &EnvironmentSettings<'_>) -> Result<Self> {
+        Ok(Self::new(s.decode()?))
+    }
+
+    /// From settings.
+    pub fn new(settings: SweSettings) -> Self {
+        Self { settings }
+    }
+
+    fn sandboxes(&self) -> TemplatedSandboxes {
+        TemplatedSandboxes::new(
+            SandboxSettings {
+                sandbox: self.settings.sandbox.clone(),
+                setup: self.settings.setup.clone(),
+                setup_timeout: self.settings.setup_timeout,
+            },
+            None,
+        )
+    }
+}
+
+fn is_test_list(v: Option<&Value>) -> bool {
+    match v {
+        Some(Value::Array(items)) => items.iter().all(Value::is_string),
+        _ => false,
+    }
+}
+
+#[async_trait]
+impl Environment for Swe {
+    fn name(&self) -> &str {
+        "swe"
+    }
+
+    fn check_task(&self, task: &Task) -> std::result::Result<(), String> {
+        let m = &task.metadata;
+        for key in ["FAIL_TO_PASS", "PASS_TO_PASS"] {
+            if !is_test_list(m.get(key)) {
+                return Err(format!(
+                    "field `{key}` must be a list of test ids (use the swe-bench layout)"
+                ));
+            }
+        }
+        if m.get("test_patch").is_some_and(Value::is_string)
+            && !m.get("base_commit").is_some_and(Value::is_string)
+        {
+            return Err("missing field `base_commit` (needed to apply `test_patch`)".into());
+        }
+        if self.settings.test_command.is_none() && !m.get("test_cmd").is_some_and(Value::is_string)
+        {
+            return Err("missing field `test_cmd` (or set environment.test_command)".into());
+        }
+        Ok(())
+    }
+
+    fn configure_loop(&self, config: &mut LoopConfig) {
+        // The tests run inside the reward: give it at least the test timeout plus a margin.
+        let need = Duration::from_secs_f64(self.settings.test_timeout.max(1.0) + 120.0);
+        if config.reward_timeout.is_some_and(|t| t < need) {
+            config.reward_timeout = Some(need);
+        }
+    }
+
+    fn parts(&self) -> Result<EnvironmentParts> {
+        let toolbox = ToolboxConfig {
+            binary: self.settings.toolbox_binary.clone(),
+            ..ToolboxConfig::default()
+        };
+        let reward = TestsReward {
+            test_command: self.settings.test_command.clone(),
+            repo_dir: Some(self.settings.repo_dir.clone()),
+            log_format: self.settings.log_format,
+            timeout_secs: self.settings.test_timeout,
+            ..TestsReward::default()
+        };
+        Ok(EnvironmentParts {
+            tools: vec![
+                Arc::new(ExecuteBash {
+                    timeout: Duration::from_secs_f64(self.settings.bash_timeout.max(0.1)),
+                    ..ExecuteBash::default()
+                }),
+                Arc::new(StrReplaceEditor::new(toolbox)),
+                Arc::new(Submit {
+                    repo_dir: Some(self.settings.repo_dir.clone()),
+                    ..Submit::default()
+                }),
+            ],
+            reward: Some(Arc::new(reward)),
+            sandboxes: Some(Arc::new(self.sandboxes())),
+        })
+    }
+
+    async fn preflight(&self, tasks: &[Task]) -> Result<()> {
+        if let Some(binary) = &self.settings.toolbox_binary {
+            uniagent_tools::find_toolbox_binary(Some(binary)).map_err(|e| {
+                crate::error::CliError::preflight(format!("environment.toolbox_binary: {e}"))
+            })?;
+        }
+        self.sandboxes().preflight(tasks).await
+    }
+}

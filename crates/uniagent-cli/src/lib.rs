@@ -1,0 +1,14 @@
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+
+pub mod cli;
+pub mod config;
+pub mod dataset;
+pub mod env;
+mod error;
+pub mod model;
+pub mod output;
+pub mod progress;
+pub mod run;
+
+pub use error::{one_line, CliError, ErrorKind, Result};

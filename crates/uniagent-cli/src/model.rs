@@ -1,0 +1,275 @@
+//! The `model:` section: which backend samples the agent's turns.
+//!
+//! - `openai`: any OpenAI-compatible chat-completions server (message level, for evaluation);
+//! - `vllm` / `sglang`: token-level generators over a server, rendered and parsed with the
+//!   chat template of `tokenizer` (a Hugging Face directory), so trajectories carry tokens;
+//! - `tch`: a local policy directory, served by the training crate's engine (needs the
+//!   training pipeline; not part of this build yet).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use uniagent_core::codec::Codec;
+use uniagent_core::{ChatModel, GenerateOutput, GenerateRequest, LengthLimits, TokenGenerator};
+use uniagent_envs::models::{
+    HttpModelConfig, OpenAiChatModel, OpenAiConfig, SglangGenerator, VllmGenerator,
+};
+
+use crate::config::resolve;
+use crate::error::{CliError, Result};
+
+/// A built model and, for token-level backends, its weight-version log.
+pub type BuiltModel = (Arc<dyn ChatModel>, Option<Arc<VersionLog>>);
+
+/// Which model backend, and its settings (`type` picks it).
+///
+/// ```
+/// use uniagent_cli::model::ModelConfig;
+/// let m: ModelConfig = serde_norway::from_str(
+///     "type: openai\nhttp:\n  endpoints: [http://127.0.0.1:8000/v1]\n  model: qwen\n",
+/// ).unwrap();
+/// assert_eq!(m.backend(), "openai");
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum ModelConfig {
+    /// OpenAI-compatible chat completions.
+    Openai(OpenAiConfig),
+    /// A vLLM server's `/v1/completions`, token in, token out.
+    Vllm(TokenServerConfig),
+    /// An SGLang server's `/generate`, token in, token out.
+    Sglang(TokenServerConfig),
+    /// A policy directory served in-process by the training crate's engine.
+    Tch(TchConfig),
+}
+
+/// Settings of a token-level server backend.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenServerConfig {
+    /// Endpoints, served model name, timeout, retries.
+    pub http: HttpModelConfig,
+    /// Hugging Face directory with `tokenizer.json` and the chat template.
+    pub tokenizer: PathBuf,
+    /// Length limits of every rollout (prompt, response, context window).
+    #[serde(default)]
+    pub limits: LengthLimits,
+}
+
+/// Settings of the in-process `tch` backend.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TchConfig {
+    /// The policy: a Hugging Face directory (`config.json`, safetensors, tokenizer). `train`
+    /// may leave it out to start from the trainer's freshly initialised model.
+    #[serde(default)]
+    pub dir: Option<PathBuf>,
+}
+
+impl ModelConfig {
+    /// The backend name as written in `type`.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Self::Openai(_) => "openai",
+            Self::Vllm(_) => "vllm",
+            Self::Sglang(_) => "sglang",
+            Self::Tch(_) => "tch",
+        }
+    }
+
+    /// Resolves relative directories against `base`.
+    pub fn resolve_paths(&mut self, base: &Path) {
+        match self {
+            Self::Vllm(c) | Self::Sglang(c) => c.tokenizer = resolve(base, &c.tokenizer),
+            Self::Tch(c) => c.dir = c.dir.as_ref().map(|d| resolve(base, d)),
+            Self::Openai(_) => {}
+        }
+    }
+
+    /// The HTTP endpoints the backend calls (for the reachability check).
+    pub fn endpoints(&self) -> &[String] {
+        match self {
+            Self::Openai(c) => &c.http.endpoints,
+            Self::Vllm(c) | Self::Sglang(c) => &c.http.endpoints,
+            Self::Tch(_) => &[],
+        }
+    }
+
+    /// Builds the chat model. Errors are bad input (exit 2): nothing has started yet.
+    pub fn build(&self) -> Result<Arc<dyn ChatModel>> {
+        Ok(self.build_with_versions()?.0)
+    }
+
+    /// Builds the chat model and, for token-level backends, the log of the weight version of
+    /// every sampled token per rollout.
+    pub fn build_with_versions(&self) -> Result<BuiltModel> {
+        let bad = |e: uniagent_core::Error| CliError::config("model", self.backend(), e);
+        match self {
+            Self::Openai(c) => Ok((Arc::new(OpenAiChatModel::new(c).map_err(bad)?), None)),
+            Self::Vllm(c) | Self::Sglang(c) => {
+                let generator: Arc<dyn TokenGenerator> = match self {
+                    Self::Vllm(_) => Arc::new(VllmGenerator::new(&c.http).map_err(bad)?),
+                    _ => Arc::new(SglangGenerator::new(&c.http).map_err(bad)?),
+                };
+                let codec = Codec::from_dir(&c.tokenizer).map_err(|e| {
+                    CliError::preflight(format!(
+                        "model.tokenizer {}: {e}",
+                        c.tokenizer.display()
+                    ))
+                })?;
+                let log = Arc::new(VersionLog::default());
+                let generator: Arc<dyn TokenGenerator> = Arc::new(Versioned {
+                    inner: generator,
+                    log: Arc::clone(&log),
+                });
+                let model = uniagent_core::agent::TokenChatModel::new(
+                    generator,
+                    Arc::new(codec),
+                    c.limits,
+                );
+                Ok((Arc::new(model), Some(log)))
+            }
+            Self::Tch(c) => Err(CliError::preflight(format!(
+                "model type `tch` (dir {}) needs the training pipeline, which this build of uniagent does not include yet; use an openai, vllm or sglang server",
+                c.dir.as_ref().map_or_else(|| "unset".into(), |d| d.display().to_string())
+            ))),
+        }
+    }
+
+    /// Checks that every endpoint accepts TCP connections (within 5 s each), so that an
+    /// unreachable server fails before any sandbox starts.
+    pub async fn check_reachable(&self) -> Result<()> {
+        for url in self.endpoints() {
+            let Some(addr) = host_port(url) else {
+                return Err(CliError::preflight(format!(
+                    "model endpoint `{url}` is not an http:// or https:// URL"
+                )));
+            };
+            let connect = tokio::net::TcpStream::connect(addr.clone());
+            match tokio::time::timeout(Duration::from_secs(5), connect).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    return Err(CliError::preflight(format!(
+                        "model endpoint {url} is unreachable ({e}); start the server or fix model.http.endpoints"
+                    )))
+                }
+                Err(_) => {
+                    return Err(CliError::preflight(format!(
+                        "model endpoint {url} did not accept a connection within 5 s; start the server or fix model.http.endpoints"
+                    )))
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The weight version of every token sampled per rollout (`None` where the engine did not
+/// say), recorded as the generator answers.
+#[derive(Debug, Default)]
+pub struct VersionLog {
+    by_rollout: Mutex<HashMap<String, Vec<Option<u64>>>>,
+}
+
+impl VersionLog {
+    /// Records `n` tokens of `version` for rollout `id`.
+    pub fn record(&self, id: &str, n: usize, version: Option<u64>) {
+        if let Ok(mut map) = self.by_rollout.lock() {
+            map.entry(id.to_owned())
+                .or_default()
+                .extend(std::iter::repeat_n(version, n));
+        }
+    }
+
+    /// The versions recorded for rollout `id`, in order (and forgets them).
+    pub fn take(&self, id: &str) -> Vec<Option<u64>> {
+        self.by_rollout
+            .lock()
+            .ok()
+            .and_then(|mut m| m.remove(id))
+            .unwrap_or_default()
+    }
+}
+
+/// A generator that logs the weight version of what it samples.
+#[derive(Debug)]
+struct Versioned {
+    inner: Arc<dyn TokenGenerator>,
+    log: Arc<VersionLog>,
+}
+
+#[async_trait::async_trait]
+impl TokenGenerator for Versioned {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    async fn generate(&self, request: GenerateRequest) -> uniagent_core::Result<GenerateOutput> {
+        let id = request.session_id.clone().unwrap_or_default();
+        let out = self.inner.generate(request).await?;
+        self.log
+            .record(&id, out.token_ids.len(), out.weight_version);
+        Ok(out)
+    }
+}
+
+/// `host:port` of an http(s) URL (default ports 80 / 443).
+fn host_port(url: &str) -> Option<String> {
+    let (rest, default_port) = if let Some(r) = url.strip_prefix("http://") {
+        (r, 80)
+    } else if let Some(r) = url.strip_prefix("https://") {
+        (r, 443)
+    } else {
+        return None;
+    };
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    if authority.is_empty() {
+        return None;
+    }
+    let has_port = authority
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok() && !authority.ends_with(']'));
+    Some(if has_port {
+        authority.to_owned()
+    } else {
+        format!("{authority}:{default_port}")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_port_of_urls() {
+        assert_eq!(
+            host_port("http://127.0.0.1:8000/v1").as_deref(),
+            Some("127.0.0.1:8000")
+        );
+        assert_eq!(
+            host_port("https://api.openai.com/v1").as_deref(),
+            Some("api.openai.com:443")
+        );
+        assert_eq!(host_port("http://u:p@h:9/x").as_deref(), Some("h:9"));
+        assert_eq!(host_port("ftp://x"), None);
+        assert_eq!(host_port("http://"), None);
+    }
+
+    #[tokio::test]
+    async fn a_closed_port_is_a_preflight_error() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let cfg: ModelConfig = serde_json::from_value(serde_json::json!({
+            "type": "openai",
+            "http": {"endpoints": [format!("http://127.0.0.1:{port}/v1")], "model": "m"}
+        }))
+        .unwrap();
+        let err = cfg.check_reachable().await.unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert!(err.to_string().contains("unreachable"), "{err}");
+    }
+}

@@ -1,0 +1,5 @@
+"""A small least-recently-used cache."""
+
+from .core import LRUCache
+
+__all__ = ["LRUCache"]
