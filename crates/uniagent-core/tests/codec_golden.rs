@@ -136,6 +136,10 @@ fn probing_reports_glue_and_append_only_structure() {
     assert_eq!(qwen25.turn_glue, "\n");
     assert!(qwen25.append_only_after_tool && qwen25.append_only_after_user);
     assert!(
+        qwen25.window_exact,
+        "appends render a constant-size window, not the conversation"
+    );
+    assert!(
         qwen25.append_only_after_user_with_reasoning,
         "Qwen2.5 ignores reasoning_content"
     );
@@ -144,6 +148,7 @@ fn probing_reports_glue_and_append_only_structure() {
         .probe_template(&kwargs)
         .unwrap();
     assert_eq!(qwen3.turn_glue, "\n");
+    assert!(qwen3.window_exact);
     assert!(
         qwen3.append_only_after_tool,
         "reasoning after the last query is kept"
