@@ -146,6 +146,7 @@ fn kib_of(status: &str, key: &str) -> u64 {
 fn watch_sandboxes(mark: String, stop: Arc<Mutex<bool>>) -> std::thread::JoinHandle<(u64, usize)> {
     std::thread::spawn(move || {
         let (mut peak_kib, mut peak_n) = (0u64, 0usize);
+        let mut last_print = Instant::now();
         while !*stop.lock().unwrap() {
             let pids = uniagent_envs::host::marked_processes(&format!("UNIAGENT_LOAD_MARK={mark}"));
             let total: u64 = pids
@@ -155,6 +156,14 @@ fn watch_sandboxes(mark: String, stop: Arc<Mutex<bool>>) -> std::thread::JoinHan
                 .sum();
             peak_kib = peak_kib.max(total);
             peak_n = peak_n.max(pids.len());
+            if last_print.elapsed() > Duration::from_secs(30) {
+                eprintln!(
+                    "  ... {} sandbox processes alive, {:.0} MiB",
+                    pids.len(),
+                    total as f64 / 1024.0
+                );
+                last_print = Instant::now();
+            }
             std::thread::sleep(Duration::from_millis(200));
         }
         (peak_kib, peak_n)
@@ -199,7 +208,9 @@ runner:\n  max_concurrent_rollouts: {n}\n  max_concurrent_model_calls: {n}\n  ma
         .build()
         .unwrap();
 
-    // Baseline: the same environment parts straight through the core Runner.
+    // Baseline: the same environment parts straight through the core Runner
+    // (`UNIAGENT_LOAD_BASELINE=0` skips it).
+    let with_baseline = std::env::var("UNIAGENT_LOAD_BASELINE").map_or(true, |v| v != "0");
     let (parts, loop_config, runner_config) = prepared.rollout_parts().unwrap();
     let model = Arc::new(FileReader::new(n));
     let mut agent = AgentInteraction::new(model.clone(), parts.tools.clone(), loop_config).unwrap();
@@ -212,10 +223,15 @@ runner:\n  max_concurrent_rollouts: {n}\n  max_concurrent_model_calls: {n}\n  ma
         .with_sandboxes(move |t: &Task| factory.create(t));
     let stop = Arc::new(Mutex::new(false));
     let watcher = watch_sandboxes(mark.clone(), Arc::clone(&stop));
+    let baseline_tasks = if with_baseline {
+        prepared.tasks.clone()
+    } else {
+        Vec::new()
+    };
     let t0 = Instant::now();
     let mut sink = Vec::new();
     let base_summary = rt
-        .block_on(runner.run(prepared.tasks.clone(), &CancelToken::new(), &mut sink))
+        .block_on(runner.run(baseline_tasks, &CancelToken::new(), &mut sink))
         .unwrap();
     let base_secs = t0.elapsed().as_secs_f64();
     *stop.lock().unwrap() = true;
@@ -244,18 +260,22 @@ runner:\n  max_concurrent_rollouts: {n}\n  max_concurrent_model_calls: {n}\n  ma
     println!(
         "load bench: {n} rollouts, {n} at once, host sandboxes, scripted model (2 turns each)"
     );
-    println!(
-        "  baseline (core Runner): {:>7.1} rollouts/s  {:>6.1} s  solved {}/{}  peak in loop {}  peak sandbox processes {}  sandbox RSS peak {:.0} MiB",
-        n as f64 / base_secs, base_secs, base_summary.succeeded, base_summary.rollouts, base_peak, base_alive, base_rss as f64 / 1024.0
-    );
+    if with_baseline {
+        println!(
+            "  baseline (core Runner): {:>7.1} rollouts/s  {:>6.1} s  solved {}/{}  peak in loop {}  peak sandbox processes {}  sandbox RSS peak {:.0} MiB",
+            n as f64 / base_secs, base_secs, base_summary.succeeded, base_summary.rollouts, base_peak, base_alive, base_rss as f64 / 1024.0
+        );
+    }
     println!(
         "  uniagent run:           {:>7.1} rollouts/s  {:>6.1} s  solved {}/{}  peak in loop {}  peak sandbox processes {}  sandbox RSS peak {:.0} MiB",
         n as f64 / cli_secs, cli_secs, summary.succeeded, summary.rollouts, cli_peak, cli_alive, cli_rss as f64 / 1024.0
     );
-    println!(
-        "  ratio uniagent run / baseline time: {:.2}",
-        cli_secs / base_secs
-    );
+    if with_baseline {
+        println!(
+            "  ratio uniagent run / baseline time: {:.2}",
+            cli_secs / base_secs
+        );
+    }
     println!(
         "  this process: peak RSS {:.0} MiB (VmHWM), now {:.0} MiB",
         kib_of(&status, "VmHWM:") as f64 / 1024.0,

@@ -243,8 +243,9 @@ impl RewardSpec for CodeReward {
         let sandbox: &Arc<dyn Deployment> = ctx
             .deployment
             .ok_or_else(|| Error::internal("the file-code reward needs the task's sandbox"))?;
+        // Generous: under heavy load (1,000 sandboxes on two cores) a `cat` can take seconds.
         let truth = sandbox
-            .sh(&format!("cat data/{}.txt", q.target), 10.0)
+            .sh(&format!("cat data/{}.txt", q.target), 60.0)
             .await?
             .stdout;
         let truth = truth.trim();
