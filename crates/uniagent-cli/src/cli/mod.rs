@@ -1,6 +1,8 @@
 //! The `uniagent` binary: one module per subcommand. Exit codes: 0 success, 2 bad usage or
 //! bad input (one line `error: ...` on stderr), 1 a failure while running.
 
+mod grade;
+mod parse_log;
 mod run;
 mod train;
 
@@ -31,6 +33,10 @@ pub enum Command {
     Run(run::RunArgs),
     /// Train: the same config plus a `trainer:` section.
     Train(train::TrainArgs),
+    /// Grade model patches like the SWE-bench harness: each in a fresh sandbox of its task.
+    Grade(grade::GradeArgs),
+    /// Print the test statuses a `swebench` log parser yields for a log, as JSON.
+    ParseLog(parse_log::ParseLogArgs),
 }
 
 /// Parses the process arguments and runs; returns the exit code.
@@ -55,6 +61,8 @@ pub fn main_with(
     let result = match cli.command {
         Command::Run(args) => run::main(args, registry),
         Command::Train(args) => train::main(args, registry),
+        Command::Grade(args) => grade::main(args),
+        Command::ParseLog(args) => parse_log::main(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
