@@ -198,7 +198,7 @@ fn grade_resolves_gold_patches_and_not_empty_or_wrong_ones_in_docker() {
 
     // No container of this run is left.
     let left = std::process::Command::new("docker")
-        .args(["ps", "-aq", "--filter", &format!("label=uniagent.run_id={run_id}")])
+        .args(["ps", "-aq", "--filter", &format!("label=dev.uniagent.run-id={run_id}")])
         .output()
         .unwrap();
     assert!(
