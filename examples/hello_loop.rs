@@ -5,9 +5,6 @@
 //!
 //! Real sandboxes, tools and token-level models replace the scripted parts; the loop stays.
 
-// `uniagent_core::Error` is large by design (it embeds a `RemoteException`).
-#![allow(clippy::result_large_err)]
-
 use std::sync::Arc;
 
 use async_trait::async_trait;

@@ -10,14 +10,12 @@
 //! ```
 //! Ctrl-C cancels the run cleanly; the summary still prints.
 
-// `uniagent_core::Error` is large by design (it embeds a `RemoteException`).
-#![allow(clippy::result_large_err)]
-
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use uniagent_core::agent::{AgentInteraction, CancelToken, ExitReason, LoopConfig, Trajectory};
@@ -31,43 +29,31 @@ use uniagent_core::{
 };
 use uniagent_envs::{HostConfig, HostDeployment};
 
+/// Load test of the interaction loop and the runner.
+#[derive(Debug, Parser)]
+#[command(
+    name = "load-test",
+    about = "Load test of the interaction loop and the runner"
+)]
 struct Args {
+    /// Concurrent rollouts.
+    #[arg(long, default_value_t = 10_000, value_parser = positive())]
     rollouts: usize,
+    /// Turns per rollout (tool turns plus the final answer).
+    #[arg(long, default_value_t = 5, value_parser = positive())]
     turns: usize,
+    /// Drive a message-level scripted model instead of the token-level one.
+    #[arg(long)]
     message_level: bool,
     /// Run every rollout in its own real host sandbox (`uniagent-sandbox` child process), with
     /// at most this many sandboxes at once; the tool runs `echo` in the sandbox's bash session.
+    #[arg(long, value_parser = positive())]
     host_sandboxes: Option<usize>,
 }
 
-fn parse_args() -> Result<Args> {
-    let mut args = Args {
-        rollouts: 10_000,
-        turns: 5,
-        message_level: false,
-        host_sandboxes: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut number = |name: &str| -> Result<usize> {
-            it.next()
-                .and_then(|v| v.parse().ok())
-                .filter(|&v: &usize| v > 0)
-                .ok_or_else(|| Error::invalid_input(format!("{name} needs a positive integer")))
-        };
-        match flag.as_str() {
-            "--rollouts" => args.rollouts = number("--rollouts")?,
-            "--turns" => args.turns = number("--turns")?,
-            "--message-level" => args.message_level = true,
-            "--host-sandboxes" => args.host_sandboxes = Some(number("--host-sandboxes")?),
-            other => {
-                return Err(Error::invalid_input(format!(
-                    "unknown argument `{other}` (use --rollouts N, --turns T, --message-level, --host-sandboxes N)"
-                )))
-            }
-        }
-    }
-    Ok(args)
+/// Parses a positive integer flag value.
+fn positive() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
 }
 
 /// Echoes its text through the rollout's bash session.
@@ -149,7 +135,7 @@ fn script(turns: usize) -> Vec<ScriptedTurn> {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let args = parse_args()?;
+    let args = Args::parse();
     let model: Arc<dyn ChatModel> = if args.message_level {
         Arc::new(ScriptedChatModel::new(script(args.turns)).without_recording())
     } else {

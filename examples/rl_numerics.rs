@@ -16,7 +16,10 @@
 //! a message on stderr.
 
 use std::io::Read;
+use std::path::PathBuf;
 use std::process::ExitCode;
+
+use clap::Parser;
 
 use uniagent_train::rl::{rl_report, RlBatch};
 
@@ -28,13 +31,23 @@ fn read_stdin() -> Result<String, String> {
     Ok(s)
 }
 
-fn run() -> Result<String, String> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let text = match args.as_slice() {
-        [] => read_stdin()?,
-        [dash] if dash == "-" => read_stdin()?,
-        [path] => std::fs::read_to_string(path).map_err(|e| format!("reading {path}: {e}"))?,
-        _ => return Err("usage: rl_numerics [BATCH.json]".to_owned()),
+/// verl 0.9.1's RL numerics on one JSON batch.
+#[derive(Debug, Parser)]
+#[command(
+    name = "rl_numerics",
+    about = "verl 0.9.1's RL numerics on one JSON batch"
+)]
+struct Args {
+    /// The batch as a JSON file; `-` or nothing reads standard input.
+    batch: Option<PathBuf>,
+}
+
+fn run(args: Args) -> Result<String, String> {
+    let text = match args.batch {
+        None => read_stdin()?,
+        Some(path) if path.as_os_str() == "-" => read_stdin()?,
+        Some(path) => std::fs::read_to_string(&path)
+            .map_err(|e| format!("reading {}: {e}", path.display()))?,
     };
     let batch: RlBatch =
         serde_json::from_str(&text).map_err(|e| format!("invalid batch JSON: {e}"))?;
@@ -43,7 +56,8 @@ fn run() -> Result<String, String> {
 }
 
 fn main() -> ExitCode {
-    match run() {
+    // clap exits with status 2 on bad usage, as the script conventions ask.
+    match run(Args::parse()) {
         Ok(json) => {
             println!("{json}");
             ExitCode::SUCCESS
