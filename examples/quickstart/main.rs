@@ -136,18 +136,6 @@ fn demonstration(task: &FileQuestion, turn: usize) -> Option<String> {
     Some(format!("<tool_call>\n{call}\n</tool_call>"))
 }
 
-/// `n` tasks `prefix-0..n` drawn from `rng`.
-fn tasks(
-    prefix: &str,
-    n: usize,
-    c: &QuickstartConfig,
-    rng: &mut fastrand::Rng,
-) -> Vec<FileQuestion> {
-    (0..n)
-        .map(|i| FileQuestion::generate(format!("{prefix}-{i}"), c.files_per_task, rng))
-        .collect()
-}
-
 async fn run(c: &QuickstartConfig, out: &Path, model_dir: Option<&Path>) -> Result<String> {
     std::fs::create_dir_all(out)
         .map_err(|e| Error::io("creating the output directory".to_owned(), e))?;
@@ -158,11 +146,20 @@ async fn run(c: &QuickstartConfig, out: &Path, model_dir: Option<&Path>) -> Resu
     tokenizers::utils::parallelism::set_parallelism(false);
     let seed = c.pipeline.seed;
     let mut rng = fastrand::Rng::with_seed(seed);
+    // `n` tasks `prefix-0..n` drawn from `rng`, and as the loop sees them.
+    let tasks = |prefix: &str, n: usize, rng: &mut fastrand::Rng| -> Vec<FileQuestion> {
+        let id = |i| format!("{prefix}-{i}");
+        (0..n)
+            .map(|i| FileQuestion::generate(id(i), c.files_per_task, rng))
+            .collect()
+    };
+    let to_tasks =
+        |v: &[FileQuestion]| -> Vec<Task> { v.iter().map(FileQuestion::to_task).collect() };
     let (codec, policy) = match model_dir {
         Some(dir) => load_hf(dir, uniagent_train::tch::Device::cuda_if_available())?,
         None => {
             let mut corpus = Vec::new();
-            for t in tasks("corpus", 400, c, &mut rng) {
+            for t in tasks("corpus", 400, &mut rng) {
                 let turns = [
                     ("user", t.question()),
                     ("assistant", demonstration(&t, 0).unwrap_or_default()),
@@ -213,19 +210,13 @@ async fn run(c: &QuickstartConfig, out: &Path, model_dir: Option<&Path>) -> Resu
         progress: None,
     };
     let eval_rng = &mut fastrand::Rng::with_seed(seed ^ 0x5eed_e7a1);
-    let held_out: Vec<Task> = tasks("eval", c.eval_tasks, c, eval_rng)
-        .iter()
-        .map(FileQuestion::to_task)
-        .collect();
-    let sft_tasks = tasks("sft", c.sft_tasks, c, &mut rng);
+    let held_out = to_tasks(&tasks("eval", c.eval_tasks, eval_rng));
+    let sft_tasks = tasks("sft", c.sft_tasks, &mut rng);
     // Enough RL tasks for every step, and for an async rollouter running ahead.
     let rl = &c.pipeline.rl;
     let rl_count = (rl.steps * rl.tasks_per_step * rl.r#async.require_batches).max(1) * 2 + 64;
-    let rl_tasks = tasks("rl", rl_count, c, &mut rng)
-        .iter()
-        .map(FileQuestion::to_task)
-        .collect();
-    let sft: Vec<Task> = sft_tasks.iter().map(FileQuestion::to_task).collect();
+    let rl_tasks = to_tasks(&tasks("rl", rl_count, &mut rng));
+    let sft = to_tasks(&sft_tasks);
     let demonstrator = Arc::new(Demonstrator::new(codec, move |id, turn| {
         let i: usize = id.strip_prefix("sft-")?.parse().ok()?;
         demonstration(sft_tasks.get(i)?, turn)
