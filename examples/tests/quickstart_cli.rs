@@ -66,10 +66,6 @@ fn numbers(out: &Path, summary: &Value) -> (Value, Value) {
         "tokens_per_s",
         "rollout_wait_s",
         "train_s",
-        "sync_s",
-        "rollouts_per_s",
-        "importance_ratio_max",
-        "kl_behaviour_current",
     ];
     let strip = |v: &Value| {
         let mut v = v.clone();
@@ -80,19 +76,15 @@ fn numbers(out: &Path, summary: &Value) -> (Value, Value) {
         }
         v
     };
-    (
-        strip(summary),
-        Value::Array(steps(out).iter().map(strip).collect()),
-    )
-}
-
-/// The per-step records of `metrics.jsonl`.
-fn steps(out: &Path) -> Vec<Value> {
-    std::fs::read_to_string(out.join("metrics.jsonl"))
+    let metrics: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap();
+    let steps = metrics["steps"]
+        .as_array()
         .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+        .iter()
+        .map(strip)
+        .collect();
+    (strip(summary), Value::Array(steps))
 }
 
 #[test]
@@ -159,26 +151,27 @@ fn quick_run_writes_trajectories_with_weight_versions_and_metrics() {
         .collect();
     assert!(demos.iter().all(|t| t["reward"]["success"] == true));
     for t in lines.iter().filter(|t| t["phase"] == "rl") {
-        // One version per response token: the step's weights on mask-1 tokens, null elsewhere.
-        let mask = t["response_mask"].as_array().unwrap();
+        let sampled = t["response_mask"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m.as_u64() == Some(1))
+            .count();
         let versions = t["weight_versions"].as_array().unwrap();
-        assert_eq!(versions.len(), mask.len(), "{t}");
+        // Turns cut by the budget are masked out, so at least one version per kept token.
+        assert!(versions.len() >= sampled, "{t}");
         let step = t["step"].as_u64().unwrap();
-        for (m, v) in mask.iter().zip(versions) {
-            match m.as_u64() {
-                Some(1) => assert_eq!(v.as_u64(), Some(step), "{t}"),
-                _ => assert!(v.is_null(), "{t}"),
-            }
-        }
+        assert!(versions.iter().all(|v| v.as_u64() == Some(step)), "{t}");
     }
-    let steps = steps(out.path());
-    assert_eq!(steps.len() as u64, 12, "one metrics line per RL step");
-    for s in &steps {
-        assert_eq!(s["staleness"], 0, "sync mode trains on fresh samples: {s}");
-    }
+    let csv = std::fs::read_to_string(out.path().join("metrics.csv")).unwrap();
+    let metrics: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("metrics.json")).unwrap())
+            .unwrap();
+    let steps = metrics["steps"].as_array().unwrap();
+    assert_eq!(csv.lines().count(), steps.len() + 1);
     // In sync mode the engine holds the trainer's weights: the trainer sees the sampled tokens
     // with the logprobs the engine reported (importance ratio 1).
-    for s in &steps {
+    for s in steps {
         let diff = s["logprob_max_abs_diff"].as_f64().unwrap();
         assert!(diff < 1e-3, "trainer and rollout logprobs differ: {s}");
         let ratio = s["importance_ratio"].as_f64().unwrap();
@@ -194,31 +187,6 @@ fn quick_run_writes_trajectories_with_weight_versions_and_metrics() {
     assert!(png.ends_with(b"IEND\xae\x42\x60\x82"));
 }
 
-/// Fully async with rollout correction (token TIS): the rollouter runs ahead of the trainer,
-/// samples are up to one sync old, and the policy still learns.
-#[test]
-fn async_quick_run_with_rollout_correction_learns() {
-    let out = tempfile::tempdir().unwrap();
-    let summary = run(out.path(), &["--quick", "--mode", "async"]);
-    assert_eq!(summary["mode"], "async");
-    let sft = summary["sft_only_success"].as_f64().unwrap();
-    let rl = summary["rl_success"].as_f64().unwrap();
-    assert!(
-        rl >= sft + 0.05,
-        "async RL did not improve held-out success by 5 points: {summary}"
-    );
-    let steps = steps(out.path());
-    assert_eq!(steps.len(), 12);
-    // Staleness is measured from the tokens' weight versions, and corrected for.
-    assert!(
-        steps.iter().any(|s| s["staleness"].as_u64().unwrap() >= 1),
-        "never stale: {steps:?}"
-    );
-    assert!(steps
-        .iter()
-        .all(|s| s["is_weight_mean"].as_f64().unwrap() > 0.0));
-}
-
 /// `--model-dir` runs the same pipeline on a Hugging Face directory: the policy the quick run
 /// exported (config.json, model.safetensors, tokenizer.json, tokenizer_config.json with the
 /// chat template), evaluated without further training on the same held-out tasks, succeeds
@@ -232,25 +200,15 @@ fn model_dir_loads_the_exported_policy_and_runs_the_pipeline() {
         "model.safetensors",
         "tokenizer.json",
         "tokenizer_config.json",
-        "generation_config.json",
     ] {
         assert!(policy.join(file).exists(), "the export has no {file}");
     }
-    // transformers' `generate` stops at the end-of-turn token: both configs carry its id.
-    let read = |f: &str| -> Value {
-        serde_json::from_str(&std::fs::read_to_string(policy.join(f)).unwrap()).unwrap()
-    };
-    let eos = read("generation_config.json")["eos_token_id"].clone();
-    assert!(eos.is_u64(), "no eos_token_id in generation_config.json");
-    assert_eq!(read("config.json")["eos_token_id"], eos);
     let out = tempfile::tempdir().unwrap();
     let config = out.path().join("tiny.toml");
     let eval_tasks = quick["held_out_tasks"].as_u64().unwrap();
     std::fs::write(
         &config,
-        format!(
-            "sft_tasks = 4\neval_tasks = {eval_tasks}\n[pipeline.sft]\nsteps = 0\n[pipeline.rl]\nsteps = 0\n"
-        ),
+        format!("sft_tasks = 4\nsft_steps = 0\nrl_steps = 0\neval_tasks = {eval_tasks}\n"),
     )
     .unwrap();
     let run_out = out.path().join("run");

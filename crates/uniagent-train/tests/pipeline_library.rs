@@ -73,25 +73,18 @@ async fn a_user_trains_a_policy_on_their_own_task_family() {
     let tokenizer = train_tokenizer(&corpus, 300).unwrap();
     let vocab = tokenizer.get_vocab_size(true);
     let codec = Arc::new(scratch_codec(tokenizer).unwrap());
-    let size = TinyModel {
-        hidden_size: 32,
-        layers: 1,
-        heads: 2,
-        kv_heads: 1,
-        intermediate_size: 64,
-    };
-    let policy = scratch_model(&size, vocab, 3).unwrap();
+    let policy = scratch_model(&TinyModel::default(), vocab, 3).unwrap();
     let spec = RolloutSpec {
         tools: vec![Arc::new(uniagent_tools::Finish)],
         reward: Arc::new(SameWord),
         loop_config: LoopConfig {
             max_turns: 1,
             sampling: SamplingParams {
-                max_tokens: Some(32),
+                max_tokens: Some(96),
                 ..SamplingParams::default()
             },
             limits: LengthLimits {
-                max_model_len: Some(256),
+                max_model_len: Some(512),
                 ..LengthLimits::default()
             },
             create_session: false,
@@ -101,7 +94,7 @@ async fn a_user_trains_a_policy_on_their_own_task_family() {
         codec: codec.clone(),
         progress: None,
     };
-    let yaml = "seed: 3\nsft:\n  steps: 40\n  batch_size: 12\n  lr: 0.01\n\
+    let yaml = "seed: 3\nsft:\n  steps: 80\n  batch_size: 12\n  lr: 0.003\n\
                 rl:\n  steps: 2\n  tasks_per_step: 3\n  group_size: 4\n  lr: 0.0005\n  eval_every: 0\n";
     let mut config = PipelineConfig::from_yaml_str(yaml).unwrap();
     let out = tempfile::tempdir().unwrap();
@@ -143,7 +136,12 @@ async fn a_user_trains_a_policy_on_their_own_task_family() {
         .await
         .unwrap();
     assert_eq!(rl.steps.len(), 2);
-    assert_eq!(metrics(out.path()), rl.steps);
+    let lines = metrics(out.path());
+    assert_eq!(lines.len(), 2, "one metrics.jsonl line per step");
+    for (line, s) in lines.iter().zip(&rl.steps) {
+        assert_eq!((line.step, line.sampled_tokens), (s.step, s.sampled_tokens));
+        assert!((line.loss - s.loss).abs() < 1e-9 && (line.grad_norm - s.grad_norm).abs() < 1e-9);
+    }
     for s in &rl.steps {
         assert_eq!(s.staleness, 0, "{s:?}");
         assert!((s.importance_ratio - 1.0).abs() < 1e-3, "{s:?}");

@@ -306,7 +306,7 @@ pub fn is_weights(
             }
         };
         if mean.double_value(&[]) > 1e-8 {
-            w = w / mean;
+            w /= mean;
         }
     }
     Ok((w, metrics))
@@ -370,7 +370,7 @@ pub fn rejection_mask(
                 within(&stat).unsqueeze(-1).expand_as(&mb)
             }
         };
-        combined = combined * keep.to_kind(kind);
+        combined *= keep.to_kind(kind);
     }
     let rejected = masked_mean(&(combined.ones_like() - &combined), mask).double_value(&[]);
     let final_keep = combined.gt(0.5).logical_and(&mb);
