@@ -34,7 +34,13 @@ fn parse_log_prints_the_statuses_as_one_json_object() {
     for name in ["parse_log_pytest", "pytest"] {
         let out = run_in(
             dir.path(),
-            &["parse-log", "--parser", name, "--log", log.to_str().unwrap()],
+            &[
+                "parse-log",
+                "--parser",
+                name,
+                "--log",
+                log.to_str().unwrap(),
+            ],
         );
         assert!(out.status.success(), "{name}: {}", stderr(&out));
         let stdout = String::from_utf8(out.stdout).unwrap();
@@ -46,7 +52,13 @@ fn parse_log_prints_the_statuses_as_one_json_object() {
     let empty = write(dir.path(), "empty.log", "no tests here\n");
     let out = run_in(
         dir.path(),
-        &["parse-log", "--parser", "pytest", "--log", empty.to_str().unwrap()],
+        &[
+            "parse-log",
+            "--parser",
+            "pytest",
+            "--log",
+            empty.to_str().unwrap(),
+        ],
     );
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(String::from_utf8(out.stdout).unwrap().trim(), "{}");
@@ -58,11 +70,21 @@ fn parse_log_bad_usage_exits_2_with_one_error_line() {
     let log = write(dir.path(), "test.log", PYTEST_LOG);
     let out = run_in(
         dir.path(),
-        &["parse-log", "--parser", "parse_log_nope", "--log", log.to_str().unwrap()],
+        &[
+            "parse-log",
+            "--parser",
+            "parse_log_nope",
+            "--log",
+            log.to_str().unwrap(),
+        ],
     );
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(error_line(&out).starts_with("error: "), "{}", stderr(&out));
-    assert!(error_line(&out).contains("parse_log_nope"), "{}", stderr(&out));
+    assert!(
+        error_line(&out).contains("parse_log_nope"),
+        "{}",
+        stderr(&out)
+    );
     assert!(out.stdout.is_empty());
 
     let out = run_in(
@@ -70,7 +92,11 @@ fn parse_log_bad_usage_exits_2_with_one_error_line() {
         &["parse-log", "--parser", "pytest", "--log", "/no/such/log"],
     );
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(error_line(&out).contains("/no/such/log"), "{}", stderr(&out));
+    assert!(
+        error_line(&out).contains("/no/such/log"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -98,7 +124,11 @@ fn grade_rejects_predictions_for_unknown_instances_before_starting_anything() {
         ],
     );
     assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(error_line(&out).contains("no-such-task"), "{}", stderr(&out));
+    assert!(
+        error_line(&out).contains("no-such-task"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// A patch that applies and fixes nothing.
@@ -198,7 +228,12 @@ fn grade_resolves_gold_patches_and_not_empty_or_wrong_ones_in_docker() {
 
     // No container of this run is left.
     let left = std::process::Command::new("docker")
-        .args(["ps", "-aq", "--filter", &format!("label=dev.uniagent.run-id={run_id}")])
+        .args([
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=dev.uniagent.run-id={run_id}"),
+        ])
         .output()
         .unwrap();
     assert!(
