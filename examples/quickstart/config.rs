@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::pipeline::AsyncKnobs;
-use crate::policy::TinyModel;
+use uniagent_train::scratch::TinyModel;
 
 /// The run's configuration.
 #[derive(Debug, Clone, Serialize, Deserialize)]

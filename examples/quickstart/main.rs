@@ -21,7 +21,6 @@
 
 mod config;
 mod pipeline;
-mod policy;
 mod rollout;
 mod task;
 mod train;

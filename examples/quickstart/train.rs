@@ -22,9 +22,11 @@ use uniagent_train::trainer::{
 
 use crate::config::QuickstartConfig;
 use crate::pipeline::Rollouter;
-use crate::policy::{load_hf, save_tokenizer, scratch_codec, scratch_model, train_tokenizer};
 use crate::rollout::{demonstration, run_rollouts, Demonstrator, RolloutSettings, Seeded};
 use crate::task::FileQuestion;
+use uniagent_train::scratch::{
+    load_hf, save_tokenizer, scratch_codec, scratch_model, train_tokenizer,
+};
 
 fn io(context: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |e| Error::io(context.to_owned(), e)
