@@ -16,10 +16,11 @@ use uniagent_core::{
     Deployment, Error, FinishReason, GenerateOutput, GenerateRequest, LengthLimits, Result,
     SamplingParams, Task, TokenGenerator, Tool,
 };
-use uniagent_envs::HostConfig;
+use uniagent_envs::{HostConfig, HostDeployment};
 use uniagent_tools::{ExecuteBash, Finish};
+use uniagent_train::pipeline::SetupSandbox;
 
-use crate::task::{CodeReward, FileQuestion, SeededSandbox};
+use crate::task::{CodeReward, FileQuestion};
 
 /// Gives every request a seed derived from the run's seed, the rollout and the turn, so that
 /// a run is reproducible while the samples of one group differ; records the weight version of
@@ -223,7 +224,10 @@ pub async fn run_rollouts(
         },
     )?
     .with_sandboxes(move |task: &Task| {
-        Ok(Box::new(SeededSandbox::for_task(task, host.clone())?) as Box<dyn Deployment>)
+        // The task's files are written when the sandbox starts.
+        let script = FileQuestion::from_task(task)?.setup_script();
+        let host = Box::new(HostDeployment::new(host.clone()));
+        Ok(Box::new(SetupSandbox::new(host, script, 10.0)) as Box<dyn Deployment>)
     });
     let mut sink = Counted {
         trajectories: Vec::new(),

@@ -10,16 +10,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::json;
-use uniagent_core::sandbox::{
-    Action, BashObservation, CloseSessionRequest, CloseSessionResponse, Command, CommandResponse,
-    CreateSessionRequest, CreateSessionResponse, IsAliveResponse, ReadFileRequest,
-    ReadFileResponse, UploadRequest, WriteFileRequest,
-};
 use uniagent_core::{
-    Capabilities, Deployment, DeploymentExt, EpisodeSignal, Error, Message, Result, RewardContext,
-    RewardOutcome, RewardSpec, Task,
+    Deployment, DeploymentExt, EpisodeSignal, Error, Message, Result, RewardContext, RewardOutcome,
+    RewardSpec, Task,
 };
-use uniagent_envs::{HostConfig, HostDeployment};
 
 /// The names whose codes the sandboxes hold.
 pub const NAMES: [&str; 16] = [
@@ -99,71 +93,6 @@ impl FileQuestion {
             target,
             files,
         })
-    }
-}
-
-/// A host sandbox whose start step writes the task's files.
-#[derive(Debug)]
-pub struct SeededSandbox {
-    inner: HostDeployment,
-    script: String,
-}
-
-impl SeededSandbox {
-    /// A fresh host sandbox for `task`.
-    pub fn for_task(task: &Task, host: HostConfig) -> Result<Self> {
-        Ok(Self {
-            inner: HostDeployment::new(host),
-            script: FileQuestion::from_task(task)?.setup_script(),
-        })
-    }
-}
-
-#[async_trait]
-impl Deployment for SeededSandbox {
-    fn backend(&self) -> &str {
-        self.inner.backend()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    async fn start(&self) -> Result<()> {
-        self.inner.start().await?;
-        let out = self.inner.sh(&self.script, 10.0).await?;
-        if out.exit_code != Some(0) {
-            return Err(Error::internal(format!(
-                "task setup failed: {}",
-                out.stderr
-            )));
-        }
-        Ok(())
-    }
-    async fn stop(&self) -> Result<()> {
-        self.inner.stop().await
-    }
-    async fn is_alive(&self) -> Result<IsAliveResponse> {
-        self.inner.is_alive().await
-    }
-    async fn create_session(&self, r: CreateSessionRequest) -> Result<CreateSessionResponse> {
-        self.inner.create_session(r).await
-    }
-    async fn run_in_session(&self, a: Action) -> Result<BashObservation> {
-        self.inner.run_in_session(a).await
-    }
-    async fn close_session(&self, r: CloseSessionRequest) -> Result<CloseSessionResponse> {
-        self.inner.close_session(r).await
-    }
-    async fn execute(&self, c: Command) -> Result<CommandResponse> {
-        self.inner.execute(c).await
-    }
-    async fn read_file(&self, r: ReadFileRequest) -> Result<ReadFileResponse> {
-        self.inner.read_file(r).await
-    }
-    async fn write_file(&self, r: WriteFileRequest) -> Result<()> {
-        self.inner.write_file(r).await
-    }
-    async fn upload(&self, r: UploadRequest) -> Result<()> {
-        self.inner.upload(r).await
     }
 }
 
