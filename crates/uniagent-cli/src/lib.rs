@@ -10,5 +10,7 @@ pub mod model;
 pub mod output;
 pub mod progress;
 pub mod run;
+#[cfg(feature = "tch")]
+pub mod train;
 
 pub use error::{one_line, CliError, ErrorKind, Result};

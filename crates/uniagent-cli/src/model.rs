@@ -3,8 +3,8 @@
 //! - `openai`: any OpenAI-compatible chat-completions server (message level, for evaluation);
 //! - `vllm` / `sglang`: token-level generators over a server, rendered and parsed with the
 //!   chat template of `tokenizer` (a Hugging Face directory), so trajectories carry tokens;
-//! - `tch`: a local policy directory, served by the training crate's engine (needs the
-//!   training pipeline; not part of this build yet).
+//! - `tch`: a local policy directory, served in-process by the training crate's engine
+//!   (feature `tch`); `train` starts from it, or from a policy made from scratch without `dir`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -67,6 +67,12 @@ pub struct TchConfig {
     /// may leave it out to start from the trainer's freshly initialised model.
     #[serde(default)]
     pub dir: Option<PathBuf>,
+    /// Length limits of every rollout (prompt, response, context window).
+    #[serde(default)]
+    pub limits: LengthLimits,
+    /// Seed of the per-request sampling seeds (a run is reproducible at any temperature).
+    #[serde(default)]
+    pub seed: u64,
 }
 
 impl ModelConfig {
@@ -115,27 +121,18 @@ impl ModelConfig {
                     _ => Arc::new(SglangGenerator::new(&c.http).map_err(bad)?),
                 };
                 let codec = Codec::from_dir(&c.tokenizer).map_err(|e| {
-                    CliError::preflight(format!(
-                        "model.tokenizer {}: {e}",
-                        c.tokenizer.display()
-                    ))
+                    CliError::preflight(format!("model.tokenizer {}: {e}", c.tokenizer.display()))
                 })?;
                 let log = Arc::new(VersionLog::default());
                 let generator: Arc<dyn TokenGenerator> = Arc::new(Versioned {
                     inner: generator,
                     log: Arc::clone(&log),
                 });
-                let model = uniagent_core::agent::TokenChatModel::new(
-                    generator,
-                    Arc::new(codec),
-                    c.limits,
-                );
+                let model =
+                    uniagent_core::agent::TokenChatModel::new(generator, Arc::new(codec), c.limits);
                 Ok((Arc::new(model), Some(log)))
             }
-            Self::Tch(c) => Err(CliError::preflight(format!(
-                "model type `tch` (dir {}) needs the training pipeline, which this build of uniagent does not include yet; use an openai, vllm or sglang server",
-                c.dir.as_ref().map_or_else(|| "unset".into(), |d| d.display().to_string())
-            ))),
+            Self::Tch(c) => build_tch(c),
         }
     }
 
@@ -165,6 +162,39 @@ impl ModelConfig {
         }
         Ok(())
     }
+}
+
+/// The `tch` backend: the policy directory served in-process by the training crate's engine
+/// (GPU when libtorch sees one), each request seeded from `seed`, the rollout and its length.
+#[cfg(feature = "tch")]
+fn build_tch(c: &TchConfig) -> Result<BuiltModel> {
+    use uniagent_train::generate::{EngineConfig, TchEngine};
+    use uniagent_train::pipeline::Seeded;
+
+    let Some(dir) = &c.dir else {
+        return Err(CliError::preflight(
+            "model.dir: `run` with model type `tch` needs the policy directory (a Hugging Face directory, e.g. the policy/ a train run exported)",
+        ));
+    };
+    let device = uniagent_train::tch::Device::cuda_if_available();
+    let (codec, policy) = uniagent_train::scratch::load_hf(dir, device)
+        .map_err(|e| CliError::preflight(format!("model.dir {}: {e}", dir.display())))?;
+    let engine = TchEngine::new(policy, EngineConfig::default());
+    let log = Arc::new(VersionLog::default());
+    let generator: Arc<dyn TokenGenerator> = Arc::new(Versioned {
+        inner: Arc::new(Seeded::new(engine, c.seed)),
+        log: Arc::clone(&log),
+    });
+    let model = uniagent_core::agent::TokenChatModel::new(generator, Arc::new(codec), c.limits);
+    Ok((Arc::new(model), Some(log)))
+}
+
+#[cfg(not(feature = "tch"))]
+fn build_tch(c: &TchConfig) -> Result<BuiltModel> {
+    Err(CliError::preflight(format!(
+        "model type `tch` (dir {}) needs libtorch, which this build of uniagent does not include: rebuild with `--features tch`",
+        c.dir.as_ref().map_or_else(|| "unset".into(), |d| d.display().to_string())
+    )))
 }
 
 /// The weight version of every token sampled per rollout (`None` where the engine did not

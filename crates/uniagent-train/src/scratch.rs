@@ -46,6 +46,9 @@ fn tok_error(context: &str) -> impl FnOnce(tokenizers::Error) -> Error + '_ {
 
 /// Trains a byte-level BPE tokenizer (digits split one by one) on `corpus`.
 pub fn train_tokenizer(corpus: &[String], vocab_size: usize) -> Result<Tokenizer> {
+    // Merges are learned on one thread so that the same corpus gives the same tokenizer
+    // (the parallel trainer's tie-breaking depends on scheduling). Process-wide setting.
+    tokenizers::utils::parallelism::set_parallelism(false);
     let specials: Vec<AddedToken> = SPECIAL_TOKENS
         .iter()
         .map(|t| AddedToken::from(*t, true))

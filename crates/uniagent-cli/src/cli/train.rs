@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use crate::env::EnvironmentRegistry;
-use crate::error::{CliError, Result};
+use crate::error::Result;
 use crate::run::{prepare, RunOptions};
 
 /// Arguments of `train`.
@@ -39,19 +39,45 @@ pub fn main(args: TrainArgs, registry: &EnvironmentRegistry) -> Result<()> {
             "missing section: `train` needs a `trainer:` section (without it, use `uniagent run`)",
         ));
     }
-    if args.dry_run {
+    with_pipeline(prepared, args.dry_run)
+}
+
+#[cfg(feature = "tch")]
+fn with_pipeline(prepared: crate::run::Prepared, dry_run: bool) -> Result<()> {
+    use crate::train::{split_tasks, train, TrainerSection};
+
+    let section = TrainerSection::from_doc(&prepared.doc, &prepared.config)?;
+    let phases = split_tasks(&prepared, &section)?;
+    if dry_run {
         eprintln!(
-            "config OK: {} tasks, environment `{}`, model `{}`, trainer section present, output {}",
+            "config OK: {} tasks ({} demonstrated, {} trained on, {} held out), environment `{}`, model `{}`, {} RL steps, output {}",
             prepared.tasks.len(),
+            phases.sft.len(),
+            phases.rl.len(),
+            phases.held_out.len(),
             prepared.environment.name(),
             prepared.config.model.backend(),
+            section.pipeline.rl.steps,
             prepared.out.display()
         );
         super::print_tasks(&prepared.tasks, 3);
         return Ok(());
     }
-    // The pipeline lives in uniagent-train (issue 14); the CLI holds no training logic.
-    Err(CliError::runtime(
-        "the training pipeline is not wired into this build of uniagent yet; the config is valid (`--dry-run` checks it)",
+    let report = super::runtime()?.block_on(train(&prepared, &section))?;
+    eprintln!(
+        "held-out success {:.1}% after SFT -> {:.1}% after RL; policy in {}",
+        report.summary.sft_only_success * 100.0,
+        report.summary.rl_success * 100.0,
+        report.policy_dir.display()
+    );
+    println!("{}", report.summary_json);
+    Ok(())
+}
+
+#[cfg(not(feature = "tch"))]
+fn with_pipeline(prepared: crate::run::Prepared, _dry_run: bool) -> Result<()> {
+    Err(prepared.doc.error_at(
+        &["trainer".into()],
+        "this uniagent was built without libtorch: `train` needs `cargo install --path crates/uniagent-cli --features tch`",
     ))
 }

@@ -106,6 +106,22 @@ impl FileQuestion {
         })
     }
 
+    /// What a correct agent writes at turn `turn`: read the asked file with `execute_bash`,
+    /// then `finish` with its code; `None` after that.
+    pub fn demonstration(&self, turn: usize) -> Option<String> {
+        match turn {
+            0 => Some(format!(
+                "<tool_call>\n{{\"name\": \"execute_bash\", \"arguments\": {{\"command\": \"cat data/{}.txt\"}}}}\n</tool_call>",
+                self.target
+            )),
+            1 => Some(format!(
+                "<tool_call>\n{{\"name\": \"finish\", \"arguments\": {{\"answer\": \"{}\"}}}}\n</tool_call>",
+                self.answer()
+            )),
+            _ => None,
+        }
+    }
+
     /// The shell script that writes the sandbox's files.
     pub fn setup_script(&self) -> String {
         let mut s = String::from("mkdir -p data");
@@ -215,6 +231,33 @@ impl Environment for FileLookup {
                 Some(setup),
             ))),
         })
+    }
+
+    fn demonstration(&self, task: &Task, turn: usize) -> Option<String> {
+        let q = FileQuestion::from_task(task).ok()?;
+        q.demonstration(turn)
+    }
+
+    fn tokenizer_corpus(&self, tasks: &[Task]) -> Vec<String> {
+        // What the policy reads and writes: question, the two correct turns and the
+        // observation between them (the code, as `cat` prints it).
+        let mut lines = Vec::new();
+        for q in tasks.iter().filter_map(|t| FileQuestion::from_task(t).ok()) {
+            let question = &q.to_task().messages[0];
+            lines.push(format!(
+                "<|im_start|>user\n{}<|im_end|>\n",
+                question.content.as_deref().unwrap_or_default()
+            ));
+            for (turn, observation) in [(0, Some(q.answer())), (1, None)] {
+                if let Some(demo) = q.demonstration(turn) {
+                    lines.push(format!("<|im_start|>assistant\n{demo}<|im_end|>\n"));
+                }
+                if let Some(o) = observation {
+                    lines.push(format!("<|im_start|>tool\n{o}\n<|im_end|>\n"));
+                }
+            }
+        }
+        lines
     }
 
     async fn preflight(&self, tasks: &[Task]) -> Result<()> {

@@ -138,11 +138,43 @@ pub trait Environment: Send + Sync + Debug {
     /// The tools, reward and sandbox factory.
     fn parts(&self) -> Result<EnvironmentParts>;
 
+    /// What a correct agent writes at turn `turn` (0-based) of `task`: the demonstrations of
+    /// the SFT warm start of `uniagent train`, run through the real loop, sandbox and reward
+    /// like any rollout. `None` (the default): nothing to demonstrate at this turn; an
+    /// environment without demonstrations trains by RL alone (`trainer.split.sft_tasks: 0`).
+    fn demonstration(&self, _task: &Task, _turn: usize) -> Option<String> {
+        None
+    }
+
+    /// Text a from-scratch tokenizer is trained on (`uniagent train` without `model.dir`).
+    /// Default: each task's messages and demonstrations in the ChatML layout of the scratch
+    /// policy's chat template; environments add what their observations look like.
+    fn tokenizer_corpus(&self, tasks: &[Task]) -> Vec<String> {
+        let mut lines = Vec::new();
+        for task in tasks {
+            for m in &task.messages {
+                lines.push(format!(
+                    "<|im_start|>{}\n{}<|im_end|>\n",
+                    m.role.as_str(),
+                    m.content.as_deref().unwrap_or_default()
+                ));
+            }
+            let demos = (0..DEMONSTRATION_TURNS).map_while(|turn| self.demonstration(task, turn));
+            for demo in demos {
+                lines.push(format!("<|im_start|>assistant\n{demo}<|im_end|>\n"));
+            }
+        }
+        lines
+    }
+
     /// Checks what must exist before any sandbox starts (images, binaries, corpora).
     async fn preflight(&self, _tasks: &[Task]) -> Result<()> {
         Ok(())
     }
 }
+
+/// Most turns a demonstration is asked for (a bound for scripts that never say `None`).
+pub const DEMONSTRATION_TURNS: usize = 64;
 
 /// The `environment:` section handed to an environment's constructor.
 #[derive(Debug, Clone, Copy)]

@@ -155,6 +155,12 @@ impl Records {
         for t in ts {
             let mut v = serde_json::to_value(t).map_err(|e| Error::internal(e.to_string()))?;
             if let serde_json::Value::Object(o) = &mut v {
+                // Absent, not null, when the generator gave none (as `uniagent run` writes).
+                if o.get("response_logprobs")
+                    .is_some_and(serde_json::Value::is_null)
+                {
+                    o.remove("response_logprobs");
+                }
                 o.insert("phase".into(), phase.into());
                 o.insert("step".into(), step.into());
             }

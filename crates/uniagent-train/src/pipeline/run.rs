@@ -329,6 +329,8 @@ impl Pipeline {
                 };
                 let wait = t0.elapsed().as_secs_f64();
                 trainer_idle += wait;
+                // Every RL rollout is kept, also those the step drops (infrastructure failures).
+                self.records.trajectories("rl", step, &ts)?;
                 let t1 = Instant::now();
                 let mut record = self.train_step(trainer, step, &ts, batches)?;
                 record.rollout_wait_s = wait;

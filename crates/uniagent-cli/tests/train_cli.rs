@@ -1,0 +1,279 @@
+//! `uniagent train` end to end (feature `tch`): the shipped quickstart config at CI size
+//! trains a from-scratch policy in real host sandboxes through the library pipeline; the
+//! exported `policy/` is then evaluated by `uniagent run` with the same environment, and the
+//! same seed gives the same numbers.
+
+#![cfg(feature = "tch")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use common::{repo_root, run_in, stderr};
+use serde_json::Value;
+
+const TRAIN: &str = "examples/configs/quickstart-train.yaml";
+
+fn train(out: &Path) -> Value {
+    let out_arg = out.display().to_string();
+    let o = run_in(
+        &repo_root(),
+        &[
+            "train",
+            TRAIN,
+            "--set",
+            "trainer.quick=true",
+            "--out",
+            &out_arg,
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "train failed: {}", stderr(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn quick_run() -> &'static (tempfile::TempDir, Value) {
+    static RUN: OnceLock<(tempfile::TempDir, Value)> = OnceLock::new();
+    RUN.get_or_init(|| {
+        let out = tempfile::tempdir().unwrap();
+        let summary = train(out.path());
+        (out, summary)
+    })
+}
+
+fn lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn quick_train_improves_held_out_success_over_sft_only() {
+    let (_, summary) = quick_run();
+    assert_eq!(summary["held_out_tasks"], 64, "{summary}");
+    let sft = summary["sft_only_success"].as_f64().unwrap();
+    let rl = summary["rl_success"].as_f64().unwrap();
+    assert!(
+        sft < 0.9,
+        "the SFT-only policy leaves nothing to learn: {summary}"
+    );
+    assert!(
+        rl >= sft + 0.05,
+        "RL did not improve held-out success by 5 points: {summary}"
+    );
+    assert!(
+        summary["rl_reward"].as_f64() > summary["sft_only_reward"].as_f64(),
+        "{summary}"
+    );
+}
+
+#[test]
+fn the_output_directory_has_what_interfaces_promise() {
+    let (out, summary) = quick_run();
+    let out = out.path();
+    // summary.json: the run's counts next to the pipeline's figures.
+    let on_disk: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(&on_disk, summary);
+    for key in [
+        "tasks",
+        "rollouts",
+        "success_rate",
+        "mean_reward",
+        "exit_reasons",
+    ] {
+        assert!(
+            summary.get(key).is_some(),
+            "summary.json lacks {key}: {summary}"
+        );
+    }
+    assert_eq!(summary["tasks"], 480);
+    // One metrics line per RL step (12 at CI size).
+    let metrics = lines(&out.join("metrics.jsonl"));
+    let steps: Vec<u64> = metrics
+        .iter()
+        .map(|m| m["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(steps, (1..=12).collect::<Vec<_>>());
+    // Trajectories of every phase; RL ones carry a weight version per sampled token.
+    let ts = lines(&out.join("trajectories.jsonl"));
+    assert_eq!(ts.len() as u64, summary["rollouts"].as_u64().unwrap());
+    let phase = |p: &str| ts.iter().filter(|t| t["phase"] == p).count();
+    assert_eq!(phase("demonstration"), 96);
+    assert_eq!(phase("rl"), 12 * 8 * 8);
+    assert_eq!(phase("eval"), 64 * 3, "before RL, at step 6 and at step 12");
+    for t in ts.iter().filter(|t| t["phase"] == "rl") {
+        let mask = t["response_mask"].as_array().unwrap();
+        let versions = t["weight_versions"].as_array().unwrap();
+        assert_eq!(mask.len(), versions.len(), "{t}");
+        for (m, v) in mask.iter().zip(versions) {
+            assert_eq!(m == 1, !v.is_null(), "version where mask is {m}: {t}");
+        }
+        assert!(t.get("response_logprobs").is_some_and(Value::is_array));
+    }
+    // The exported policy and the files of the run.
+    for f in [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "generation_config.json",
+    ] {
+        assert!(out.join("policy").join(f).exists(), "policy/{f} missing");
+    }
+    assert!(out.join("learning_curve.png").exists());
+}
+
+#[test]
+fn the_exported_policy_is_evaluated_by_run_with_the_same_environment() {
+    let (out, _) = quick_run();
+    let eval_out = tempfile::tempdir().unwrap();
+    let policy = format!("model.dir={}", out.path().join("policy").display());
+    let eval_arg = eval_out.path().display().to_string();
+    let o = run_in(
+        &repo_root(),
+        &[
+            "run",
+            "examples/configs/quickstart-eval.yaml",
+            "--set",
+            &policy,
+            "--limit",
+            "16",
+            "--out",
+            &eval_arg,
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "run failed: {}", stderr(&o));
+    let summary: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(summary["rollouts"], 16, "{summary}");
+    let ts = lines(&eval_out.path().join("trajectories.jsonl"));
+    assert_eq!(ts.len(), 16);
+    for t in &ts {
+        assert!(
+            t["prompt_ids"].as_array().is_some_and(|p| !p.is_empty()),
+            "{t}"
+        );
+        assert!(t["response_ids"].is_array(), "{t}");
+    }
+    // The policy solves held-out-like tasks as often as train's last evaluation says
+    // (different tasks, so only roughly): more than nothing.
+    assert!(summary["success_rate"].as_f64().unwrap() > 0.0, "{summary}");
+}
+
+#[test]
+fn the_same_seed_gives_the_same_numbers() {
+    let (first_out, first) = quick_run();
+    let second_out = tempfile::tempdir().unwrap();
+    let second = train(second_out.path());
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Value::Object(o) = &mut v {
+            for k in [
+                "wall_s",
+                "wall_time",
+                "rl_wall_s",
+                "trainer_idle_ratio",
+                "rollout_idle_ratio",
+            ] {
+                o.remove(k);
+            }
+        }
+        v
+    };
+    assert_eq!(strip(first), strip(&second), "summaries differ");
+    let numbers = |dir: &Path| -> Vec<Value> {
+        lines(&dir.join("metrics.jsonl"))
+            .into_iter()
+            .map(|m| {
+                let mut m = m;
+                if let Value::Object(o) = &mut m {
+                    o.retain(|k, _| {
+                        [
+                            "step",
+                            "mean_reward",
+                            "success_rate",
+                            "loss",
+                            "grad_norm",
+                            "held_out_success",
+                        ]
+                        .contains(&k.as_str())
+                    });
+                }
+                m
+            })
+            .collect()
+    };
+    assert_eq!(numbers(first_out.path()), numbers(second_out.path()));
+}
+
+#[test]
+fn bad_trainer_sections_name_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("trainer.rl.loss=ppo2", "trainer.rl.loss"),
+        ("trainer.split.eval_tasks=480", "trainer.split.eval_tasks"),
+        (
+            "trainer.scratch.vocab_size=10",
+            "trainer.scratch.vocab_size",
+        ),
+        ("trainer.bogus=1", "trainer.bogus"),
+        ("model.type=openai", "model"),
+    ];
+    for (set, key) in cases {
+        let o = run_in(
+            &repo_root(),
+            &[
+                "train",
+                TRAIN,
+                "--dry-run",
+                "--set",
+                set,
+                "--out",
+                &dir.path().display().to_string(),
+            ],
+        );
+        assert_eq!(o.status.code(), Some(2), "{set}: {}", stderr(&o));
+        assert!(stderr(&o).contains(key), "{set}: {}", stderr(&o));
+    }
+    let o = run_in(&repo_root(), &["train", TRAIN, "--dry-run"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("96 demonstrated, 416 trained on, 64 held out"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn async_quick_train_learns() {
+    let out = tempfile::tempdir().unwrap();
+    let out_arg = out.path().display().to_string();
+    let o = run_in(
+        &repo_root(),
+        &[
+            "train",
+            TRAIN,
+            "--set",
+            "trainer.quick=true",
+            "--set",
+            "trainer.rl.mode=async",
+            "--out",
+            &out_arg,
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "train failed: {}", stderr(&o));
+    let summary: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(summary["mode"], "async", "{summary}");
+    let sft = summary["sft_only_success"].as_f64().unwrap();
+    let rl = summary["rl_success"].as_f64().unwrap();
+    assert!(
+        rl >= sft + 0.05,
+        "async RL did not improve held-out success by 5 points: {summary}"
+    );
+    // Rollouts ran ahead of the trainer: some sampled tokens are older than the step.
+    let metrics = lines(&out.path().join("metrics.jsonl"));
+    assert_eq!(metrics.len(), 12);
+}
