@@ -16,19 +16,21 @@ use serde_json::Value;
 
 const TRAIN: &str = "examples/configs/quickstart-train.yaml";
 
-fn train(out: &Path) -> Value {
+/// `uniagent train` of the shipped config at CI size with `sets` overrides; the summary.
+fn train(out: &Path, sets: &[&str]) -> Value {
     let out_arg = out.display().to_string();
-    let o = run_in(
-        &repo_root(),
-        &[
-            "train",
-            TRAIN,
-            "--set",
-            "trainer.quick=true",
-            "--out",
-            &out_arg,
-        ],
-    );
+    let mut args = vec![
+        "train",
+        TRAIN,
+        "--set",
+        "trainer.quick=true",
+        "--out",
+        &out_arg,
+    ];
+    for set in sets {
+        args.extend(["--set", set]);
+    }
+    let o = run_in(&repo_root(), &args);
     assert_eq!(o.status.code(), Some(0), "train failed: {}", stderr(&o));
     serde_json::from_slice(&o.stdout).unwrap()
 }
@@ -37,7 +39,7 @@ fn quick_run() -> &'static (tempfile::TempDir, Value) {
     static RUN: OnceLock<(tempfile::TempDir, Value)> = OnceLock::new();
     RUN.get_or_init(|| {
         let out = tempfile::tempdir().unwrap();
-        let summary = train(out.path());
+        let summary = train(out.path(), &[]);
         (out, summary)
     })
 }
@@ -167,7 +169,7 @@ fn the_exported_policy_is_evaluated_by_run_with_the_same_environment() {
 fn the_same_seed_gives_the_same_numbers() {
     let (first_out, first) = quick_run();
     let second_out = tempfile::tempdir().unwrap();
-    let second = train(second_out.path());
+    let second = train(second_out.path(), &[]);
     let strip = |v: &Value| {
         let mut v = v.clone();
         if let Value::Object(o) = &mut v {
@@ -250,22 +252,7 @@ fn bad_trainer_sections_name_the_key() {
 #[test]
 fn async_quick_train_learns() {
     let out = tempfile::tempdir().unwrap();
-    let out_arg = out.path().display().to_string();
-    let o = run_in(
-        &repo_root(),
-        &[
-            "train",
-            TRAIN,
-            "--set",
-            "trainer.quick=true",
-            "--set",
-            "trainer.rl.mode=async",
-            "--out",
-            &out_arg,
-        ],
-    );
-    assert_eq!(o.status.code(), Some(0), "train failed: {}", stderr(&o));
-    let summary: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let summary = train(out.path(), &["trainer.rl.mode=async"]);
     assert_eq!(summary["mode"], "async", "{summary}");
     let sft = summary["sft_only_success"].as_f64().unwrap();
     let rl = summary["rl_success"].as_f64().unwrap();
@@ -273,7 +260,8 @@ fn async_quick_train_learns() {
         rl >= sft + 0.05,
         "async RL did not improve held-out success by 5 points: {summary}"
     );
-    // Rollouts ran ahead of the trainer: some sampled tokens are older than the step.
+    // One metrics line per trainer step, with the rollouts' measured staleness.
     let metrics = lines(&out.path().join("metrics.jsonl"));
     assert_eq!(metrics.len(), 12);
+    assert!(metrics.iter().all(|m| m["staleness"].is_u64()), "{metrics:?}");
 }
