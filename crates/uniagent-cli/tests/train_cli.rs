@@ -263,5 +263,8 @@ fn async_quick_train_learns() {
     // One metrics line per trainer step, with the rollouts' measured staleness.
     let metrics = lines(&out.path().join("metrics.jsonl"));
     assert_eq!(metrics.len(), 12);
-    assert!(metrics.iter().all(|m| m["staleness"].is_u64()), "{metrics:?}");
+    assert!(
+        metrics.iter().all(|m| m["staleness"].is_u64()),
+        "{metrics:?}"
+    );
 }

@@ -44,10 +44,7 @@ pub(crate) async fn run(
     }
 }
 
-/// Quotes `text` as one word for a POSIX shell.
-pub(crate) fn shell_quote(text: &str) -> String {
-    format!("'{}'", text.replace('\'', r"'\''"))
-}
+pub(crate) use uniagent_core::sandbox::shell_quote;
 
 /// The outcome of a scoring command that ran past its timeout: a failure that says so.
 pub(crate) fn timed_out(timeout_secs: f64) -> RewardOutcome {

@@ -2,6 +2,8 @@
 
 mod deployment;
 mod protocol;
+mod quote;
 
 pub use deployment::{Capabilities, Deployment, DeploymentExt};
 pub use protocol::*;
+pub use quote::shell_quote;

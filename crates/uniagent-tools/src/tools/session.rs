@@ -137,12 +137,5 @@ async fn probe(
     }
 }
 
-/// Quotes `text` for a POSIX shell: single quotes, with each `'` written as `'\''`.
-///
-/// ```
-/// use uniagent_tools::shell_quote;
-/// assert_eq!(shell_quote("it's $HOME"), r#"'it'\''s $HOME'"#);
-/// ```
-pub fn shell_quote(text: &str) -> String {
-    format!("'{}'", text.replace('\'', r"'\''"))
-}
+/// Quotes `text` as one word for a POSIX shell (re-exported from `uniagent_core`).
+pub use uniagent_core::sandbox::shell_quote;

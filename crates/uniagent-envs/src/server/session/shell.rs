@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use uniagent_core::sandbox::shell_quote;
 
 use nix::sys::signal::Signal;
 use nix::sys::termios::{self, LocalFlags, OutputFlags, SetArg};
@@ -110,10 +111,6 @@ impl std::fmt::Debug for BashSession {
 
 fn internal(what: &str, e: impl std::fmt::Display) -> ServerError {
     ServerError::exception(class::OS_ERROR, format!("{what}: {e}"))
-}
-
-fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 impl BashSession {
