@@ -234,7 +234,7 @@ function tokenView(tv, mode) {
   const parts = [];
   for (let i = 0; i < n; i++) {
     if (i === tv.prompt_len) parts.push(`<div class="boundary prompt-end">response</div>`);
-    if (starts.has(i)) parts.push(`<span class="turn-mark" title="turn ${tv.turn[i]} starts">⏵${tv.turn[i]}</span>`);
+    if (starts.has(i)) parts.push(`<span class="turn-mark" title="turn ${tv.turn[i]} starts">turn ${tv.turn[i]}</span>`);
     const text = tv.text ? tv.text[i] : `⟨${tv.ids[i]}⟩`;
     const lp = tv.logprob[i], v = tv.version[i], m = tv.mask[i];
     let style = "";
@@ -299,23 +299,27 @@ function niceTicks(lo, hi, n = 5) {
   const step = [1, 2, 5, 10].map(m => m * mag).find(s => s >= step0);
   const out = [];
   for (let v = Math.ceil(lo / step) * step; v <= hi + 1e-9; v += step) out.push(+v.toFixed(10));
+  out.decimals = Math.max(0, -Math.floor(Math.log10(step) + 1e-9));
+  out.step = step;
   return out;
 }
 
 function lineChart(spec, steps, series) {
   const keys = spec.keys.filter(k => series[k] && series[k].some(v => v !== null));
   if (!keys.length || !steps.length) return "";
-  const W = 560, H = 300, L = 60, R = 20, T = 36, B = 48;
+  const W = 560, H = 320, L = 60, R = 20, T = 56, B = 48;
   const vals = keys.flatMap(k => series[k].filter(v => v !== null));
   let ylo = Math.min(0, ...vals), yhi = Math.max(...vals);
   if (yhi === ylo) yhi = ylo + 1;
   const xlo = Math.min(...steps), xhi = Math.max(...steps) === xlo ? xlo + 1 : Math.max(...steps);
   const X = x => L + (W - L - R) * (x - xlo) / (xhi - xlo), Y = y => H - B - (H - T - B) * (y - ylo) / (yhi - ylo);
   const xt = niceTicks(xlo, xhi), yt = niceTicks(ylo, yhi);
+  // Round the top up to a tick so the highest grid line frames the data.
+  if (yt[yt.length - 1] < yhi - 1e-12) { yhi = +(yt[yt.length - 1] + yt.step).toFixed(10); yt.push(yhi); }
   let svg = `<svg class="chart" width="${W}" height="${H}" role="img" aria-label="${esc(spec.title)}">
     <text class="title" x="${W / 2}" y="18" text-anchor="middle">${esc(spec.title)}</text>`;
-  for (const y of yt) svg += `<line class="grid" x1="${L}" x2="${W - R}" y1="${Y(y)}" y2="${Y(y)}"/><text x="${L - 6}" y="${Y(y) + 4}" text-anchor="end">${fmt(y, 2)}</text>`;
-  for (const x of xt) svg += `<line class="tick" x1="${X(x)}" x2="${X(x)}" y1="${H - B}" y2="${H - B + 5}"/><text x="${X(x)}" y="${H - B + 18}" text-anchor="middle">${fmt(x, 0)}</text>`;
+  for (const y of yt) svg += `<line class="grid" x1="${L}" x2="${W - R}" y1="${Y(y)}" y2="${Y(y)}"/><text x="${L - 6}" y="${Y(y) + 4}" text-anchor="end">${y.toFixed(yt.decimals)}</text>`;
+  for (const x of xt) svg += `<line class="tick" x1="${X(x)}" x2="${X(x)}" y1="${H - B}" y2="${H - B + 5}"/><text x="${X(x)}" y="${H - B + 18}" text-anchor="middle">${x.toFixed(xt.decimals)}</text>`;
   svg += `<line class="axis" x1="${L}" x2="${L}" y1="${T}" y2="${H - B}"/><line class="axis" x1="${L}" x2="${W - R}" y1="${H - B}" y2="${H - B}"/>
     <text class="label" x="${(L + W - R) / 2}" y="${H - 8}" text-anchor="middle">step</text>
     <text class="label" transform="translate(14 ${(T + H - B) / 2}) rotate(-90)" text-anchor="middle">${esc(spec.y)}</text>`;
@@ -324,7 +328,9 @@ function lineChart(spec, steps, series) {
     const c = COLOURS[i % COLOURS.length];
     svg += `<polyline class="series" data-key="${esc(k)}" fill="none" stroke="${c}" stroke-width="2" points="${pts.map(p => `${X(p[0]).toFixed(1)},${Y(p[1]).toFixed(1)}`).join(" ")}"/>`;
     svg += pts.map(p => `<circle cx="${X(p[0]).toFixed(1)}" cy="${Y(p[1]).toFixed(1)}" r="2.5" fill="${c}"><title>${esc(k)} step ${p[0]}: ${fmt(p[1])}</title></circle>`).join("");
-    svg += `<g class="legend"><rect x="${L + 10}" y="${T + 4 + 16 * i}" width="12" height="3" fill="${c}"/><text x="${L + 28}" y="${T + 9 + 16 * i}">${esc(k)}</text></g>`;
+    // Legend in a row between the title and the plot, so it never covers a line.
+    const lx = L + 150 * i;
+    svg += `<g class="legend"><rect x="${lx}" y="${T - 18}" width="14" height="3" fill="${c}"/><text x="${lx + 18}" y="${T - 13}">${esc(k)}</text></g>`;
   });
   return svg + "</svg>";
 }
