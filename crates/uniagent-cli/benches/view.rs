@@ -78,7 +78,7 @@ fn main() {
         let mut cold = Vec::new();
         let mut timings = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..3 {
-            let viewer = Viewer::new(&[dir.clone()]);
+            let viewer = Viewer::new(std::slice::from_ref(&dir));
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let base = format!("http://{}", listener.local_addr().unwrap());
             let server = tokio::spawn(async move { axum::serve(listener, viewer.router()).await });
@@ -87,7 +87,14 @@ fn main() {
                 let (client, base) = (client.clone(), base.clone());
                 async move {
                     let start = Instant::now();
-                    let v: Value = client.get(format!("{base}/api/runs/0/trajectories?{q}")).send().await.unwrap().json().await.unwrap();
+                    let v: Value = client
+                        .get(format!("{base}/api/runs/0/trajectories?{q}"))
+                        .send()
+                        .await
+                        .unwrap()
+                        .json()
+                        .await
+                        .unwrap();
                     (start.elapsed(), v)
                 }
             };
@@ -101,13 +108,37 @@ fn main() {
             timings.2.push(t);
             server.abort();
         }
-        (median(cold), median(timings.0), median(timings.1), median(timings.2))
+        (
+            median(cold),
+            median(timings.0),
+            median(timings.1),
+            median(timings.2),
+        )
     });
     let ratio = |d: Duration| d.as_secs_f64() / baseline.as_secs_f64();
     println!("view bench: {n} trajectories, {mb:.0} MB");
-    println!("  baseline (parse every line)      {:>9.1} ms", baseline.as_secs_f64() * 1e3);
-    println!("  first page, cold (index + page)  {:>9.1} ms  ratio {:.3}", cold.as_secs_f64() * 1e3, ratio(cold));
-    println!("  next page, warm                  {:>9.1} ms  ratio {:.5}", warm.as_secs_f64() * 1e3, ratio(warm));
-    println!("  deep page (offset 99,000)        {:>9.1} ms  ratio {:.5}", deep.as_secs_f64() * 1e3, ratio(deep));
-    println!("  full-text search                 {:>9.1} ms  ratio {:.3}", search.as_secs_f64() * 1e3, ratio(search));
+    println!(
+        "  baseline (parse every line)      {:>9.1} ms",
+        baseline.as_secs_f64() * 1e3
+    );
+    println!(
+        "  first page, cold (index + page)  {:>9.1} ms  ratio {:.3}",
+        cold.as_secs_f64() * 1e3,
+        ratio(cold)
+    );
+    println!(
+        "  next page, warm                  {:>9.1} ms  ratio {:.5}",
+        warm.as_secs_f64() * 1e3,
+        ratio(warm)
+    );
+    println!(
+        "  deep page (offset 99,000)        {:>9.1} ms  ratio {:.5}",
+        deep.as_secs_f64() * 1e3,
+        ratio(deep)
+    );
+    println!(
+        "  full-text search                 {:>9.1} ms  ratio {:.3}",
+        search.as_secs_f64() * 1e3,
+        ratio(search)
+    );
 }

@@ -44,7 +44,8 @@ impl Drop for Browser {
     }
 }
 
-type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// One page's DevTools connection.
 struct Page {
@@ -57,14 +58,19 @@ impl Page {
         self.next_id += 1;
         let id = self.next_id;
         let msg = json!({"id": id, "method": method, "params": params});
-        self.ws.send(WsMessage::Text(msg.to_string().into())).await.unwrap();
+        self.ws
+            .send(WsMessage::Text(msg.to_string().into()))
+            .await
+            .unwrap();
         loop {
             let frame = tokio::time::timeout(Duration::from_secs(30), self.ws.next())
                 .await
                 .unwrap_or_else(|_| panic!("{method}: no answer in 30 s"))
                 .expect("the browser closed the connection")
                 .unwrap();
-            let WsMessage::Text(text) = frame else { continue };
+            let WsMessage::Text(text) = frame else {
+                continue;
+            };
             let v: Value = serde_json::from_str(&text).unwrap();
             if v["id"] == id {
                 assert!(v.get("error").is_none(), "{method}: {v}");
@@ -76,7 +82,10 @@ impl Page {
     /// Evaluates `js` in the page (promises awaited) and returns its value.
     async fn eval(&mut self, js: &str) -> Value {
         let r = self
-            .call("Runtime.evaluate", json!({"expression": js, "awaitPromise": true, "returnByValue": true}))
+            .call(
+                "Runtime.evaluate",
+                json!({"expression": js, "awaitPromise": true, "returnByValue": true}),
+            )
             .await;
         assert!(r.get("exceptionDetails").is_none(), "{js}: {r}");
         r["result"]["value"].clone()
@@ -96,7 +105,9 @@ impl Page {
     }
 
     async fn screenshot(&mut self, dir: &Path, name: &str) {
-        let r = self.call("Page.captureScreenshot", json!({"format": "png"})).await;
+        let r = self
+            .call("Page.captureScreenshot", json!({"format": "png"}))
+            .await;
         let png = base64::engine::general_purpose::STANDARD
             .decode(r["data"].as_str().unwrap())
             .unwrap();
@@ -128,17 +139,27 @@ async fn launch(exe: &Path) -> (Browser, Page) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let browser = Browser { child, _profile: profile };
+    let browser = Browser {
+        child,
+        _profile: profile,
+    };
     // Chromium writes its port to DevToolsActivePort in the profile once it listens.
     let port_file = browser._profile.path().join("DevToolsActivePort");
     let start = Instant::now();
     let port = loop {
         if let Ok(text) = std::fs::read_to_string(&port_file) {
-            if let Some(p) = text.lines().next().and_then(|l| l.trim().parse::<u16>().ok()) {
+            if let Some(p) = text
+                .lines()
+                .next()
+                .and_then(|l| l.trim().parse::<u16>().ok())
+            {
                 break p;
             }
         }
-        assert!(start.elapsed() < Duration::from_secs(30), "chromium did not start");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "chromium did not start"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let targets: Value = reqwest::get(format!("http://127.0.0.1:{port}/json/list"))
@@ -175,7 +196,11 @@ async fn runs_trajectory_tokens_and_curves_in_chromium() {
     let (a, b) = (tmp.path().join("before"), tmp.path().join("after"));
     write_run(&a, 20, 10, |i| i % 10 < 4);
     write_run(&b, 20, 10, |i| i % 10 < 7);
-    std::fs::write(a.join("config.yaml"), format!("model:\n  dir: {}\n", qwen_dir().display())).unwrap();
+    std::fs::write(
+        a.join("config.yaml"),
+        format!("model:\n  dir: {}\n", qwen_dir().display()),
+    )
+    .unwrap();
     append(&a, "trajectories.jsonl", "{\"corrupt\n");
     let metrics: String = (1..=10)
         .map(|s| {
@@ -193,74 +218,157 @@ async fn runs_trajectory_tokens_and_curves_in_chromium() {
 
     // Runs page: both runs with their success rates, the corrupt line as a warning.
     page.go(&format!("{base}/#/")).await;
-    page.wait_for("document.querySelectorAll('#runs-table .run-row').length === 2").await;
+    page.wait_for("document.querySelectorAll('#runs-table .run-row').length === 2")
+        .await;
     let success = page
         .eval("[...document.querySelectorAll('#runs-table .success')].map(e => e.textContent)")
         .await;
     assert_eq!(success, json!(["40.0%", "70.0%"]));
-    let warning = page.eval("document.getElementById('warnings').innerText").await;
-    assert!(warning.as_str().unwrap().contains("line 21: skipped"), "{warning}");
-    assert_eq!(page.eval("document.querySelectorAll('svg.hist rect').length").await, json!(20));
+    let warning = page
+        .eval("document.getElementById('warnings').innerText")
+        .await;
+    assert!(
+        warning.as_str().unwrap().contains("line 21: skipped"),
+        "{warning}"
+    );
+    assert_eq!(
+        page.eval("document.querySelectorAll('svg.hist rect').length")
+            .await,
+        json!(20)
+    );
     page.screenshot(&shots, "1-runs.png").await;
 
     // Compare: 3 tasks gained, none lost.
     page.go(&format!("{base}/#/compare?a=0&b=1")).await;
-    page.wait_for("document.getElementById('compare-summary')").await;
-    let summary = page.eval("document.getElementById('compare-summary').innerText").await;
-    assert!(summary.as_str().unwrap().contains("▲ 3 gained"), "{summary}");
-    assert_eq!(page.eval("document.querySelectorAll('#compare-table tr.gained').length").await, json!(3));
+    page.wait_for("document.getElementById('compare-summary')")
+        .await;
+    let summary = page
+        .eval("document.getElementById('compare-summary').innerText")
+        .await;
+    assert!(
+        summary.as_str().unwrap().contains("▲ 3 gained"),
+        "{summary}"
+    );
+    assert_eq!(
+        page.eval("document.querySelectorAll('#compare-table tr.gained').length")
+            .await,
+        json!(3)
+    );
     page.screenshot(&shots, "2-compare.png").await;
 
     // The list of the first run, then a new rollout appears without a reload.
     page.go(&format!("{base}/#/")).await;
-    page.wait_for("document.querySelector('#runs-table .open-run')").await;
-    page.eval("document.querySelector('#runs-table .open-run').click()").await;
-    page.wait_for("document.querySelectorAll('#traj-list .traj-row').length === 20").await;
-    append(&a, "trajectories.jsonl", &format!("{}\n", viewfix::trajectory(20, 10, true)));
-    page.wait_for("document.querySelectorAll('#traj-list .traj-row').length === 21").await;
-    assert!(page.eval("document.getElementById('list-status').textContent").await.as_str().unwrap().contains("of 21"));
+    page.wait_for("document.querySelector('#runs-table .open-run')")
+        .await;
+    page.eval("document.querySelector('#runs-table .open-run').click()")
+        .await;
+    page.wait_for("document.querySelectorAll('#traj-list .traj-row').length === 20")
+        .await;
+    append(
+        &a,
+        "trajectories.jsonl",
+        &format!("{}\n", viewfix::trajectory(20, 10, true)),
+    );
+    page.wait_for("document.querySelectorAll('#traj-list .traj-row').length === 21")
+        .await;
+    assert!(page
+        .eval("document.getElementById('list-status').textContent")
+        .await
+        .as_str()
+        .unwrap()
+        .contains("of 21"));
     page.screenshot(&shots, "3-list.png").await;
 
     // Search narrows the list.
     page.eval("{ const f = document.getElementById('filters'); f.q.value = 'key-13'; f.requestSubmit(); }").await;
-    page.wait_for("document.querySelectorAll('#traj-list .traj-row').length === 1").await;
+    page.wait_for("document.querySelectorAll('#traj-list .traj-row').length === 1")
+        .await;
 
     // A trajectory: the chat with the tool call and the folded-or-not observation, reward tests.
-    page.eval("document.querySelector('#traj-list .open-traj').click()").await;
-    page.wait_for("document.querySelectorAll('#chat .msg').length === 4").await;
-    assert_eq!(page.eval("document.getElementById('traj-title').textContent").await, json!("task-3:1"));
+    page.eval("document.querySelector('#traj-list .open-traj').click()")
+        .await;
+    page.wait_for("document.querySelectorAll('#chat .msg').length === 4")
+        .await;
+    assert_eq!(
+        page.eval("document.getElementById('traj-title').textContent")
+            .await,
+        json!("task-3:1")
+    );
     let chat = page.eval("document.getElementById('chat').innerText").await;
     let chat = chat.as_str().unwrap();
-    assert!(chat.contains("bash") && chat.contains("grep key-13 data.txt") && chat.contains("value 91"), "{chat}");
-    let tests = page.eval("document.querySelector('table.tests').innerText").await;
+    assert!(
+        chat.contains("bash") && chat.contains("grep key-13 data.txt") && chat.contains("value 91"),
+        "{chat}"
+    );
+    let tests = page
+        .eval("document.querySelector('table.tests').innerText")
+        .await;
     assert!(tests.as_str().unwrap().contains("test_b"), "{tests}");
     page.screenshot(&shots, "4-trajectory.png").await;
 
     // The token view: decoded with the run's tokenizer, sources, mask, a turn boundary.
-    page.eval("document.getElementById('tab-tokens').click()").await;
-    page.wait_for("document.querySelectorAll('#tokens .tok').length === 17").await;
-    let toks = page.eval("[...document.querySelectorAll('#tokens .tok')].map(e => e.textContent).join('')").await;
+    page.eval("document.getElementById('tab-tokens').click()")
+        .await;
+    page.wait_for("document.querySelectorAll('#tokens .tok').length === 17")
+        .await;
+    let toks = page
+        .eval("[...document.querySelectorAll('#tokens .tok')].map(e => e.textContent).join('')")
+        .await;
     assert_eq!(toks, json!("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nHello world<|im_end|>\n<|im_start|>user\nok"));
-    assert_eq!(page.eval("document.querySelectorAll('#tokens .tok.src-sampled.m1').length").await, json!(3));
-    assert_eq!(page.eval("document.querySelectorAll('#tokens .tok.src-observation').length").await, json!(1));
-    assert_eq!(page.eval("document.querySelectorAll('#tokens .turn-mark').length").await, json!(1));
-    let tip = page.eval("document.querySelectorAll('#tokens .tok')[10].title").await;
+    assert_eq!(
+        page.eval("document.querySelectorAll('#tokens .tok.src-sampled.m1').length")
+            .await,
+        json!(3)
+    );
+    assert_eq!(
+        page.eval("document.querySelectorAll('#tokens .tok.src-observation').length")
+            .await,
+        json!(1)
+    );
+    assert_eq!(
+        page.eval("document.querySelectorAll('#tokens .turn-mark').length")
+            .await,
+        json!(1)
+    );
+    let tip = page
+        .eval("document.querySelectorAll('#tokens .tok')[10].title")
+        .await;
     assert!(tip.as_str().unwrap().contains("logprob -3.500"), "{tip}");
     page.screenshot(&shots, "5-tokens.png").await;
     // Logprob heat.
-    page.eval("document.querySelector('#token-modes input[value=logprob]').click()").await;
-    page.wait_for("document.querySelectorAll('#tokens .tok')[10].style.background !== ''").await;
+    page.eval("document.querySelector('#token-modes input[value=logprob]').click()")
+        .await;
+    page.wait_for("document.querySelectorAll('#tokens .tok')[10].style.background !== ''")
+        .await;
     page.screenshot(&shots, "6-tokens-logprob.png").await;
 
     // Learning curves: SVG with title, axis labels, legend and one line per metric.
     page.go(&format!("{base}/#/metrics/0")).await;
-    page.wait_for("document.querySelectorAll('#charts svg.chart').length >= 4").await;
-    let legend = page.eval("[...document.querySelectorAll('#charts .legend text')].map(e => e.textContent)").await;
-    for key in ["mean_reward", "success_rate", "kl", "entropy", "pg_clipfrac", "staleness"] {
-        assert!(legend.as_array().unwrap().contains(&json!(key)), "{key} not in {legend}");
+    page.wait_for("document.querySelectorAll('#charts svg.chart').length >= 4")
+        .await;
+    let legend = page
+        .eval("[...document.querySelectorAll('#charts .legend text')].map(e => e.textContent)")
+        .await;
+    for key in [
+        "mean_reward",
+        "success_rate",
+        "kl",
+        "entropy",
+        "pg_clipfrac",
+        "staleness",
+    ] {
+        assert!(
+            legend.as_array().unwrap().contains(&json!(key)),
+            "{key} not in {legend}"
+        );
     }
-    let labels = page.eval("[...document.querySelectorAll('#charts .label')].map(e => e.textContent)").await;
-    assert!(labels.as_array().unwrap().contains(&json!("step")), "{labels}");
+    let labels = page
+        .eval("[...document.querySelectorAll('#charts .label')].map(e => e.textContent)")
+        .await;
+    assert!(
+        labels.as_array().unwrap().contains(&json!("step")),
+        "{labels}"
+    );
     let points = page
         .eval("document.querySelector('polyline[data-key=mean_reward]').getAttribute('points').split(' ').length")
         .await;

@@ -20,7 +20,11 @@ async fn runs_list_trajectory_and_tokens() {
     write_run(&a, 30, 10, |i| i % 10 < 5);
     write_run(&b, 30, 10, |i| (3..8).contains(&(i % 10)));
     // B knows its tokenizer through the effective config, like a `run` with `model.dir`.
-    std::fs::write(b.join("config.yaml"), format!("model:\n  dir: {}\n", qwen_dir().display())).unwrap();
+    std::fs::write(
+        b.join("config.yaml"),
+        format!("model:\n  dir: {}\n", qwen_dir().display()),
+    )
+    .unwrap();
     let missing = tmp.path().join("not-there");
     let base = serve(&[a.clone(), b.clone(), missing]).await;
 
@@ -32,7 +36,10 @@ async fn runs_list_trajectory_and_tokens() {
     assert_eq!(ra["stats"]["tasks"], 10);
     assert_eq!(ra["stats"]["succeeded"], 15);
     assert_eq!(ra["stats"]["success_rate"], 0.5);
-    assert_eq!(ra["stats"]["exit_reasons"], json!({"finished": 10, "max_turns": 10, "sandbox_error": 10}));
+    assert_eq!(
+        ra["stats"]["exit_reasons"],
+        json!({"finished": 10, "max_turns": 10, "sandbox_error": 10})
+    );
     assert_eq!(ra["stats"]["reward_hist"]["counts"][0], 15);
     assert_eq!(ra["stats"]["reward_hist"]["counts"][9], 15);
     assert_eq!(ra["stats"]["tokens"]["sampled"], 90);
@@ -41,11 +48,24 @@ async fn runs_list_trajectory_and_tokens() {
     assert_eq!(ra["warnings"], json!([]));
     let gone = &runs["runs"][2];
     assert_eq!(gone["stats"]["rollouts"], 0);
-    assert!(gone["warnings"][0].as_str().unwrap().contains("no such directory"), "{gone}");
+    assert!(
+        gone["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("no such directory"),
+        "{gone}"
+    );
 
     // Comparison: tasks 0..3 lost, 5..8 gained, 3..5 pass in both.
     let (_, c) = get(&format!("{base}/api/compare?a=0&b=1")).await;
-    assert_eq!((c["common"].as_u64(), c["gained"].as_u64(), c["lost"].as_u64()), (Some(10), Some(3), Some(3)));
+    assert_eq!(
+        (
+            c["common"].as_u64(),
+            c["gained"].as_u64(),
+            c["lost"].as_u64()
+        ),
+        (Some(10), Some(3), Some(3))
+    );
     assert_eq!(c["passing"], json!([5, 5]));
     let flips: Vec<(&str, &str)> = c["tasks"]
         .as_array()
@@ -61,8 +81,15 @@ async fn runs_list_trajectory_and_tokens() {
     let list = |q: &str| get(format!("{base}/api/runs/0/trajectories?{q}"));
     let (_, page) = list("task=task-3").await;
     assert_eq!(page["total"], 3);
-    assert!(page["items"].as_array().unwrap().iter().all(|t| t["task_id"] == "task-3"));
-    assert_eq!(list("success=true&exit_reason=finished").await.1["total"], 5);
+    assert!(page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|t| t["task_id"] == "task-3"));
+    assert_eq!(
+        list("success=true&exit_reason=finished").await.1["total"],
+        5
+    );
     assert_eq!(list("reward_min=0.5").await.1["total"], 15);
     assert_eq!(list("reward_max=0.5&step=0&version=0").await.1["total"], 15);
     assert_eq!(list("version=1").await.1["total"], 0);
@@ -72,8 +99,14 @@ async fn runs_list_trajectory_and_tokens() {
     let (status, t) = get(&format!("{base}/api/runs/0/trajectories/4")).await;
     assert_eq!(status, 200, "{t}");
     assert_eq!(t["trajectory"]["messages"][3]["content"], "value 28");
-    assert_eq!(t["trajectory"]["reward"]["details"]["tests"]["test_b"], "PASSED");
-    assert!(t["trajectory"].get("response_ids").is_none(), "token arrays only in the token view");
+    assert_eq!(
+        t["trajectory"]["reward"]["details"]["tests"]["test_b"],
+        "PASSED"
+    );
+    assert!(
+        t["trajectory"].get("response_ids").is_none(),
+        "token arrays only in the token view"
+    );
     let tv = &t["tokens"];
     assert_eq!(tv["prompt_len"], 6);
     assert_eq!(tv["ids"].as_array().unwrap().len(), 17);
@@ -83,17 +116,45 @@ async fn runs_list_trajectory_and_tokens() {
     assert_eq!(tv["logprob"][10], -3.5);
     assert_eq!(tv["version"][9], 0);
     assert_eq!(tv["turn_starts"], json!([9]));
-    assert!(t["warnings"][0].as_str().unwrap().contains("no tokenizer"), "{t}");
+    assert!(
+        t["warnings"][0].as_str().unwrap().contains("no tokenizer"),
+        "{t}"
+    );
 
     // B decodes with its tokenizer and tells template from observation.
     let (_, t) = get(&format!("{base}/api/runs/1/trajectories/0")).await;
     let tv = &t["tokens"];
-    let text: Vec<&str> = tv["text"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
-    assert_eq!(text[6..].concat(), "<|im_start|>assistant\nHello world<|im_end|>\n<|im_start|>user\nok");
-    let sources: Vec<&str> = tv["source"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+    let text: Vec<&str> = tv["text"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        text[6..].concat(),
+        "<|im_start|>assistant\nHello world<|im_end|>\n<|im_start|>user\nok"
+    );
+    let sources: Vec<&str> = tv["source"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap())
+        .collect();
     assert_eq!(
         sources[6..],
-        ["template", "template", "template", "sampled", "sampled", "sampled", "template", "template", "template", "template", "observation"]
+        [
+            "template",
+            "template",
+            "template",
+            "sampled",
+            "sampled",
+            "sampled",
+            "template",
+            "template",
+            "template",
+            "template",
+            "observation"
+        ]
     );
     assert_eq!(t["warnings"], json!([]));
 }
@@ -145,7 +206,7 @@ async fn growing_damaged_and_bad_requests() {
     let fourth = viewfix::trajectory(3, 3, false).to_string();
     let (head, tail) = fourth.split_at(40);
     append(&dir, "trajectories.jsonl", head);
-    let base = serve(&[dir.clone()]).await;
+    let base = serve(std::slice::from_ref(&dir)).await;
 
     let (status, page) = get(&format!("{base}/api/runs/0/trajectories")).await;
     assert_eq!(status, 200);
@@ -154,7 +215,9 @@ async fn growing_damaged_and_bad_requests() {
     assert!(warnings.contains("line 4: skipped"), "{warnings}");
     assert!(warnings.contains("incomplete"), "{warnings}");
     let (_, runs) = get(&format!("{base}/api/runs")).await;
-    assert!(runs["runs"][0]["warnings"].to_string().contains("incomplete"));
+    assert!(runs["runs"][0]["warnings"]
+        .to_string()
+        .contains("incomplete"));
 
     // The writer finishes the line: it appears without a restart.
     append(&dir, "trajectories.jsonl", &format!("{tail}\n"));
@@ -176,15 +239,26 @@ async fn growing_damaged_and_bad_requests() {
     std::fs::write(dir.join("summary.json"), "{").unwrap();
     let (status, run) = get(&format!("{base}/api/runs/0")).await;
     assert_eq!(status, 200);
-    assert!(run["warnings"].to_string().contains("summary.json"), "{run}");
+    assert!(
+        run["warnings"].to_string().contains("summary.json"),
+        "{run}"
+    );
 
     // Bad requests: typed JSON errors, never a crash.
     for (url, code, says) in [
         ("/api/runs/7", 404, "no run 7"),
         ("/api/runs/0/trajectories/99", 404, "no trajectory 99"),
         ("/api/runs/0/trajectories?limit=0", 400, "limit"),
-        ("/api/runs/0/trajectories?reward_min=high", 400, "reward_min"),
-        ("/api/runs/0/trajectories?colour=red", 400, "unknown parameter"),
+        (
+            "/api/runs/0/trajectories?reward_min=high",
+            400,
+            "reward_min",
+        ),
+        (
+            "/api/runs/0/trajectories?colour=red",
+            400,
+            "unknown parameter",
+        ),
         ("/api/compare?a=0", 400, "`b`"),
         ("/api/compare?a=0&b=5", 404, "no run 5"),
         ("/assets/nope.js", 404, "no asset"),
@@ -192,13 +266,24 @@ async fn growing_damaged_and_bad_requests() {
     ] {
         let (status, body) = get(&format!("{base}{url}")).await;
         assert_eq!(status, code, "{url}: {body}");
-        assert!(body["error"].as_str().unwrap().contains(says), "{url}: {body}");
+        assert!(
+            body["error"].as_str().unwrap().contains(says),
+            "{url}: {body}"
+        );
     }
     // The server is still up, and serves the UI.
-    let html = reqwest::get(format!("{base}/")).await.unwrap().text().await.unwrap();
+    let html = reqwest::get(format!("{base}/"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(html.contains("/assets/app.js"));
     let js = reqwest::get(format!("{base}/assets/app.js")).await.unwrap();
-    assert_eq!(js.headers()["content-type"], "text/javascript; charset=utf-8");
+    assert_eq!(
+        js.headers()["content-type"],
+        "text/javascript; charset=utf-8"
+    );
 }
 
 #[test]
@@ -212,7 +297,9 @@ fn binary_prints_the_listening_line_first_and_serves() {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
     let url = line.trim().strip_prefix("listening on ").map(str::to_owned);
     let body = url.as_ref().map(|u| {
         let rt = tokio::runtime::Runtime::new().unwrap();
@@ -221,9 +308,15 @@ fn binary_prints_the_listening_line_first_and_serves() {
     child.kill().unwrap();
     child.wait().unwrap();
     let url = url.unwrap_or_else(|| panic!("first line: {line:?}"));
-    assert!(url.starts_with("http://127.0.0.1:") && !url.ends_with(":0"), "{url}");
+    assert!(
+        url.starts_with("http://127.0.0.1:") && !url.ends_with(":0"),
+        "{url}"
+    );
     assert!(body.unwrap().unwrap().contains("\"rollouts\":2"));
     // No directory given: bad usage, exit 2.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_uniagent")).arg("view").output().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_uniagent"))
+        .arg("view")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }

@@ -220,7 +220,7 @@ mod tests {
         let warnings = index.warnings().join("\n");
         assert!(warnings.contains("line 3: skipped"), "{warnings}");
         assert!(warnings.contains("incomplete"), "{warnings}");
-        write!(f, "3}}\n").unwrap();
+        writeln!(f, "3}}").unwrap();
         index.refresh().unwrap();
         let last = index.entries().last().unwrap();
         assert_eq!((last.row, last.line), (3, 5));

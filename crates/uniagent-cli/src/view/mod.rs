@@ -95,7 +95,10 @@ impl Viewer {
             .route("/api/runs", get(routes::runs))
             .route("/api/runs/{run}", get(routes::one_run))
             .route("/api/runs/{run}/trajectories", get(routes::trajectories))
-            .route("/api/runs/{run}/trajectories/{index}", get(routes::trajectory))
+            .route(
+                "/api/runs/{run}/trajectories/{index}",
+                get(routes::trajectory),
+            )
             .route("/api/runs/{run}/metrics", get(routes::metrics))
             .route("/api/compare", get(routes::compare_runs))
             .fallback(|| async { ViewError::NotFound("no such page or route".into()) })

@@ -77,10 +77,17 @@ impl ListQuery {
     /// Whether the index row passes every filter (the search is checked separately).
     pub fn matches(&self, r: &TrajRow) -> bool {
         self.task.as_ref().is_none_or(|t| *t == r.task_id)
-            && self.exit_reason.as_ref().is_none_or(|e| *e == r.exit_reason)
+            && self
+                .exit_reason
+                .as_ref()
+                .is_none_or(|e| *e == r.exit_reason)
             && self.success.is_none_or(|s| r.success == Some(s))
-            && self.reward_min.is_none_or(|m| r.score.is_some_and(|s| s >= m))
-            && self.reward_max.is_none_or(|m| r.score.is_some_and(|s| s <= m))
+            && self
+                .reward_min
+                .is_none_or(|m| r.score.is_some_and(|s| s >= m))
+            && self
+                .reward_max
+                .is_none_or(|m| r.score.is_some_and(|s| s <= m))
             && self.step.is_none_or(|s| r.step == Some(s))
             && self.version.is_none_or(|v| {
                 r.version_min.is_some_and(|lo| lo <= v) && r.version_max.is_some_and(|hi| v <= hi)

@@ -173,9 +173,8 @@ pub async fn trajectory(
             (bytes, e.line)
         };
         let mut warnings = Vec::new();
-        let mut t: Value = serde_json::from_slice(&bytes).map_err(|e| {
-            ViewError::Io(format!("line {line} changed since it was indexed: {e}"))
-        })?;
+        let mut t: Value = serde_json::from_slice(&bytes)
+            .map_err(|e| ViewError::Io(format!("line {line} changed since it was indexed: {e}")))?;
         let has_tokens = t.get("response_ids").is_some() || t.get("prompt_ids").is_some();
         let tokens = if has_tokens {
             let codec = match run.codec() {

@@ -220,10 +220,22 @@ mod tests {
             "prompt_ids":[1,2,3],"response_ids":[4,5,6,7],"response_mask":[1,0,1,1],
             "weight_versions":[2,null,3,2],"messages":[{"role":"user","content":"x"}]}"#;
         let r = extract(line).unwrap();
-        assert_eq!((r.id.as_str(), r.task_id.as_str(), r.sample), ("t:1", "t", 1));
-        assert_eq!((r.score, r.success, r.step), (Some(0.5), Some(false), Some(4)));
-        assert_eq!((r.prompt_tokens, r.response_tokens, r.sampled_tokens), (3, 4, 3));
-        assert_eq!((r.version_min, r.version_max, r.turns, r.messages), (Some(2), Some(3), 3, 1));
+        assert_eq!(
+            (r.id.as_str(), r.task_id.as_str(), r.sample),
+            ("t:1", "t", 1)
+        );
+        assert_eq!(
+            (r.score, r.success, r.step),
+            (Some(0.5), Some(false), Some(4))
+        );
+        assert_eq!(
+            (r.prompt_tokens, r.response_tokens, r.sampled_tokens),
+            (3, 4, 3)
+        );
+        assert_eq!(
+            (r.version_min, r.version_max, r.turns, r.messages),
+            (Some(2), Some(3), 3, 1)
+        );
         assert!(extract(b"[1,2]").is_err());
         assert!(extract(br#"{"id": 5}"#).is_err());
         assert!(extract(br#"{"foo": 1}"#).unwrap_err().contains("no `id`"));

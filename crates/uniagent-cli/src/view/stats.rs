@@ -293,10 +293,19 @@ mod tests {
         assert_eq!(s.reward_hist.counts[9], 2);
         assert_eq!(s.timings.total, 2.0);
         let c = compare(&a, &b);
-        assert_eq!((c.common, c.only_a, c.only_b, c.gained, c.lost), (2, 1, 1, 1, 1));
+        assert_eq!(
+            (c.common, c.only_a, c.only_b, c.gained, c.lost),
+            (2, 1, 1, 1, 1)
+        );
         assert!(c.tasks.iter().all(|t| t.flip.is_some()));
-        assert_eq!(c.tasks.iter().find(|t| t.task_id == "y").unwrap().flip, Some("gained"));
+        assert_eq!(
+            c.tasks.iter().find(|t| t.task_id == "y").unwrap().flip,
+            Some("gained")
+        );
         let empty = run_stats(&[]);
-        assert_eq!((empty.rollouts, empty.success_rate, empty.mean_reward), (0, 0.0, None));
+        assert_eq!(
+            (empty.rollouts, empty.success_rate, empty.mean_reward),
+            (0, 0.0, None)
+        );
     }
 }

@@ -57,7 +57,11 @@ pub fn token_view(t: &Value, codec: Option<&Codec>) -> TokenView {
     let specials: std::collections::HashSet<u32> = codec
         .map(|c| {
             let added = c.tokenizer().get_added_tokens_decoder();
-            added.into_iter().filter(|(_, t)| t.special).map(|(id, _)| id).collect()
+            added
+                .into_iter()
+                .filter(|(_, t)| t.special)
+                .map(|(id, _)| id)
+                .collect()
         })
         .unwrap_or_default();
     let special: Vec<bool> = prompt
@@ -89,7 +93,9 @@ pub fn token_view(t: &Value, codec: Option<&Codec>) -> TokenView {
     let mut in_template_line = false;
     for (i, &id) in response.iter().enumerate() {
         let k = prompt.len() + i;
-        let mask = at("response_mask", i).and_then(Value::as_u64).map(|m| m.min(1) as u8);
+        let mask = at("response_mask", i)
+            .and_then(Value::as_u64)
+            .map(|m| m.min(1) as u8);
         let sampled = mask == Some(1);
         if sampled && !prev_sampled {
             if seen_sampled {
@@ -104,7 +110,11 @@ pub fn token_view(t: &Value, codec: Option<&Codec>) -> TokenView {
             None if sampled => "sampled",
             None if codec.is_none() => "inserted",
             None => {
-                let text = v.text.as_ref().and_then(|t| t.get(k)).map_or("", String::as_str);
+                let text = v
+                    .text
+                    .as_ref()
+                    .and_then(|t| t.get(k))
+                    .map_or("", String::as_str);
                 if special[k] {
                     in_template_line = !text.ends_with('\n');
                     "template"
@@ -127,7 +137,8 @@ pub fn token_view(t: &Value, codec: Option<&Codec>) -> TokenView {
                 .and_then(Value::as_f64)
                 .map(|x| x as f32),
         );
-        v.version.push(at("weight_versions", i).and_then(Value::as_u64));
+        v.version
+            .push(at("weight_versions", i).and_then(Value::as_u64));
         v.turn.push(turn);
     }
     v
@@ -161,7 +172,13 @@ mod tests {
         let v = token_view(&t, None);
         assert_eq!(v.prompt_len, 2);
         assert_eq!(v.ids.len(), 8);
-        assert_eq!(v.source, ["prompt", "prompt", "sampled", "sampled", "inserted", "inserted", "sampled", "inserted"]);
+        assert_eq!(
+            v.source,
+            [
+                "prompt", "prompt", "sampled", "sampled", "inserted", "inserted", "sampled",
+                "inserted"
+            ]
+        );
         assert_eq!(v.turn, [0, 0, 0, 0, 0, 0, 1, 1]);
         assert_eq!(v.turn_starts, [2, 6]);
         assert_eq!(v.version[6], Some(4));

@@ -20,7 +20,11 @@ pub fn qwen_dir() -> PathBuf {
 pub fn trajectory(i: usize, tasks: usize, solved: bool) -> Value {
     let reasons = ["finished", "max_turns", "sandbox_error"];
     let task = format!("task-{}", i % tasks);
-    let obs = if i % 1000 == 7 { format!("value {} needle", i * 7) } else { format!("value {}", i * 7) };
+    let obs = if i % 1000 == 7 {
+        format!("value {} needle", i * 7)
+    } else {
+        format!("value {}", i * 7)
+    };
     json!({
         "id": format!("{task}:{}", i / tasks), "task_id": task, "sample": i / tasks,
         "exit_reason": reasons[i % 3], "masked": false,
@@ -50,7 +54,8 @@ pub fn trajectory(i: usize, tasks: usize, solved: bool) -> Value {
 /// Writes `n` synthetic trajectories to `dir/trajectories.jsonl` (creating `dir`).
 pub fn write_run(dir: &Path, n: usize, tasks: usize, solved: impl Fn(usize) -> bool) {
     std::fs::create_dir_all(dir).unwrap();
-    let mut f = std::io::BufWriter::new(std::fs::File::create(dir.join("trajectories.jsonl")).unwrap());
+    let mut f =
+        std::io::BufWriter::new(std::fs::File::create(dir.join("trajectories.jsonl")).unwrap());
     for i in 0..n {
         writeln!(f, "{}", trajectory(i, tasks, solved(i))).unwrap();
     }
@@ -59,7 +64,11 @@ pub fn write_run(dir: &Path, n: usize, tasks: usize, solved: impl Fn(usize) -> b
 
 /// Appends raw text to `dir/name`.
 pub fn append(dir: &Path, name: &str, text: &str) {
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(dir.join(name)).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(name))
+        .unwrap();
     f.write_all(text.as_bytes()).unwrap();
 }
 
@@ -79,6 +88,7 @@ pub async fn get(url: impl AsRef<str>) -> (u16, Value) {
     let r = reqwest::get(url).await.unwrap();
     let status = r.status().as_u16();
     let text = r.text().await.unwrap();
-    let body = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{url}: not JSON ({e}): {text}"));
+    let body =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{url}: not JSON ({e}): {text}"));
     (status, body)
 }
