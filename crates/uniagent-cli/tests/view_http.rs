@@ -247,6 +247,8 @@ async fn growing_damaged_and_bad_requests() {
     // Bad requests: typed JSON errors, never a crash.
     for (url, code, says) in [
         ("/api/runs/7", 404, "no run 7"),
+        ("/api/runs/x/trajectories", 400, "bad path"),
+        ("/api/runs/0/trajectories/-1", 400, "bad path"),
         ("/api/runs/0/trajectories/99", 404, "no trajectory 99"),
         ("/api/runs/0/trajectories?limit=0", 400, "limit"),
         (

@@ -17,6 +17,9 @@ pub enum ViewError {
         /// What is wrong.
         message: String,
     },
+    /// A run or trajectory id in the path is not a number (400).
+    #[error("bad path: {0}")]
+    BadPath(String),
     /// No such run or trajectory (404).
     #[error("{0}")]
     NotFound(String),
@@ -37,7 +40,7 @@ impl ViewError {
     /// The HTTP status of the answer.
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::BadQuery { .. } => StatusCode::BAD_REQUEST,
+            Self::BadQuery { .. } | Self::BadPath(_) => StatusCode::BAD_REQUEST,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }

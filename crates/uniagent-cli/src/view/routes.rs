@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::rejection::QueryRejection;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::Json;
 use serde_json::{json, Value};
@@ -19,6 +19,7 @@ use super::Viewer;
 
 type Answer = Result<Json<Value>, ViewError>;
 type Params = Result<Query<HashMap<String, String>>, QueryRejection>;
+type Ids<T> = Result<Path<T>, PathRejection>;
 
 /// Token fields moved into the token view (not repeated in the trajectory).
 const TOKEN_FIELDS: [&str; 6] = [
@@ -47,6 +48,11 @@ fn run(viewer: &Viewer, id: usize) -> Result<&Run, ViewError> {
             viewer.runs.len()
         ))
     })
+}
+
+fn ids<T>(p: Ids<T>) -> Result<T, ViewError> {
+    p.map(|Path(p)| p)
+        .map_err(|e| ViewError::BadPath(e.body_text()))
 }
 
 fn params(p: Params) -> Result<HashMap<String, String>, ViewError> {
@@ -92,16 +98,18 @@ pub async fn runs(State(viewer): State<Arc<Viewer>>) -> Answer {
 }
 
 /// `GET /api/runs/{run}`: one run with its statistics.
-pub async fn one_run(State(viewer): State<Arc<Viewer>>, Path(id): Path<usize>) -> Answer {
+pub async fn one_run(State(viewer): State<Arc<Viewer>>, id: Ids<usize>) -> Answer {
+    let id = ids(id)?;
     blocking(viewer, move |v| run_json(id, run(v, id)?)).await
 }
 
 /// `GET /api/runs/{run}/trajectories`: filtered, searched, paged summaries.
 pub async fn trajectories(
     State(viewer): State<Arc<Viewer>>,
-    Path(id): Path<usize>,
+    id: Ids<usize>,
     p: Params,
 ) -> Answer {
+    let id = ids(id)?;
     let query = ListQuery::parse(&params(p)?)?;
     blocking(viewer, move |v| {
         let run = run(v, id)?;
@@ -155,8 +163,9 @@ pub async fn trajectories(
 /// `GET /api/runs/{run}/trajectories/{index}`: the whole trajectory and its token view.
 pub async fn trajectory(
     State(viewer): State<Arc<Viewer>>,
-    Path((id, n)): Path<(usize, usize)>,
+    id: Ids<(usize, usize)>,
 ) -> Answer {
+    let (id, n) = ids(id)?;
     blocking(viewer, move |v| {
         let run = run(v, id)?;
         let (bytes, line) = {
@@ -243,7 +252,8 @@ pub async fn compare_runs(State(viewer): State<Arc<Viewer>>, p: Params) -> Answe
 
 /// `GET /api/runs/{run}/metrics`: every numeric field of `metrics.jsonl` as a series over
 /// `step` (the line number where a line has no step).
-pub async fn metrics(State(viewer): State<Arc<Viewer>>, Path(id): Path<usize>) -> Answer {
+pub async fn metrics(State(viewer): State<Arc<Viewer>>, id: Ids<usize>) -> Answer {
+    let id = ids(id)?;
     blocking(viewer, move |v| {
         let run = run(v, id)?;
         let mut warnings = run.dir_warnings();
