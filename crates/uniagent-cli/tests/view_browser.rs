@@ -306,6 +306,33 @@ async fn runs_trajectory_tokens_and_curves_in_chromium() {
     assert!(tests.as_str().unwrap().contains("test_b"), "{tests}");
     page.screenshot(&shots, "4-trajectory.png").await;
 
+    // A long tool output is folded.
+    page.go(&format!("{base}/#/traj/0/11")).await;
+    page.wait_for("document.querySelectorAll('#chat .msg').length === 4")
+        .await;
+    assert_eq!(
+        page.eval("[...document.querySelectorAll('#chat details.fold')].map(d => d.open)")
+            .await,
+        json!([false])
+    );
+    let folded = page
+        .eval("document.querySelector('#chat .msg.tool').innerText")
+        .await;
+    let folded = folded.as_str().unwrap();
+    assert!(
+        folded.contains("log line 7")
+            && !folded.contains("log line 79")
+            && folded.contains("80 lines"),
+        "{folded}"
+    );
+    page.eval("document.querySelector('#chat details.fold summary').click()")
+        .await;
+    page.wait_for("document.querySelector('#chat .msg.tool').innerText.includes('log line 79')")
+        .await;
+    page.go(&format!("{base}/#/traj/0/13")).await;
+    page.wait_for("document.getElementById('traj-title').textContent === 'task-3:1'")
+        .await;
+
     // The token view: decoded with the run's tokenizer, sources, mask, a turn boundary.
     page.eval("document.getElementById('tab-tokens').click()")
         .await;

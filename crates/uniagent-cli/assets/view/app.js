@@ -65,8 +65,14 @@ function histogram(h) {
 }
 
 async function runsPage() {
+  let last = "";
   const render = async () => {
     const data = await api("/api/runs");
+    const text = JSON.stringify(data);
+    if (text === last) return; // unchanged: keep the page (and the form's choices) as it is
+    last = text;
+    const prev = document.getElementById("compare-form");
+    const chosen = prev ? [prev.a.value, prev.b.value] : null;
     showWarnings(data.runs.flatMap(r => r.warnings));
     const rows = data.runs.map(r => {
       const s = r.stats;
@@ -89,7 +95,7 @@ async function runsPage() {
         <select name="b">${opts}</select> <button>compare</button></form>` : ""}`;
     const form = document.getElementById("compare-form");
     if (form) {
-      form.b.value = data.runs[1].id;
+      [form.a.value, form.b.value] = chosen || [data.runs[0].id, data.runs[1].id];
       form.onsubmit = e => { e.preventDefault(); location.hash = `#/compare?a=${form.a.value}&b=${form.b.value}`; };
     }
   };
@@ -175,7 +181,7 @@ const FOLD_CHARS = 1500, FOLD_LINES = 25;
 
 function textBlock(s) {
   s = String(s ?? "");
-  const lines = s.split("\n").length;
+  const lines = s.replace(/\n$/, "").split("\n").length;
   if (s.length <= FOLD_CHARS && lines <= FOLD_LINES) return `<pre>${esc(s)}</pre>`;
   const head = s.split("\n").slice(0, 8).join("\n").slice(0, 600);
   return `<details class="fold"><summary><pre>${esc(head)}</pre><span class="dim">… ${lines} lines, ${s.length} chars (click to unfold)</span></summary><pre>${esc(s)}</pre></details>`;
@@ -336,8 +342,12 @@ function lineChart(spec, steps, series) {
 }
 
 async function metricsPage(run) {
+  let last = "";
   const render = async () => {
     const [info, m] = await Promise.all([api(`/api/runs/${run}`), api(`/api/runs/${run}/metrics`)]);
+    const text = JSON.stringify(m);
+    if (text === last) return;
+    last = text;
     showWarnings(m.warnings);
     const charts = CHARTS.map(c => lineChart(c, m.steps, m.series)).join("");
     main.innerHTML = `<h1>${esc(info.name)} <span class="dim">learning curves (${m.steps.length} steps)</span></h1>

@@ -104,11 +104,7 @@ pub async fn one_run(State(viewer): State<Arc<Viewer>>, id: Ids<usize>) -> Answe
 }
 
 /// `GET /api/runs/{run}/trajectories`: filtered, searched, paged summaries.
-pub async fn trajectories(
-    State(viewer): State<Arc<Viewer>>,
-    id: Ids<usize>,
-    p: Params,
-) -> Answer {
+pub async fn trajectories(State(viewer): State<Arc<Viewer>>, id: Ids<usize>, p: Params) -> Answer {
     let id = ids(id)?;
     let query = ListQuery::parse(&params(p)?)?;
     blocking(viewer, move |v| {
@@ -161,10 +157,7 @@ pub async fn trajectories(
 }
 
 /// `GET /api/runs/{run}/trajectories/{index}`: the whole trajectory and its token view.
-pub async fn trajectory(
-    State(viewer): State<Arc<Viewer>>,
-    id: Ids<(usize, usize)>,
-) -> Answer {
+pub async fn trajectory(State(viewer): State<Arc<Viewer>>, id: Ids<(usize, usize)>) -> Answer {
     let (id, n) = ids(id)?;
     blocking(viewer, move |v| {
         let run = run(v, id)?;

@@ -14,7 +14,8 @@ pub fn qwen_dir() -> PathBuf {
 }
 
 /// Trajectory `i` of a synthetic run: task `task-{i % tasks}`, solved when `solved(i)`;
-/// every 1000th mentions "needle" in its tool output. Token ids are Qwen2.5 ids:
+/// every 1000th mentions "needle" in its tool output, and
+/// `i % 1000 == 11` has an 80-line tool output. Token ids are Qwen2.5 ids:
 /// `<|im_start|>assistant\n` (template), "Hello world" sampled, `<|im_end|>` sampled,
 /// "\n" template, then an observation.
 pub fn trajectory(i: usize, tasks: usize, solved: bool) -> Value {
@@ -22,6 +23,9 @@ pub fn trajectory(i: usize, tasks: usize, solved: bool) -> Value {
     let task = format!("task-{}", i % tasks);
     let obs = if i % 1000 == 7 {
         format!("value {} needle", i * 7)
+    } else if i % 1000 == 11 {
+        // A long tool output (the chat folds it).
+        (0..80).map(|k| format!("log line {k}\n")).collect()
     } else {
         format!("value {}", i * 7)
     };
