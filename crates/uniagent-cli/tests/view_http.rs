@@ -219,12 +219,22 @@ async fn growing_damaged_and_bad_requests() {
         .to_string()
         .contains("incomplete"));
 
+    // A gateway-style record flagged not append-only.
+    let mut flagged = viewfix::trajectory(9, 3, true);
+    flagged["extra_fields"] = json!({"gateway": {"append_only": false}});
+    let (_, t) = get(format!("{base}/api/runs/0/trajectories/0")).await;
+    assert_eq!(t["append_only"], json!(null));
+
     // The writer finishes the line: it appears without a restart.
     append(&dir, "trajectories.jsonl", &format!("{tail}\n"));
     let (_, page) = get(&format!("{base}/api/runs/0/trajectories")).await;
     assert_eq!(page["total"], 4);
     assert_eq!(page["items"][3]["success"], false);
     assert!(!page["warnings"].to_string().contains("incomplete"));
+    append(&dir, "trajectories.jsonl", &format!("{flagged}\n"));
+    let (_, t) = get(format!("{base}/api/runs/0/trajectories/4")).await;
+    assert_eq!(t["append_only"], false);
+    assert!(t["warnings"].to_string().contains("not append-only"), "{t}");
 
     // metrics.jsonl: series over step, a field that appears late stays aligned.
     append(&dir, "metrics.jsonl", "{\"step\":1,\"mean_reward\":0.25,\"kl\":0.01}\n{\"step\":2,\"mean_reward\":0.5,\"kl\":0.02,\"staleness\":1}\nnot json\n");

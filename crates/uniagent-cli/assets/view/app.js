@@ -277,6 +277,7 @@ async function trajPage(run, index, params) {
     <h1 id="traj-title">${esc(t.id)}</h1>
     <div class="cards">
       <div class="card"><h3>outcome</h3><p>exit <b id="exit-reason">${esc(t.exit_reason)}</b>${t.masked ? ` · <span class="bad">masked</span>` : ""}</p>
+        ${d.append_only === false ? `<p id="not-append-only" class="bad">token trace not append-only</p>` : ""}
         ${t.error ? `<pre class="error">${esc(t.error)}</pre>` : ""}
         <p>task ${esc(t.task_id)} · sample ${fmt(t.sample)}${t.step !== undefined ? ` · step ${t.step}` : ""}${t.phase ? ` · ${esc(t.phase)}` : ""}</p></div>
       <div class="card"><h3>reward</h3>${rewardDetails(t.reward)}</div>

@@ -190,6 +190,18 @@ pub async fn trajectory(State(viewer): State<Arc<Viewer>>, id: Ids<(usize, usize
         } else {
             None
         };
+        // The codec's verdict where the writer recorded it (the gateway does, under
+        // `extra_fields.gateway`): `false` means a turn was re-tokenized differently from a
+        // full render, so the trace is not a prefix-extension of its re-render.
+        let append_only = ["/extra_fields/gateway/append_only", "/extra_fields/append_only"]
+            .iter()
+            .find_map(|p| t.pointer(p).and_then(Value::as_bool));
+        if append_only == Some(false) {
+            warnings.push(
+                "the codec flagged this rollout as not append-only: a turn's tokens differ from a full re-render"
+                    .into(),
+            );
+        }
         if let Value::Object(o) = &mut t {
             for k in TOKEN_FIELDS {
                 o.remove(k);
@@ -201,6 +213,7 @@ pub async fn trajectory(State(viewer): State<Arc<Viewer>>, id: Ids<(usize, usize
             "line": line,
             "trajectory": t,
             "tokens": tokens,
+            "append_only": append_only,
             "warnings": warnings,
         }))
     })
