@@ -308,8 +308,11 @@ async fn runs_trajectory_tokens_and_curves_in_chromium() {
 
     // A long tool output is folded.
     page.go(&format!("{base}/#/traj/0/11")).await;
-    page.wait_for("document.querySelectorAll('#chat .msg').length === 4")
-        .await;
+    page.wait_for(
+        "document.getElementById('traj-title').textContent === 'task-1:1' \
+         && document.querySelectorAll('#chat .msg').length === 4",
+    )
+    .await;
     assert_eq!(
         page.eval("[...document.querySelectorAll('#chat details.fold')].map(d => d.open)")
             .await,

@@ -166,8 +166,29 @@ async fn paging_and_search_over_100k_trajectories() {
     write_run(&dir, 100_000, 1000, |i| i % 4 == 0);
     let base = serve(&[dir]).await;
     let list = |q: &str| get(format!("{base}/api/runs/0/trajectories?{q}"));
+    // The first answer comes from what is indexed so far (a chunk at a time)...
     let (status, first) = list("limit=100").await;
     assert_eq!(status, 200, "{first}");
+    assert_eq!(first["items"].as_array().unwrap().len(), 100);
+    if first["indexing"] == true {
+        assert!(
+            first["warnings"].to_string().contains("still indexing"),
+            "{first}"
+        );
+    }
+    // ...and the background indexer finishes the rest.
+    let start = std::time::Instant::now();
+    let first = loop {
+        let (_, page) = list("limit=100").await;
+        if page["indexing"] == false {
+            break page;
+        }
+        assert!(
+            start.elapsed().as_secs() < 300,
+            "indexing never finished: {page}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
     assert_eq!(first["total"], 100_000);
     assert_eq!(first["items"].as_array().unwrap().len(), 100);
     assert_eq!(first["items"][0]["id"], "task-0:0");

@@ -161,7 +161,8 @@ async function listPage(run, params) {
     const page = await api(`/api/runs/${run}/trajectories?${q}`);
     showWarnings(info.warnings.concat(page.warnings));
     document.getElementById("list-status").textContent =
-      page.total ? `${offset + 1}–${offset + page.items.length} of ${page.total}` : "no trajectories match";
+      (page.total ? `${offset + 1}–${offset + page.items.length} of ${page.total}` : "no trajectories match") +
+      (page.indexing ? " (still indexing the file…)" : "");
     document.getElementById("prev").disabled = offset === 0;
     document.getElementById("next").disabled = offset + limit >= page.total;
     document.querySelector("#traj-list tbody").innerHTML = page.items.map(t => `<tr class="traj-row ${t.success ? "ok" : t.success === false ? "bad" : ""}">

@@ -3,6 +3,10 @@
 //! Only complete lines (ending in `\n`) are indexed; a trailing partial line is a run still
 //! writing and is picked up by a later [`JsonlIndex::refresh`]. A line that is not valid JSON
 //! is skipped with a warning. A file that shrank was rewritten: the index starts over.
+//!
+//! [`JsonlIndex::refresh_some`] reads at most a byte budget per call, so a caller holding the
+//! index never waits for a whole large file: the first page of a 500 MB file is served from
+//! its first chunk while the rest is indexed in the background.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
@@ -36,6 +40,8 @@ pub struct JsonlIndex<T> {
     lines: u64,
     /// Bytes after the last newline at the last refresh (a line being written).
     pending: u64,
+    /// Complete-line bytes left unread by the last budgeted refresh.
+    behind: u64,
     corrupt: Vec<String>,
     corrupt_count: u64,
     restarted: bool,
@@ -51,6 +57,7 @@ impl<T> JsonlIndex<T> {
             scanned: 0,
             lines: 0,
             pending: 0,
+            behind: 0,
             corrupt: Vec::new(),
             corrupt_count: 0,
             restarted: false,
@@ -68,13 +75,19 @@ impl<T> JsonlIndex<T> {
         self.path.is_file()
     }
 
-    /// Indexes the lines appended since the last call. A missing file is an empty index.
+    /// Indexes every line appended since the last call. A missing file is an empty index.
     pub fn refresh(&mut self) -> std::io::Result<()> {
+        self.refresh_some(u64::MAX).map(|_| ())
+    }
+
+    /// Indexes lines appended since the last call, stopping at the first line end past
+    /// `budget` bytes; returns whether the index caught up with the file.
+    pub fn refresh_some(&mut self, budget: u64) -> std::io::Result<bool> {
         let mut file = match File::open(&self.path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 self.reset();
-                return Ok(());
+                return Ok(true);
             }
             Err(e) => return Err(e),
         };
@@ -86,13 +99,20 @@ impl<T> JsonlIndex<T> {
         }
         if len == self.scanned {
             self.pending = 0;
-            return Ok(());
+            self.behind = 0;
+            return Ok(true);
         }
+        let start = self.scanned;
         file.seek(SeekFrom::Start(self.scanned))?;
         let mut reader = BufReader::with_capacity(1 << 20, file.take_len(len - self.scanned));
         let mut line = Vec::new();
         self.pending = 0;
+        self.behind = 0;
         loop {
+            if self.scanned - start >= budget {
+                self.behind = len - self.scanned;
+                return Ok(false);
+            }
             line.clear();
             let n = reader.read_until(b'\n', &mut line)?;
             if n == 0 {
@@ -130,7 +150,12 @@ impl<T> JsonlIndex<T> {
                 }
             }
         }
-        Ok(())
+        Ok(true)
+    }
+
+    /// Whether the last refresh stopped at its budget before the end of the file.
+    pub fn is_behind(&self) -> bool {
+        self.behind > 0
     }
 
     fn reset(&mut self) {
@@ -138,6 +163,7 @@ impl<T> JsonlIndex<T> {
         self.scanned = 0;
         self.lines = 0;
         self.pending = 0;
+        self.behind = 0;
         self.corrupt.clear();
         self.corrupt_count = 0;
     }
@@ -170,6 +196,13 @@ impl<T> JsonlIndex<T> {
                 "{}: the last line is incomplete ({} bytes, still being written?); not shown yet",
                 self.path.display(),
                 self.pending
+            ));
+        }
+        if self.behind > 0 {
+            out.push(format!(
+                "{}: still indexing, {:.1} MB to go; counts and searches cover what is indexed",
+                self.path.display(),
+                self.behind as f64 / 1e6
             ));
         }
         if self.restarted {
@@ -231,6 +264,23 @@ mod tests {
         index.refresh().unwrap();
         assert_eq!(index.entries().len(), 1);
         assert!(index.warnings().join("").contains("shrank"));
+    }
+
+    #[test]
+    fn a_budget_indexes_in_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let text: String = (0..100).map(|n| format!("{{\"n\":{n}}}\n")).collect();
+        std::fs::write(&path, text).unwrap();
+        let mut index = JsonlIndex::new(&path, number);
+        assert!(!index.refresh_some(100).unwrap());
+        let first = index.entries().len();
+        assert!((1..100).contains(&first), "{first}");
+        assert!(index.is_behind() && index.warnings().join("").contains("still indexing"));
+        while !index.refresh_some(100).unwrap() {}
+        let rows: Vec<u64> = index.entries().iter().map(|e| e.row).collect();
+        assert_eq!(rows, (0..100).collect::<Vec<u64>>());
+        assert!(!index.is_behind() && index.warnings().is_empty());
     }
 
     #[test]

@@ -42,7 +42,8 @@ mod stats;
 mod tokens;
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use axum::routing::get;
 use axum::Router;
@@ -51,7 +52,7 @@ pub use error::ViewError;
 pub use index::{Entry, JsonlIndex};
 pub use query::{ListQuery, Search, DEFAULT_LIMIT, MAX_LIMIT};
 pub use row::TrajRow;
-pub use run::{Run, METRICS};
+pub use run::{Run, METRICS, REQUEST_BUDGET};
 pub use stats::{compare, run_stats, Comparison, RunStats};
 pub use tokens::{token_view, TokenView};
 
@@ -83,7 +84,9 @@ impl Viewer {
                 Run::new(name, d)
             })
             .collect();
-        Arc::new(Self { runs })
+        let viewer = Arc::new(Self { runs });
+        spawn_indexer(Arc::downgrade(&viewer));
+        viewer
     }
 
     /// The HTTP routes: the UI at `/`, its assets, the JSON API under `/api`, `/healthz`.
@@ -104,4 +107,29 @@ impl Viewer {
             .fallback(|| async { ViewError::NotFound("no such page or route".into()) })
             .with_state(Arc::clone(self))
     }
+}
+
+/// Bytes the background indexer reads per file between lock releases.
+const BACKGROUND_CHUNK: u64 = 8 << 20;
+
+/// Indexes every run's files in the background, chunk by chunk, then keeps following them;
+/// the thread ends once the viewer is dropped.
+fn spawn_indexer(viewer: Weak<Viewer>) {
+    let work = move || loop {
+        let Some(v) = viewer.upgrade() else {
+            return;
+        };
+        let caught_up = v
+            .runs
+            .iter()
+            .fold(true, |done, run| run.index_some(BACKGROUND_CHUNK) && done);
+        drop(v);
+        if caught_up {
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    };
+    // Without the thread, requests still index (a budget at a time).
+    let _ = std::thread::Builder::new()
+        .name("view-indexer".into())
+        .spawn(work);
 }

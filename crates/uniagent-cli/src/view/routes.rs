@@ -64,10 +64,14 @@ fn run_json(id: usize, run: &Run) -> Result<Value, ViewError> {
     let mut warnings = run.dir_warnings();
     let (summary, bad_summary) = run.summary();
     warnings.extend(bad_summary);
-    let (stats, has_trajectories) = {
+    let (stats, has_trajectories, indexing) = {
         let index = run.trajectories()?;
         warnings.extend(index.warnings());
-        (run_stats(index.entries()), index.exists())
+        (
+            run_stats(index.entries()),
+            index.exists(),
+            index.is_behind(),
+        )
     };
     let metrics = run.metrics()?;
     warnings.extend(metrics.warnings());
@@ -76,6 +80,7 @@ fn run_json(id: usize, run: &Run) -> Result<Value, ViewError> {
         "name": run.name,
         "dir": run.dir().display().to_string(),
         "has_trajectories": has_trajectories,
+        "indexing": indexing,
         "metric_steps": metrics.entries().len(),
         "stats": stats,
         "summary": summary,
@@ -146,6 +151,7 @@ pub async fn trajectories(State(viewer): State<Arc<Viewer>>, id: Ids<usize>, p: 
             total += 1;
         }
         Ok(json!({
+            "indexing": index.is_behind(),
             "total": total,
             "offset": query.offset,
             "limit": query.limit,

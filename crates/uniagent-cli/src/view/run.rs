@@ -11,6 +11,10 @@ use super::index::JsonlIndex;
 use super::row::{self, TrajRow};
 use crate::output::{SUMMARY, TRAJECTORIES};
 
+/// Bytes a request indexes at most before answering from what is indexed (the background
+/// indexer does the rest).
+pub const REQUEST_BUDGET: u64 = 16 << 20;
+
 /// `metrics.jsonl` of a `train` run.
 pub const METRICS: &str = "metrics.jsonl";
 
@@ -56,14 +60,23 @@ impl Run {
         &self.dir
     }
 
-    /// The trajectory index, brought up to date with the file.
+    /// The trajectory index, brought up to date with the file or by [`REQUEST_BUDGET`] bytes,
+    /// whichever comes first.
     pub fn trajectories(&self) -> Result<MutexGuard<'_, JsonlIndex<TrajRow>>, ViewError> {
-        refreshed(&self.trajectories)
+        refreshed(&self.trajectories, REQUEST_BUDGET)
     }
 
-    /// The metrics index, brought up to date with the file.
+    /// The metrics index, brought up to date like [`Run::trajectories`].
     pub fn metrics(&self) -> Result<MutexGuard<'_, JsonlIndex<MetricRow>>, ViewError> {
-        refreshed(&self.metrics)
+        refreshed(&self.metrics, REQUEST_BUDGET)
+    }
+
+    /// Indexes up to `budget` more bytes of each file; true when both caught up. Read errors
+    /// are left for the next request to report.
+    pub fn index_some(&self, budget: u64) -> bool {
+        let t = refreshed(&self.trajectories, budget).is_ok_and(|i| !i.is_behind());
+        let m = refreshed(&self.metrics, budget).is_ok_and(|i| !i.is_behind());
+        t && m
     }
 
     /// Warnings about the directory itself: missing, or holding none of the known files.
@@ -119,12 +132,15 @@ impl Run {
     }
 }
 
-fn refreshed<T>(index: &Mutex<JsonlIndex<T>>) -> Result<MutexGuard<'_, JsonlIndex<T>>, ViewError> {
+fn refreshed<T>(
+    index: &Mutex<JsonlIndex<T>>,
+    budget: u64,
+) -> Result<MutexGuard<'_, JsonlIndex<T>>, ViewError> {
     // A panic elsewhere while holding the lock leaves a consistent index (refresh only
     // appends), so a poisoned lock is taken over.
     let mut guard = index.lock().unwrap_or_else(|p| p.into_inner());
     guard
-        .refresh()
+        .refresh_some(budget)
         .map_err(|e| ViewError::Io(format!("reading {}: {e}", guard.path().display())))?;
     Ok(guard)
 }
