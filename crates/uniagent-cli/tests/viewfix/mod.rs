@@ -2,6 +2,8 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod cdp;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
