@@ -275,6 +275,29 @@ async fn growing_damaged_and_bad_requests() {
         "{run}"
     );
 
+    // A file given as the directory, and a directory where the JSONL file should be: warnings.
+    let odd = tmp.path().join("odd");
+    std::fs::create_dir_all(odd.join("trajectories.jsonl")).unwrap();
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let base2 = serve(&[odd, file]).await;
+    let (status, runs) = get(format!("{base2}/api/runs")).await;
+    assert_eq!(status, 200, "{runs}");
+    assert!(
+        runs["runs"][0]["warnings"]
+            .to_string()
+            .contains("cannot be read"),
+        "{runs}"
+    );
+    assert!(
+        runs["runs"][1]["warnings"]
+            .to_string()
+            .contains("no such directory"),
+        "{runs}"
+    );
+    let (status, page) = get(format!("{base2}/api/runs/0/trajectories")).await;
+    assert_eq!((status, page["total"].as_u64()), (200, Some(0)), "{page}");
+
     // Bad requests: typed JSON errors, never a crash.
     for (url, code, says) in [
         ("/api/runs/7", 404, "no run 7"),

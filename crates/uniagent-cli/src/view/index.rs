@@ -45,6 +45,8 @@ pub struct JsonlIndex<T> {
     corrupt: Vec<String>,
     corrupt_count: u64,
     restarted: bool,
+    /// Why the last refresh could not read the file (kept until one succeeds).
+    error: Option<String>,
     extract: fn(&[u8]) -> Result<T, String>,
 }
 
@@ -61,6 +63,7 @@ impl<T> JsonlIndex<T> {
             corrupt: Vec::new(),
             corrupt_count: 0,
             restarted: false,
+            error: None,
             extract,
         }
     }
@@ -83,15 +86,35 @@ impl<T> JsonlIndex<T> {
     /// Indexes lines appended since the last call, stopping at the first line end past
     /// `budget` bytes; returns whether the index caught up with the file.
     pub fn refresh_some(&mut self, budget: u64) -> std::io::Result<bool> {
+        let result = self.read_some(budget);
+        self.error = result.as_ref().err().map(|e| {
+            format!(
+                "{}: cannot be read ({e}); showing what was read before",
+                self.path.display()
+            )
+        });
+        result
+    }
+
+    fn read_some(&mut self, budget: u64) -> std::io::Result<bool> {
         let mut file = match File::open(&self.path) {
             Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
                 self.reset();
                 return Ok(true);
             }
             Err(e) => return Err(e),
         };
-        let len = file.metadata()?.len();
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(std::io::Error::other("not a regular file"));
+        }
+        let len = meta.len();
         if len < self.scanned {
             // Rewritten (train truncates its files on a fresh start): start over.
             self.reset();
@@ -184,6 +207,7 @@ impl<T> JsonlIndex<T> {
     /// What a reader should know: corrupt lines, a line still being written, a restart.
     pub fn warnings(&self) -> Vec<String> {
         let mut out = self.corrupt.clone();
+        out.extend(self.error.clone());
         let unlisted = self.corrupt_count.saturating_sub(self.corrupt.len() as u64);
         if unlisted > 0 {
             out.push(format!(

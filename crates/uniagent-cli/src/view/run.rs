@@ -72,7 +72,7 @@ impl Run {
     }
 
     /// Indexes up to `budget` more bytes of each file; true when both caught up. Read errors
-    /// are left for the next request to report.
+    /// become warnings of the index.
     pub fn index_some(&self, budget: u64) -> bool {
         let t = refreshed(&self.trajectories, budget).is_ok_and(|i| !i.is_behind());
         let m = refreshed(&self.metrics, budget).is_ok_and(|i| !i.is_behind());
@@ -139,9 +139,8 @@ fn refreshed<T>(
     // A panic elsewhere while holding the lock leaves a consistent index (refresh only
     // appends), so a poisoned lock is taken over.
     let mut guard = index.lock().unwrap_or_else(|p| p.into_inner());
-    guard
-        .refresh_some(budget)
-        .map_err(|e| ViewError::Io(format!("reading {}: {e}", guard.path().display())))?;
+    // An unreadable file is a warning (kept in the index), not a failed request.
+    let _ = guard.refresh_some(budget);
     Ok(guard)
 }
 
