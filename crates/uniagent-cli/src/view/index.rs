@@ -254,6 +254,8 @@ impl TakeLen for File {
 mod tests {
     use std::io::Write;
 
+    use proptest::prelude::*;
+
     use super::*;
 
     fn number(line: &[u8]) -> Result<u64, String> {
@@ -305,6 +307,39 @@ mod tests {
         let rows: Vec<u64> = index.entries().iter().map(|e| e.row).collect();
         assert_eq!(rows, (0..100).collect::<Vec<u64>>());
         assert!(!index.is_behind() && index.warnings().is_empty());
+    }
+
+    proptest! {
+        /// Any bytes, indexed in chunks of any size, give the rows of one full pass and never
+        /// panic; the torn tail (no final newline) is never indexed.
+        #[test]
+        fn chunked_indexing_equals_one_pass(
+            lines in proptest::collection::vec(
+                proptest::prop_oneof![
+                    (0u64..1000).prop_map(|n| format!("{{\"n\":{n}}}")),
+                    "[ -~]{0,12}",
+                ],
+                0..40,
+            ),
+            tail in "[ -~]{0,8}",
+            budget in 1u64..64,
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("t.jsonl");
+            let text: String = lines.iter().map(|l| format!("{l}\n")).collect::<String>() + &tail;
+            std::fs::write(&path, &text).unwrap();
+            let mut whole = JsonlIndex::new(&path, number);
+            whole.refresh().unwrap();
+            let mut chunked = JsonlIndex::new(&path, number);
+            while !chunked.refresh_some(budget).unwrap() {}
+            let rows = |i: &JsonlIndex<u64>| i.entries().iter().map(|e| (e.offset, e.line, e.row)).collect::<Vec<_>>();
+            prop_assert_eq!(rows(&whole), rows(&chunked));
+            let expected: Vec<u64> = lines.iter().filter_map(|l| number(l.as_bytes()).ok()).collect();
+            prop_assert_eq!(whole.entries().iter().map(|e| e.row).collect::<Vec<_>>(), expected);
+            for e in whole.entries() {
+                prop_assert_eq!(number(&whole.read(e).unwrap()).unwrap(), e.row);
+            }
+        }
     }
 
     #[test]
