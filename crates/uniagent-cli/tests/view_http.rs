@@ -93,6 +93,8 @@ async fn runs_list_trajectory_and_tokens() {
     assert_eq!(list("reward_min=0.5").await.1["total"], 15);
     assert_eq!(list("reward_max=0.5&step=0&version=0").await.1["total"], 15);
     assert_eq!(list("version=1").await.1["total"], 0);
+    assert_eq!(list("phase=eval&task=task-3").await.1["total"], 3);
+    assert_eq!(list("phase=rl&task=task-3").await.1["total"], 0);
     assert_eq!(list("q=KEY-17").await.1["items"][0]["id"], "task-7:1");
 
     // One trajectory: messages, reward details; the token view undecoded (A has no tokenizer).

@@ -122,7 +122,7 @@ async function comparePage(params) {
 
 // ---------- trajectory list ----------
 
-const FILTERS = ["task", "exit_reason", "success", "reward_min", "reward_max", "step", "version", "q"];
+const FILTERS = ["task", "exit_reason", "success", "reward_min", "reward_max", "step", "phase", "version", "q"];
 
 async function listPage(run, params) {
   const info = await api(`/api/runs/${run}`);
@@ -139,10 +139,11 @@ async function listPage(run, params) {
       <input name="reward_min" size="5" placeholder="reward ≥" value="${val("reward_min")}">
       <input name="reward_max" size="5" placeholder="reward ≤" value="${val("reward_max")}">
       <input name="step" size="4" placeholder="step" value="${val("step")}">
+      <input name="phase" size="5" placeholder="phase" value="${val("phase")}">
       <input name="version" size="4" placeholder="version" value="${val("version")}">
       <button>apply</button></form>
     <div id="list-status"></div>
-    <table id="traj-list"><thead><tr><th>#</th><th>id</th><th>task</th><th>exit</th><th>reward</th><th>turns</th><th>tokens</th><th>step</th><th>versions</th><th>time</th></tr></thead><tbody></tbody></table>
+    <table id="traj-list"><thead><tr><th>#</th><th>id</th><th>task</th><th>exit</th><th>reward</th><th>turns</th><th>tokens</th><th>step</th><th>phase</th><th>versions</th><th>time</th></tr></thead><tbody></tbody></table>
     <div class="bar"><button id="prev">◀ prev</button> <button id="next">next ▶</button></div>`;
   const form = document.getElementById("filters");
   form.onsubmit = e => {
@@ -169,7 +170,7 @@ async function listPage(run, params) {
       <td>${t.index}</td><td><a class="open-traj" href="#/traj/${run}/${t.index}">${esc(t.id)}</a></td><td>${esc(t.task_id)}</td>
       <td>${esc(t.exit_reason)}</td><td>${fmt(t.score, 2)} ${t.success ? "✓" : t.success === false ? "✗" : ""}</td>
       <td>${t.turns}</td><td>${t.prompt_tokens}+${t.response_tokens} <span class="dim">(${t.sampled_tokens} sampled)</span></td>
-      <td>${t.step ?? "–"}</td><td>${t.version_min === null ? "–" : t.version_min === t.version_max ? t.version_min : t.version_min + "–" + t.version_max}</td>
+      <td>${t.step ?? "–"}</td><td>${esc(t.phase ?? "–")}</td><td>${t.version_min === null ? "–" : t.version_min === t.version_max ? t.version_min : t.version_min + "–" + t.version_max}</td>
       <td>${fmt(t.timings.total, 2)} s</td></tr>`).join("");
   };
   await render();

@@ -28,6 +28,8 @@ pub struct ListQuery {
     pub reward_max: Option<f64>,
     /// Training step, exact.
     pub step: Option<u64>,
+    /// Phase of a `train` run (`rl`, `eval`, ...), exact.
+    pub phase: Option<String>,
     /// A weight version some sampled token of the trajectory has.
     pub version: Option<u64>,
     /// Case-insensitive text the messages must contain (ASCII case folding).
@@ -56,6 +58,7 @@ impl ListQuery {
                 "reward_min" => q.reward_min = Some(parse(key, value)?),
                 "reward_max" => q.reward_max = Some(parse(key, value)?),
                 "step" => q.step = Some(parse(key, value)?),
+                "phase" => q.phase = Some(value.clone()),
                 "version" => q.version = Some(parse(key, value)?),
                 "q" => q.q = Some(value.clone()),
                 "offset" => q.offset = parse(key, value)?,
@@ -89,6 +92,10 @@ impl ListQuery {
                 .reward_max
                 .is_none_or(|m| r.score.is_some_and(|s| s <= m))
             && self.step.is_none_or(|s| r.step == Some(s))
+            && self
+                .phase
+                .as_ref()
+                .is_none_or(|p| r.phase.as_ref() == Some(p))
             && self.version.is_none_or(|v| {
                 r.version_min.is_some_and(|lo| lo <= v) && r.version_max.is_some_and(|hi| v <= hi)
             })
