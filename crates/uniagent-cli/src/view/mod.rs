@@ -119,10 +119,11 @@ fn spawn_indexer(viewer: Weak<Viewer>) {
         let Some(v) = viewer.upgrade() else {
             return;
         };
-        let caught_up = v
-            .runs
-            .iter()
-            .fold(true, |done, run| run.index_some(BACKGROUND_CHUNK) && done);
+        // Every run gets its chunk (no short-circuit).
+        let mut caught_up = true;
+        for run in &v.runs {
+            caught_up &= run.index_some(BACKGROUND_CHUNK);
+        }
         drop(v);
         if caught_up {
             std::thread::sleep(Duration::from_millis(500));
