@@ -378,3 +378,55 @@ fn binary_prints_the_listening_line_first_and_serves() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// What `uniagent run`'s own writer produces (the sink behind `trajectories.jsonl`, with
+/// weight versions, and `summary.json`) is what the viewer reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_what_the_run_writer_writes() {
+    use std::sync::Arc;
+    use uniagent_cli::model::VersionLog;
+    use uniagent_cli::output::OutputDir;
+    use uniagent_core::agent::{ExitReason, Trajectory};
+    use uniagent_core::runner::TrajectorySink;
+    use uniagent_core::{Message, RewardOutcome};
+
+    let tmp = tempfile::tempdir().unwrap();
+    let out = OutputDir::create(tmp.path()).unwrap();
+    let versions = Arc::new(VersionLog::default());
+    versions.record("t:0", 2, Some(5));
+    let mut sink = out.sink(true, Some(Arc::clone(&versions))).unwrap();
+    let messages = vec![Message::user("hi"), Message::assistant("Hello world")];
+    let mut t = Trajectory::empty("t", 0, messages, ExitReason::Finished, None);
+    t.reward = Some(RewardOutcome::binary(true).with_detail("expected", json!("Hello")));
+    t.output.prompt_ids = vec![1, 2];
+    t.output.response_ids = vec![3, 4, 5];
+    t.output.response_mask = vec![1, 1, 0];
+    t.output.response_logprobs = Some(vec![-0.5, -1.5, 0.0]);
+    sink.write(&t).unwrap();
+    out.write_summary(1, 0.5).unwrap();
+
+    let base = serve(&[tmp.path().to_path_buf()]).await;
+    let (_, runs) = get(format!("{base}/api/runs")).await;
+    let run = &runs["runs"][0];
+    assert_eq!(run["warnings"], json!([]), "{run}");
+    assert_eq!(run["stats"]["rollouts"], 1);
+    assert_eq!(run["stats"]["success_rate"], 1.0);
+    assert_eq!(run["stats"]["tokens"]["sampled"], 2);
+    assert_eq!(run["stats"]["versions"], json!([5, 5]));
+    assert_eq!(run["summary"]["rollouts"], 1);
+    let (_, page) = get(format!(
+        "{base}/api/runs/0/trajectories?version=5&success=true"
+    ))
+    .await;
+    assert_eq!(page["items"][0]["id"], "t:0");
+    let (_, one) = get(format!("{base}/api/runs/0/trajectories/0")).await;
+    assert_eq!(one["trajectory"]["messages"][1]["content"], "Hello world");
+    assert_eq!(one["trajectory"]["reward"]["details"]["expected"], "Hello");
+    let tv = &one["tokens"];
+    assert_eq!(
+        tv["source"],
+        json!(["prompt", "prompt", "sampled", "sampled", "inserted"])
+    );
+    assert_eq!(tv["version"], json!([null, null, 5, 5, null]));
+    assert_eq!(tv["logprob"], json!([null, null, -0.5, -1.5, 0.0]));
+}
