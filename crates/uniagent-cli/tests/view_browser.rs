@@ -179,7 +179,7 @@ async fn runs_trajectory_tokens_and_curves_in_chromium() {
     page.wait_for("document.querySelectorAll('#tokens .tok').length === 17")
         .await;
     let toks = page
-        .eval("[...document.querySelectorAll('#tokens .tok')].map(e => e.textContent).join('')")
+        .eval("[...document.querySelectorAll('#tokens .tok')].map(e => e.textContent).join('').replaceAll('↵', '')")
         .await;
     assert_eq!(toks, json!("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nHello world<|im_end|>\n<|im_start|>user\nok"));
     assert_eq!(

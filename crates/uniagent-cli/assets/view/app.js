@@ -243,10 +243,12 @@ function tokenView(tv, mode) {
   for (let i = 0; i < n; i++) {
     if (i === tv.prompt_len) parts.push(`<div class="boundary prompt-end">response</div>`);
     if (starts.has(i)) parts.push(`<span class="turn-mark" title="turn ${tv.turn[i]} starts">turn ${tv.turn[i]}</span>`);
-    const text = tv.text ? tv.text[i] : `⟨${tv.ids[i]}⟩`;
+    // Newlines are tokens too: show them (↵) so their colour is visible.
+    const text = tv.text ? tv.text[i].replace(/\n/g, "↵\n") : `⟨${tv.ids[i]}⟩`;
     const lp = tv.logprob[i], v = tv.version[i], m = tv.mask[i];
     let style = "";
-    if (mode === "logprob" && lp !== null) style = `background:${heat(lp)}`;
+    // Logprobs mean something on sampled tokens only (0.0 is a placeholder elsewhere).
+    if (mode === "logprob") style = m === 1 && lp !== null ? `background:${heat(lp)}` : "background:#fff;color:#999";
     if (mode === "version" && v !== null) style = `background:${VERSION_COLOURS[v % VERSION_COLOURS.length]}`;
     const tip = `#${i} id ${tv.ids[i]} · ${tv.source[i]} · mask ${m ?? "–"} · logprob ${lp === null ? "–" : lp.toFixed(3)} · version ${v ?? "–"} · turn ${tv.turn[i]}`;
     parts.push(`<span class="tok src-${tv.source[i]} ${m === 1 ? "m1" : m === 0 ? "m0" : ""}" style="${style}" title="${esc(tip)}">${esc(text)}</span>`);
