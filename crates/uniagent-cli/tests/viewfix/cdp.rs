@@ -12,8 +12,10 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 /// The Chromium binary: `$UNIAGENT_CHROMIUM`, else `chromium` / `chromium-browser` on PATH.
 pub fn chromium() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("UNIAGENT_CHROMIUM").filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(p));
+    if let Some(p) = std::env::var_os("UNIAGENT_CHROMIUM").map(PathBuf::from) {
+        if p.is_file() {
+            return Some(p);
+        }
     }
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
