@@ -12,5 +12,6 @@ pub mod progress;
 pub mod run;
 #[cfg(feature = "tch")]
 pub mod train;
+pub mod view;
 
 pub use error::{one_line, CliError, ErrorKind, Result};

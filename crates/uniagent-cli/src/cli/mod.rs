@@ -5,6 +5,7 @@ mod grade;
 mod parse_log;
 mod run;
 mod train;
+mod view;
 
 use std::process::ExitCode;
 
@@ -37,6 +38,8 @@ pub enum Command {
     Grade(grade::GradeArgs),
     /// Print the test statuses a `swebench` log parser yields for a log, as JSON.
     ParseLog(parse_log::ParseLogArgs),
+    /// Serve the web viewer over output directories (runs, trajectories, tokens, curves).
+    View(view::ViewArgs),
 }
 
 /// Parses the process arguments and runs; returns the exit code.
@@ -63,6 +66,7 @@ pub fn main_with(
         Command::Train(args) => train::main(args, registry),
         Command::Grade(args) => grade::main(args),
         Command::ParseLog(args) => parse_log::main(args),
+        Command::View(args) => view::main(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -521,7 +521,7 @@ impl Pipeline {
         let mut reward_curve = vec![(0, before.reward)];
         reward_curve.extend(&rl.reward_curve);
         let train: Vec<(usize, f64)> = rl.steps.iter().map(|s| (s.step, s.success_rate)).collect();
-        super::artifacts::plot_learning_curve(
+        super::plot::plot_learning_curve(
             &self.out.join("learning_curve.png"),
             &curve,
             &train,
