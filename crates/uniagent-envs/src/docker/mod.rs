@@ -38,15 +38,15 @@
 //! A command killed by the kernel's OOM killer, a server that died, and a sandbox that outlived
 //! its lifetime are reported as [`Error::Sandbox`] naming the cause, not as a plain exit code.
 
-mod engine;
+pub(crate) mod engine;
 mod guard;
 mod image;
 mod labels;
 mod payload;
-mod reaper;
-mod relay;
-mod spec;
-mod startup;
+pub(crate) mod reaper;
+pub(crate) mod relay;
+pub(crate) mod spec;
+pub(crate) mod startup;
 mod watch;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -98,6 +98,9 @@ use watch::Watch;
 pub struct DockerDeployment {
     config: DockerConfig,
     state: Mutex<State>,
+    /// Labels of another owner (the sandbox pool) that replace the owning-process label, so the
+    /// container outlives this process until that owner removes it.
+    foreign_owner: Option<std::collections::HashMap<String, String>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,6 +123,7 @@ struct Running {
     relay: Option<Relay>,
     container: ContainerGuard,
     info: DockerInfo,
+    token: String,
 }
 
 /// Where a running docker deployment lives, for inspection and tests.
@@ -151,6 +155,25 @@ impl DockerDeployment {
         Self {
             config,
             state: Mutex::new(State::Idle(Phase::New)),
+            foreign_owner: None,
+        }
+    }
+
+    /// A deployment whose container carries `labels` instead of the owning-process label: the
+    /// per-process sweep of crashed owners leaves it alone, and whoever set the labels (the
+    /// sandbox pool) removes it.
+    #[cfg(feature = "pool")]
+    pub(crate) fn owned_by(mut self, labels: std::collections::HashMap<String, String>) -> Self {
+        self.foreign_owner = Some(labels);
+        self
+    }
+
+    /// Where the running container is and the token of its server; `None` unless started.
+    #[cfg(feature = "pool")]
+    pub(crate) async fn endpoint(&self) -> Option<(DockerInfo, String)> {
+        match &*self.state.lock().await {
+            State::Running(r) => Some((r.info.clone(), r.token.clone())),
+            State::Idle(_) => None,
         }
     }
 
@@ -216,11 +239,16 @@ impl DockerDeployment {
         let token = crate::secret::random_hex(16)
             .map_err(|e| sandbox_error(format!("cannot create the sandbox token: {e}")))?;
         let name = format!("uniagent-{}", labels::random_hex(8));
+        let mut container_labels = labels::container_labels(&run_id, deadline);
+        if let Some(owner) = &self.foreign_owner {
+            container_labels.remove(LABEL_OWNER);
+            container_labels.extend(owner.clone());
+        }
         let body = spec::container_body(&spec::Launch {
             config,
             image,
             token: &token,
-            labels: labels::container_labels(&run_id, deadline),
+            labels: container_labels,
             image_path,
             reach,
         });
@@ -264,7 +292,7 @@ impl DockerDeployment {
         wait_until_alive(&probe_runtime, &docker, &created.id, config.startup_timeout).await?;
         let runtime = RemoteRuntime::new(
             &url,
-            Some(token),
+            Some(token.clone()),
             RemoteRuntimeOptions {
                 backend: BACKEND.into(),
                 ..RemoteRuntimeOptions::default()
@@ -306,6 +334,7 @@ impl DockerDeployment {
             lifetime_timer,
             relay,
             container,
+            token,
         })
     }
 

@@ -1,0 +1,180 @@
+//! The pool's bookkeeping, without I/O: leases, warm sandboxes per image, and the slots that
+//! bound them together.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use super::sandbox::Sandbox;
+use crate::leases::{unix_now, ImageCapacity, LeaseInfo};
+
+/// A leased sandbox.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub sandbox: Sandbox,
+    pub image: String,
+    pub client: Option<String>,
+    pub ttl: Duration,
+    pub expires: Instant,
+    pub recovered: bool,
+}
+
+impl Held {
+    pub(crate) fn expires_at(&self, now: Instant) -> f64 {
+        unix_now() + self.expires.saturating_duration_since(now).as_secs_f64()
+    }
+
+    pub(crate) fn info(&self, now: Instant) -> LeaseInfo {
+        LeaseInfo {
+            id: self.sandbox.id.clone(),
+            image: self.image.clone(),
+            client: self.client.clone(),
+            ttl_secs: self.ttl.as_secs_f64(),
+            expires_at: self.expires_at(now),
+            recovered: self.recovered,
+        }
+    }
+}
+
+/// What [`Table::reserve`] decided.
+#[derive(Debug)]
+pub(crate) enum Reservation {
+    /// A warm sandbox, now the caller's.
+    Warm(Sandbox),
+    /// A slot to start one in (counted as starting until [`Table::start_done`]); `evicted` is
+    /// a warm sandbox of another image that gave up its slot and must be stopped.
+    Cold { evicted: Option<Sandbox> },
+    /// No slot is free.
+    Full,
+    /// The pool is shutting down.
+    Closing,
+}
+
+/// Leases, warm pools and slots.
+#[derive(Debug, Default)]
+pub(crate) struct Table {
+    pub capacity: usize,
+    pub leases: HashMap<String, Held>,
+    pub warm: HashMap<String, VecDeque<Sandbox>>,
+    /// Starts in flight, for leases and for warm pools.
+    pub starting: usize,
+    /// Warm starts in flight per image (also counted in `starting`).
+    pub warm_starting: HashMap<String, usize>,
+    pub closing: bool,
+}
+
+impl Table {
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            ..Self::default()
+        }
+    }
+
+    fn warm_count(&self) -> usize {
+        self.warm.values().map(VecDeque::len).sum()
+    }
+
+    /// Slots in use: leased, warm and starting.
+    pub(crate) fn used(&self) -> usize {
+        self.leases.len() + self.warm_count() + self.starting
+    }
+
+    /// Takes a warm sandbox of `image` when `warm_ok`, else a free slot, else the slot of a
+    /// warm sandbox of another image.
+    pub(crate) fn reserve(&mut self, image: &str, warm_ok: bool) -> Reservation {
+        if self.closing {
+            return Reservation::Closing;
+        }
+        if warm_ok {
+            if let Some(sandbox) = self.warm.get_mut(image).and_then(VecDeque::pop_front) {
+                return Reservation::Warm(sandbox);
+            }
+        }
+        if self.used() < self.capacity {
+            self.starting += 1;
+            return Reservation::Cold { evicted: None };
+        }
+        let other = self
+            .warm
+            .iter_mut()
+            .filter(|(key, queue)| (key.as_str() != image || !warm_ok) && !queue.is_empty())
+            .max_by_key(|(_, queue)| queue.len())
+            .and_then(|(_, queue)| queue.pop_back());
+        match other {
+            Some(evicted) => {
+                self.starting += 1;
+                Reservation::Cold {
+                    evicted: Some(evicted),
+                }
+            }
+            None => Reservation::Full,
+        }
+    }
+
+    /// A warm start for `image` when its pool is below `target` and a slot is free.
+    pub(crate) fn reserve_warm(&mut self, image: &str, target: usize) -> bool {
+        let ready = self.warm.get(image).map_or(0, VecDeque::len);
+        let starting = self.warm_starting.get(image).copied().unwrap_or(0);
+        if self.closing || ready + starting >= target || self.used() >= self.capacity {
+            return false;
+        }
+        self.starting += 1;
+        *self.warm_starting.entry(image.to_owned()).or_default() += 1;
+        true
+    }
+
+    /// A start reserved by [`reserve`](Self::reserve) or [`reserve_warm`](Self::reserve_warm)
+    /// ended.
+    pub(crate) fn start_done(&mut self, warm_image: Option<&str>) {
+        self.starting = self.starting.saturating_sub(1);
+        if let Some(image) = warm_image {
+            if let Some(n) = self.warm_starting.get_mut(image) {
+                *n = n.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Removes and returns the leases that expired by `now`.
+    pub(crate) fn take_expired(&mut self, now: Instant) -> Vec<Held> {
+        let ids: Vec<String> = self
+            .leases
+            .iter()
+            .filter(|(_, held)| held.expires <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.into_iter()
+            .filter_map(|id| self.leases.remove(&id))
+            .collect()
+    }
+
+    /// Closes the table and returns every sandbox it holds.
+    pub(crate) fn drain(&mut self) -> Vec<Sandbox> {
+        self.closing = true;
+        let mut all: Vec<Sandbox> = self.leases.drain().map(|(_, h)| h.sandbox).collect();
+        for (_, queue) in self.warm.drain() {
+            all.extend(queue);
+        }
+        all
+    }
+
+    /// Per image: its warm target and how many are ready.
+    pub(crate) fn images(&self, targets: &[(String, usize)]) -> Vec<ImageCapacity> {
+        targets
+            .iter()
+            .map(|(image, target)| ImageCapacity {
+                image: image.clone(),
+                warm_target: *target,
+                warm: self.warm.get(image).map_or(0, VecDeque::len),
+            })
+            .collect()
+    }
+
+    /// Leases a client can get without waiting: free slots plus warm sandboxes.
+    pub(crate) fn available(&self) -> usize {
+        self.capacity.saturating_sub(self.used()) + self.warm_count()
+    }
+
+    pub(crate) fn warm_total(&self) -> usize {
+        self.warm_count()
+    }
+}
