@@ -104,7 +104,11 @@ async fn a_killed_pool_fails_its_sandboxes_and_new_leases_go_to_the_others() {
         let err = sandbox.sh("echo hi", 10.0).await.unwrap_err();
         // What the agent loop ends a rollout with as `sandbox_error`: an infrastructure error,
         // not a timeout.
-        assert!(matches!(err, Error::Sandbox { .. }), "{err}");
+        let last = match &err {
+            Error::RetriesExhausted { last, .. } => last.as_ref(),
+            other => other,
+        };
+        assert!(matches!(last, Error::Sandbox { .. }), "{err}");
         assert_ne!(err.kind(), uniagent_core::ErrorKind::Timeout, "{err}");
     }
     for sandbox in &on_b {
@@ -119,7 +123,7 @@ async fn a_killed_pool_fails_its_sandboxes_and_new_leases_go_to_the_others() {
 }
 
 /// Not a test on its own: the controller process of the next test (it returns at once unless
-/// that test started it). It leases sandboxes, says `ready` and waits to be killed.
+/// that test started it). It leases sandboxes, says `CONTROLLER-READY` and waits to be killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controller_child_process() {
     let Ok(url) = std::env::var("UNIAGENT_POOL_TEST_CONTROLLER") else {
@@ -136,7 +140,7 @@ async fn controller_child_process() {
     for _ in 0..3 {
         held.push(started(config.clone()).await);
     }
-    println!("ready");
+    println!("\nCONTROLLER-READY");
     tokio::time::sleep(Duration::from_secs(300)).await;
 }
 
@@ -154,7 +158,7 @@ async fn a_sigkilled_controller_leaves_leases_that_expire_and_are_removed_within
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let ready = lines.any(|line| line.is_ok_and(|l| l.trim() == "ready"));
+    let ready = lines.any(|line| line.is_ok_and(|l| l.contains("CONTROLLER-READY")));
     assert!(ready, "the controller did not get its leases");
     assert_eq!(pool_containers(&pool.name).await.len(), 3);
     // Well past the TTL the leases live on: the controller renews them.

@@ -159,9 +159,10 @@ impl DockerDeployment {
         }
     }
 
-    /// A deployment whose container carries `labels` instead of the owning-process label: the
-    /// per-process sweep of crashed owners leaves it alone, and whoever set the labels (the
-    /// sandbox pool) removes it.
+    /// A deployment whose container also carries `labels`, which name another owner than this
+    /// process in [`LABEL_OWNER`] (a value [`Owner::parse`] does not read, so the per-process
+    /// sweep of crashed owners leaves the container alone): whoever set them (the sandbox
+    /// pool) removes it.
     #[cfg(feature = "pool")]
     pub(crate) fn owned_by(mut self, labels: std::collections::HashMap<String, String>) -> Self {
         self.foreign_owner = Some(labels);
@@ -241,7 +242,8 @@ impl DockerDeployment {
         let name = format!("uniagent-{}", labels::random_hex(8));
         let mut container_labels = labels::container_labels(&run_id, deadline);
         if let Some(owner) = &self.foreign_owner {
-            container_labels.remove(LABEL_OWNER);
+            // Replaced, not removed: a container inherits the payload image's labels, and
+            // with them the owner label of whichever process built that image.
             container_labels.extend(owner.clone());
         }
         let body = spec::container_body(&spec::Launch {

@@ -67,7 +67,7 @@ async fn start_warm(pool: Pool, image: String) {
         Ok(sandbox) => {
             // One request through the proxy leaves a kept-alive connection behind, so the
             // client's first command does not pay for opening one.
-            pool.inner.proxy.warm_up(&sandbox.url, &sandbox.token).await;
+            sandbox.proxy.warm_up(&sandbox.url, &sandbox.token).await;
             let mut table = pool.table();
             if table.closing {
                 drop(table);

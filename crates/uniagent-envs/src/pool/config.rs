@@ -25,7 +25,7 @@ use crate::config::{DeploymentConfig, DockerConfig};
 pub struct PoolConfig {
     /// The pool's name: the node in every lease, and the value of the container label that
     /// lets a restarted pool find its sandboxes. Keep it stable across restarts and unique
-    /// per Docker host. Default: the host name.
+    /// per Docker host; ASCII letters, digits, `.`, `_` and `-`. Default: the host name.
     pub name: String,
     /// Sandboxes held at most, leased, warm and starting together.
     pub capacity: usize,
@@ -81,9 +81,14 @@ impl PoolConfig {
             message,
             source: None,
         };
-        if self.name.trim().is_empty() || self.name.contains(['/', ' ', '=']) {
+        let name_ok = !self.name.is_empty()
+            && self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        if !name_ok {
             return Err(bad(format!(
-                "pool.name must be a non-empty name without `/`, `=` or spaces, got `{}`",
+                "pool.name must be a non-empty name of ASCII letters, digits, `.`, `_` and `-`, got `{}`",
                 self.name
             )));
         }

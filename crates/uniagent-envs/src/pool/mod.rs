@@ -84,7 +84,6 @@ struct Inner {
     /// Wakes the warm-pool refiller.
     refill: Notify,
     api_key: Option<String>,
-    proxy: proxy::Proxy,
 }
 
 impl Pool {
@@ -104,7 +103,6 @@ impl Pool {
                 docker,
                 refill: Notify::new(),
                 api_key,
-                proxy: proxy::Proxy::new(),
             }),
         };
         recover::recover(&pool).await?;
@@ -351,12 +349,12 @@ impl Pool {
         });
     }
 
-    /// URL and token of lease `id`'s server, when `token` is its token.
-    fn upstream(&self, id: &str, token: &str) -> Option<(String, String)> {
+    /// URL of lease `id`'s server and the proxy to it, when `token` is its token.
+    fn upstream(&self, id: &str, token: &str) -> Option<(String, proxy::Proxy)> {
         let table = self.table();
         let held = table.leases.get(id)?;
         tokens_match(&held.sandbox.token, token)
-            .then(|| (held.sandbox.url.clone(), held.sandbox.token.clone()))
+            .then(|| (held.sandbox.url.clone(), held.sandbox.proxy.clone()))
     }
 }
 

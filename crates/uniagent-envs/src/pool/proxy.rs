@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderValue, Request, Response, Uri};
+use axum::http::{HeaderMap, HeaderValue, Request, Response};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -19,6 +19,23 @@ const HOP_BY_HOP: [&str; 7] = [
     "upgrade",
     "host",
 ];
+
+/// Attempts of one proxied request over a connection that fails.
+const ATTEMPTS: u64 = 4;
+
+/// Largest request body forwarded (uploads of archives included).
+const MAX_REQUEST_BODY: usize = 1 << 30;
+
+/// An error with its causes, innermost last.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        message = format!("{message}: {cause}");
+        source = cause.source();
+    }
+    message
+}
 
 /// A pooled HTTP client to every sandbox of the pool.
 #[derive(Clone)]
@@ -49,6 +66,11 @@ impl Proxy {
     }
 
     /// Sends `request` to `{base}/{path}` (with the request's query) and returns the answer.
+    ///
+    /// The body is read first, so that a request that found no working connection can be
+    /// sent again: a connection that failed to open is always retried, one that broke after
+    /// the request went out only when the request carries an `X-Request-ID` (the sandbox
+    /// server then answers a repeat from its replay cache instead of running it twice).
     pub(crate) async fn forward(
         &self,
         base: &str,
@@ -61,16 +83,32 @@ impl Proxy {
             .query()
             .map(|q| format!("?{q}"))
             .unwrap_or_default();
-        let uri: Uri = format!("{base}/{path}{query}")
+        parts.uri = format!("{base}/{path}{query}")
             .parse()
             .map_err(|e| Unreachable(format!("bad upstream URI: {e}")))?;
-        parts.uri = uri;
         strip_hop_by_hop(&mut parts.headers);
-        let answer = self
-            .client
-            .request(Request::from_parts(parts, body))
+        let body = axum::body::to_bytes(body, MAX_REQUEST_BODY)
             .await
-            .map_err(|e| Unreachable(format!("the sandbox's server did not answer: {e}")))?;
+            .map_err(|e| Unreachable(format!("reading the request body: {e}")))?;
+        let replayable = parts.headers.contains_key("x-request-id");
+        let mut attempt = 0;
+        let answer = loop {
+            attempt += 1;
+            let request = Request::from_parts(parts.clone(), Body::from(body.clone()));
+            match self.client.request(request).await {
+                Ok(answer) => break answer,
+                Err(e) if attempt < ATTEMPTS && (e.is_connect() || replayable) => {
+                    tracing::debug!(error = %chain(&e), attempt, "retrying a proxied request");
+                    tokio::time::sleep(Duration::from_millis(20 * attempt)).await;
+                }
+                Err(e) => {
+                    return Err(Unreachable(format!(
+                        "the sandbox's server did not answer: {}",
+                        chain(&e)
+                    )))
+                }
+            }
+        };
         let (mut parts, body) = answer.into_parts();
         strip_hop_by_hop(&mut parts.headers);
         Ok(Response::from_parts(parts, Body::new(body)))

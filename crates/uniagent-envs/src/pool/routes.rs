@@ -157,10 +157,10 @@ async fn proxy(
     Path((id, path)): Path<(String, String)>,
     request: Request<Body>,
 ) -> Response {
-    let Some((url, _)) = pool.upstream(&id, lease_token(request.headers())) else {
+    let Some((url, proxy)) = pool.upstream(&id, lease_token(request.headers())) else {
         return super::lease_not_found(&id).into_response();
     };
-    match pool.inner.proxy.forward(&url, &path, request).await {
+    match proxy.forward(&url, &path, request).await {
         Ok(answer) => answer,
         Err(e) => PoolError::new(ErrorKind::SandboxUnreachable, e.0).into_response(),
     }

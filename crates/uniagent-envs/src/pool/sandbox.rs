@@ -6,10 +6,11 @@ use std::collections::HashMap;
 use bollard::Docker;
 use uniagent_core::{Deployment, Error, Result};
 
+use super::proxy::Proxy;
 use crate::config::DockerConfig;
 use crate::docker::relay::Relay;
 use crate::docker::spec::{Reach, SERVER_PORT, TOKEN_ENV};
-use crate::docker::{reaper, startup, DockerDeployment};
+use crate::docker::{reaper, startup, DockerDeployment, LABEL_OWNER};
 use crate::leases::{Limits, LABEL_IMAGE, LABEL_LEASE, LABEL_POOL};
 
 /// A started sandbox: where its server answers and with which token.
@@ -21,6 +22,9 @@ pub(crate) struct Sandbox {
     /// The server's URL as the pool reaches it.
     pub url: String,
     pub token: String,
+    /// The proxy's own connections to this sandbox: never shared with another sandbox that
+    /// later gets the same loopback port, and closed with it.
+    pub proxy: Proxy,
     holder: Holder,
 }
 
@@ -49,6 +53,8 @@ impl Sandbox {
             config.pids_limit = limits.pids_limit.or(config.pids_limit);
         }
         let labels = HashMap::from([
+            // Not a `host:pid:ticks` owner: no process's sweep of crashed owners touches it.
+            (LABEL_OWNER.to_owned(), format!("pool/{pool}")),
             (LABEL_POOL.to_owned(), pool.to_owned()),
             (LABEL_LEASE.to_owned(), id.clone()),
             (LABEL_IMAGE.to_owned(), template.image.clone()),
@@ -63,6 +69,7 @@ impl Sandbox {
             container_id: info.container_id,
             url: info.url,
             token,
+            proxy: Proxy::new(),
             holder: Holder::Started(Box::new(deployment)),
         })
     }
@@ -120,6 +127,7 @@ impl Sandbox {
             container_id,
             url,
             token,
+            proxy: Proxy::new(),
             holder: Holder::Attached(relay),
         })
     }
@@ -142,5 +150,17 @@ pub(crate) fn pool_error(message: impl Into<String>) -> Error {
         message: message.into(),
         retryable: false,
         source: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::docker::Owner;
+
+    #[test]
+    fn the_pool_owner_label_is_never_judged_as_a_crashed_process() {
+        for name in ["node-a", "7", "1.2"] {
+            assert_eq!(Owner::parse(&format!("pool/{name}")), None, "{name}");
+        }
     }
 }

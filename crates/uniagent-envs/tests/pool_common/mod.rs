@@ -69,7 +69,7 @@ impl PoolProcess {
     pub fn start(name: &str, spec: &PoolSpec, port: u16) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let config = format!(
-            "name: {name}\ncapacity: {}\nlease_ttl: {}\nmax_ttl: {}\nreap_interval: 0.2\nimages:\n  - warm: {}\n    docker:\n      image: {}\n      memory_bytes: {}\n      cpus: 0.5\n      pids_limit: 128\n      lifetime: 600\n      server_binary: {}\n",
+            "name: {name}\ncapacity: {}\nlease_ttl: {}\nmax_ttl: {}\nreap_interval: 0.2\nimages:\n  - warm: {}\n    docker:\n      image: {}\n      memory_bytes: {}\n      cpus: 0.5\n      pids_limit: 128\n      lifetime: 600\n      startup_timeout: 120\n      server_binary: {}\n",
             spec.capacity,
             spec.lease_ttl,
             spec.max_ttl,
