@@ -127,7 +127,9 @@ impl DeploymentConfig {
                     check_url("faas.endpoints", url)?;
                 }
                 if c.image.trim().is_empty() {
-                    return Err(config_error("faas.image must name an image the pools serve"));
+                    return Err(config_error(
+                        "faas.image must name an image the pools serve",
+                    ));
                 }
                 c.retry.validate()?;
                 check_positive("faas.lease_ttl", c.lease_ttl)?;
@@ -550,8 +552,11 @@ mod tests {
 
     #[test]
     fn a_backend_without_its_feature_parses_but_fails_validation_naming_the_feature() {
-        let cfg: DeploymentConfig =
-            parse("type: faas\ncontrol_url: https://x\nimage: i\n", ConfigFormat::Yaml).unwrap();
+        let cfg: DeploymentConfig = parse(
+            "type: faas\ncontrol_url: https://x\nimage: i\n",
+            ConfigFormat::Yaml,
+        )
+        .unwrap();
         let result = cfg.validate();
         if cfg!(feature = "faas") {
             assert!(result.is_ok());

@@ -16,10 +16,10 @@ pub mod leases;
 mod lifecycle;
 #[cfg(any(feature = "openai", feature = "vllm", feature = "sglang"))]
 pub mod models;
-#[cfg(feature = "remote")]
-pub mod remote;
 #[cfg(feature = "pool")]
 pub mod pool;
+#[cfg(feature = "remote")]
+pub mod remote;
 pub mod secret;
 #[cfg(feature = "server")]
 pub mod server;

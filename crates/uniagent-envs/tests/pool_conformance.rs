@@ -52,8 +52,15 @@ async fn leases_are_listed_renewed_released_and_guarded_by_their_token() {
     assert_eq!(info.endpoint, pool.url);
     assert!(!info.lease.warm, "no warm pool configured");
     let listed = get_json(&format!("{}/v1/leases", pool.url)).await;
-    assert_eq!(listed["leases"][0]["id"], info.lease.id.as_str(), "{listed}");
-    assert!(listed["leases"][0].get("token").is_none(), "tokens are never listed");
+    assert_eq!(
+        listed["leases"][0]["id"],
+        info.lease.id.as_str(),
+        "{listed}"
+    );
+    assert!(
+        listed["leases"][0].get("token").is_none(),
+        "tokens are never listed"
+    );
 
     let http = reqwest::Client::new();
     let lease_url = format!("{}/v1/leases/{}", pool.url, info.lease.id);
@@ -105,11 +112,20 @@ async fn leases_are_listed_renewed_released_and_guarded_by_their_token() {
 
     // The renewer keeps the 3 s lease alive well past its TTL.
     tokio::time::sleep(Duration::from_secs(7)).await;
-    assert_eq!(sandbox.sh("echo still", 10.0).await.unwrap().stdout, "still\n");
+    assert_eq!(
+        sandbox.sh("echo still", 10.0).await.unwrap().stdout,
+        "still\n"
+    );
     sandbox.stop().await.unwrap();
     let err = sandbox.sh("echo no", 10.0).await.unwrap_err();
     assert!(
-        matches!(err, uniagent_core::Error::Sandbox { retryable: false, .. }),
+        matches!(
+            err,
+            uniagent_core::Error::Sandbox {
+                retryable: false,
+                ..
+            }
+        ),
         "{err}"
     );
     wait_for_containers(&pool.name, 0, Duration::from_secs(30)).await;

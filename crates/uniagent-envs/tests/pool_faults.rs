@@ -50,18 +50,34 @@ async fn a_full_pool_answers_with_a_typed_retryable_error_and_never_hangs() {
     let mut once = pool.faas();
     once.retry = RetryConfig::none();
     let clock = Instant::now();
-    let err = FaasDeployment::new(once).unwrap().start().await.unwrap_err();
+    let err = FaasDeployment::new(once)
+        .unwrap()
+        .start()
+        .await
+        .unwrap_err();
     assert!(
         matches!(&err, Error::Sandbox { retryable: true, message, .. } if message.contains("slots")),
         "{err}"
     );
-    assert!(clock.elapsed() < Duration::from_secs(10), "{:?}", clock.elapsed());
+    assert!(
+        clock.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        clock.elapsed()
+    );
 
     // A bounded wait: rounds with backoff for at most `max_elapsed`, then the same error.
     let clock = Instant::now();
-    let err = FaasDeployment::new(quick(pool.faas())).unwrap().start().await.unwrap_err();
+    let err = FaasDeployment::new(quick(pool.faas()))
+        .unwrap()
+        .start()
+        .await
+        .unwrap_err();
     assert!(err.is_retryable(), "{err}");
-    assert!(clock.elapsed() < Duration::from_secs(10), "{:?}", clock.elapsed());
+    assert!(
+        clock.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        clock.elapsed()
+    );
 
     // A freed slot is leased again.
     first.stop().await.unwrap();
@@ -97,7 +113,11 @@ async fn a_killed_pool_fails_its_sandboxes_and_new_leases_go_to_the_others() {
             on_b.push(sandbox);
         }
     }
-    assert_eq!((on_a.len(), on_b.len()), (2, 2), "least loaded first spreads them");
+    assert_eq!(
+        (on_a.len(), on_b.len()),
+        (2, 2),
+        "least loaded first spreads them"
+    );
 
     a.kill();
     for sandbox in &on_a {
@@ -151,7 +171,13 @@ async fn a_sigkilled_controller_leaves_leases_that_expire_and_are_removed_within
     }
     let pool = PoolProcess::start(&unique("ctl"), &PoolSpec::default(), 0);
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "controller_child_process", "--nocapture", "--test-threads", "1"])
+        .args([
+            "--exact",
+            "controller_child_process",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
         .env("UNIAGENT_POOL_TEST_CONTROLLER", &pool.url)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -163,7 +189,11 @@ async fn a_sigkilled_controller_leaves_leases_that_expire_and_are_removed_within
     assert_eq!(pool_containers(&pool.name).await.len(), 3);
     // Well past the TTL the leases live on: the controller renews them.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(pool_containers(&pool.name).await.len(), 3, "renewed leases are kept");
+    assert_eq!(
+        pool_containers(&pool.name).await.len(),
+        3,
+        "renewed leases are kept"
+    );
 
     child.kill().unwrap(); // SIGKILL: no stop, no drop, no release
     child.wait().unwrap();
@@ -188,7 +218,9 @@ async fn a_restarted_pool_recovers_live_leases_from_labels_and_reaps_only_expire
     };
     let mut pool = PoolProcess::start(&unique("rst"), &spec, 0);
     let live = started(pool.faas()).await;
-    live.write_text("/tmp/marker", "before the restart").await.unwrap();
+    live.write_text("/tmp/marker", "before the restart")
+        .await
+        .unwrap();
     // An abandoned lease: granted over plain HTTP and never renewed.
     let http = reqwest::Client::new();
     let abandoned: serde_json::Value = http
@@ -211,10 +243,19 @@ async fn a_restarted_pool_recovers_live_leases_from_labels_and_reaps_only_expire
         .iter()
         .map(|l| l["id"].as_str().unwrap())
         .collect();
-    assert!(ids.contains(&live_id.as_str()) && ids.contains(&abandoned_id.as_str()), "{listed}");
-    assert!(listed["leases"][0]["recovered"].as_bool().unwrap(), "{listed}");
+    assert!(
+        ids.contains(&live_id.as_str()) && ids.contains(&abandoned_id.as_str()),
+        "{listed}"
+    );
+    assert!(
+        listed["leases"][0]["recovered"].as_bool().unwrap(),
+        "{listed}"
+    );
     // The live client reaches its same sandbox again, through the restarted pool.
-    assert_eq!(live.read_text("/tmp/marker").await.unwrap(), "before the restart");
+    assert_eq!(
+        live.read_text("/tmp/marker").await.unwrap(),
+        "before the restart"
+    );
 
     // Past max_ttl, the abandoned lease is reaped; the renewed one stays.
     wait_for_containers(&pool.name, 1, Duration::from_secs(20)).await;

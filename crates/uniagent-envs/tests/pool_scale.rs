@@ -11,7 +11,9 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use pool_common::{docker_or_skip, faas_config, unique, wait_for_containers, PoolProcess, PoolSpec};
+use pool_common::{
+    docker_or_skip, faas_config, unique, wait_for_containers, PoolProcess, PoolSpec,
+};
 use uniagent_core::{Deployment, DeploymentExt, RetryConfig};
 use uniagent_envs::FaasDeployment;
 

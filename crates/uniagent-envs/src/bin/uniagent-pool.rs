@@ -20,7 +20,11 @@ use uniagent_core::config::load;
 use uniagent_envs::pool::{Pool, PoolConfig};
 
 #[derive(Debug, Parser)]
-#[command(name = "uniagent-pool", version, about = "Sandbox pool: leases of Docker sandboxes over HTTP")]
+#[command(
+    name = "uniagent-pool",
+    version,
+    about = "Sandbox pool: leases of Docker sandboxes over HTTP"
+)]
 struct Args {
     /// Pool configuration (YAML, TOML or JSON).
     #[arg(long, value_name = "FILE")]

@@ -103,9 +103,7 @@ pub(crate) async fn acquire(
             let (kind, message) = answer.error();
             match kind {
                 Some(
-                    ErrorKind::CapacityExhausted
-                    | ErrorKind::StartFailed
-                    | ErrorKind::ShuttingDown,
+                    ErrorKind::CapacityExhausted | ErrorKind::StartFailed | ErrorKind::ShuttingDown,
                 ) => refusals.push(Refusal {
                     endpoint,
                     why: message,

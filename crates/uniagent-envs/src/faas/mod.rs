@@ -204,7 +204,8 @@ impl FaasDeployment {
     }
 
     async fn do_stop(&self) -> Result<()> {
-        let previous = std::mem::replace(&mut *self.state.lock().await, State::Idle(Phase::Stopped));
+        let previous =
+            std::mem::replace(&mut *self.state.lock().await, State::Idle(Phase::Stopped));
         let State::Running(held) = previous else {
             return Ok(());
         };
@@ -224,7 +225,9 @@ impl FaasDeployment {
 
 impl Drop for FaasDeployment {
     fn drop(&mut self) {
-        if let State::Running(held) = std::mem::replace(self.state.get_mut(), State::Idle(Phase::Stopped)) {
+        if let State::Running(held) =
+            std::mem::replace(self.state.get_mut(), State::Idle(Phase::Stopped))
+        {
             held.renewer.abort();
             renew::release_blocking(self.api_key.clone(), held.at.clone(), RELEASE_TIMEOUT);
         }

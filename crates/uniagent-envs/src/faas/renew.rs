@@ -80,7 +80,10 @@ pub(crate) async fn renew_until_aborted(
             Ok(answer) if answer.status == StatusCode::OK => expires = sent + ttl,
             Ok(answer) if answer.status == StatusCode::NOT_FOUND => {
                 let (_, message) = answer.error();
-                status.lose(format!("pool {} no longer holds lease {}: {message}", lease.endpoint, lease.id));
+                status.lose(format!(
+                    "pool {} no longer holds lease {}: {message}",
+                    lease.endpoint, lease.id
+                ));
                 return;
             }
             failed => {

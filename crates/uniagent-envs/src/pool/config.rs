@@ -205,7 +205,10 @@ mod tests {
             (
                 PoolConfig {
                     capacity: 1,
-                    images: vec![ImagePool { warm: 2, ..base().images[0].clone() }],
+                    images: vec![ImagePool {
+                        warm: 2,
+                        ..base().images[0].clone()
+                    }],
                     ..base()
                 },
                 "warm",

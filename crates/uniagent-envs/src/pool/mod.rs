@@ -169,7 +169,10 @@ impl Pool {
         let (sandbox, warm) = match reservation {
             Reservation::Warm(sandbox) => (sandbox, true),
             Reservation::Closing => {
-                return Err(PoolError::new(ErrorKind::ShuttingDown, "the pool is shutting down"))
+                return Err(PoolError::new(
+                    ErrorKind::ShuttingDown,
+                    "the pool is shutting down",
+                ))
             }
             Reservation::Full => {
                 return Err(PoolError::new(
@@ -214,7 +217,10 @@ impl Pool {
         if table.closing {
             drop(table);
             self.stop_later(held.sandbox);
-            return Err(PoolError::new(ErrorKind::ShuttingDown, "the pool is shutting down"));
+            return Err(PoolError::new(
+                ErrorKind::ShuttingDown,
+                "the pool is shutting down",
+            ));
         }
         table.leases.insert(lease.id.clone(), held);
         Ok(lease)
@@ -389,9 +395,13 @@ fn tokens_match(expected: &str, given: &str) -> bool {
 }
 
 fn same_limits(limits: &Limits, template: &crate::config::DockerConfig) -> bool {
-    limits.memory_bytes.is_none_or(|m| Some(m) == template.memory_bytes)
+    limits
+        .memory_bytes
+        .is_none_or(|m| Some(m) == template.memory_bytes)
         && limits.cpus.is_none_or(|c| Some(c) == template.cpus)
-        && limits.pids_limit.is_none_or(|p| Some(p) == template.pids_limit)
+        && limits
+            .pids_limit
+            .is_none_or(|p| Some(p) == template.pids_limit)
 }
 
 /// Asked limits must be valid and within the template's.
@@ -413,12 +423,19 @@ fn check_limits(
             ));
         }
         if template.memory_bytes.is_some_and(|max| m > max) {
-            return Err(over("memory_bytes", m.to_string(), format!("{:?}", template.memory_bytes)));
+            return Err(over(
+                "memory_bytes",
+                m.to_string(),
+                format!("{:?}", template.memory_bytes),
+            ));
         }
     }
     if let Some(c) = limits.cpus {
         if !(c.is_finite() && c > 0.0) {
-            return Err(PoolError::new(ErrorKind::BadRequest, "cpus must be positive"));
+            return Err(PoolError::new(
+                ErrorKind::BadRequest,
+                "cpus must be positive",
+            ));
         }
         if template.cpus.is_some_and(|max| c > max) {
             return Err(over("cpus", c.to_string(), format!("{:?}", template.cpus)));
@@ -426,10 +443,17 @@ fn check_limits(
     }
     if let Some(p) = limits.pids_limit {
         if p < 1 {
-            return Err(PoolError::new(ErrorKind::BadRequest, "pids_limit must be at least 1"));
+            return Err(PoolError::new(
+                ErrorKind::BadRequest,
+                "pids_limit must be at least 1",
+            ));
         }
         if template.pids_limit.is_some_and(|max| p > max) {
-            return Err(over("pids_limit", p.to_string(), format!("{:?}", template.pids_limit)));
+            return Err(over(
+                "pids_limit",
+                p.to_string(),
+                format!("{:?}", template.pids_limit),
+            ));
         }
     }
     Ok(())

@@ -45,7 +45,9 @@ pub(super) async fn recover(pool: &Pool) -> Result<()> {
             (Some(id), Some(image)) => Sandbox::attach(docker, id, container_id.clone())
                 .await
                 .map(|sandbox| (sandbox, image)),
-            _ => Err(pool_error("no lease label or an image this pool no longer serves")),
+            _ => Err(pool_error(
+                "no lease label or an image this pool no longer serves",
+            )),
         };
         match attached {
             Ok((sandbox, image)) => {
@@ -58,9 +60,7 @@ pub(super) async fn recover(pool: &Pool) -> Result<()> {
                     recovered: true,
                     sandbox,
                 };
-                pool.table()
-                    .leases
-                    .insert(held.sandbox.id.clone(), held);
+                pool.table().leases.insert(held.sandbox.id.clone(), held);
                 recovered += 1;
             }
             Err(e) => {
@@ -73,7 +73,11 @@ pub(super) async fn recover(pool: &Pool) -> Result<()> {
         }
     }
     if recovered + removed > 0 {
-        tracing::info!(recovered, removed, "recovered the sandboxes of a previous run");
+        tracing::info!(
+            recovered,
+            removed,
+            "recovered the sandboxes of a previous run"
+        );
     }
     Ok(())
 }

@@ -62,7 +62,9 @@ impl Sandbox {
         let deployment = DockerDeployment::new(config).owned_by(labels);
         deployment.start().await?;
         let Some((info, token)) = deployment.endpoint().await else {
-            return Err(Error::internal("a started docker deployment has no endpoint"));
+            return Err(Error::internal(
+                "a started docker deployment has no endpoint",
+            ));
         };
         Ok(Self {
             id,
@@ -90,7 +92,9 @@ impl Sandbox {
             .and_then(|s| s.running)
             .unwrap_or(false);
         if !running {
-            return Err(pool_error(format!("container {container_id} is not running")));
+            return Err(pool_error(format!(
+                "container {container_id} is not running"
+            )));
         }
         let token = inspected
             .config

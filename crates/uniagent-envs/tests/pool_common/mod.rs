@@ -108,13 +108,18 @@ impl PoolProcess {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             // The old listener's port may take a moment to be free again.
-            if std::net::TcpListener::bind(("127.0.0.1", self.port)).is_ok() || Instant::now() > deadline {
+            if std::net::TcpListener::bind(("127.0.0.1", self.port)).is_ok()
+                || Instant::now() > deadline
+            {
                 break;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
         let (child, url, _) = launch(&self.dir, self.port);
-        assert_eq!(url, self.url, "the restarted pool listens where the first one did");
+        assert_eq!(
+            url, self.url,
+            "the restarted pool listens where the first one did"
+        );
         self.child = Some(child);
     }
 
