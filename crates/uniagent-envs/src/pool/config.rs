@@ -227,6 +227,23 @@ mod tests {
     }
 
     #[test]
+    fn the_kubernetes_config_map_holds_a_valid_pool_configuration() {
+        let map: serde_json::Value = parse(
+            include_str!("../../../../deploy/k8s/pool-config.yaml"),
+            ConfigFormat::Yaml,
+        )
+        .unwrap();
+        let text = map["data"]["pool.yaml"].as_str().unwrap();
+        let mut cfg: PoolConfig = parse(text, ConfigFormat::Yaml).unwrap();
+        assert_eq!(cfg.name, "NODE_NAME", "the DaemonSet replaces it");
+        // The key comes from a Secret in the cluster; validate the rest here.
+        cfg.api_key_env = None;
+        if cfg!(feature = "docker") {
+            cfg.validate().unwrap();
+        }
+    }
+
+    #[test]
     fn typos_fail_loudly() {
         let err = parse::<PoolConfig>("capacty: 3\n", ConfigFormat::Yaml).unwrap_err();
         assert!(err.to_string().contains("capacty"), "{err}");

@@ -165,3 +165,53 @@ async fn proxy(
         Err(e) => PoolError::new(ErrorKind::SandboxUnreachable, e.0).into_response(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use uniagent_core::config::{parse, ConfigFormat};
+
+    use super::*;
+
+    /// The OpenAPI document names every route and every error kind the code has.
+    #[test]
+    fn the_openapi_document_matches_the_routes_and_error_kinds() {
+        let doc: serde_json::Value = parse(
+            include_str!("../../../../docs/pool-openapi.yaml"),
+            ConfigFormat::Yaml,
+        )
+        .unwrap();
+        for path in [
+            "/healthz",
+            "/v1/capacity",
+            "/v1/leases",
+            "/v1/leases/{id}",
+            "/v1/leases/{id}/renew",
+            "/v1/leases/{id}/sandbox/{path}",
+        ] {
+            assert!(doc["paths"].get(path).is_some(), "{path} is not documented");
+        }
+        let documented = &doc["components"]["schemas"]["ApiError"]["properties"]["error"]
+            ["properties"]["kind"]["enum"];
+        let kinds = [
+            ErrorKind::BadRequest,
+            ErrorKind::Unauthorized,
+            ErrorKind::UnknownImage,
+            ErrorKind::LeaseNotFound,
+            ErrorKind::LimitExceeded,
+            ErrorKind::CapacityExhausted,
+            ErrorKind::StartFailed,
+            ErrorKind::ShuttingDown,
+            ErrorKind::SandboxUnreachable,
+        ];
+        let names: Vec<serde_json::Value> =
+            kinds.iter().map(|k| serde_json::to_value(k).unwrap()).collect();
+        assert_eq!(documented.as_array().unwrap(), &names);
+        for kind in kinds {
+            let response = PoolError::new(kind, "x").into_response();
+            assert!(
+                response.status().is_client_error() || response.status().is_server_error(),
+                "{kind:?}"
+            );
+        }
+    }
+}

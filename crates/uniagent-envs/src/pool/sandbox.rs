@@ -136,6 +136,19 @@ impl Sandbox {
         })
     }
 
+    /// A sandbox with no container behind it, for the bookkeeping's unit tests.
+    #[cfg(test)]
+    pub(crate) fn detached(id: &str) -> Self {
+        Self {
+            id: id.to_owned(),
+            container_id: id.to_owned(),
+            url: "http://127.0.0.1:9".into(),
+            token: "t".into(),
+            proxy: Proxy::new(),
+            holder: Holder::Attached(None),
+        }
+    }
+
     /// Removes the container.
     pub(crate) async fn stop(self, docker: &Docker) -> Result<()> {
         match self.holder {

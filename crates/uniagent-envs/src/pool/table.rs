@@ -178,3 +178,70 @@ impl Table {
         self.warm_count()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(id: &str, expires: Instant) -> Held {
+        Held {
+            sandbox: Sandbox::detached(id),
+            image: "a".into(),
+            client: None,
+            ttl: Duration::from_secs(1),
+            expires,
+            recovered: false,
+        }
+    }
+
+    #[test]
+    fn slots_bound_leased_warm_and_starting_together() {
+        let mut table = Table::new(3);
+        assert!(table.reserve_warm("a", 1));
+        assert!(!table.reserve_warm("a", 1), "one warm start in flight is the target");
+        table.start_done(Some("a"));
+        table.warm.entry("a".into()).or_default().push_back(Sandbox::detached("w"));
+        assert!(matches!(table.reserve("a", true), Reservation::Warm(_)));
+        assert!(matches!(table.reserve("a", true), Reservation::Cold { evicted: None }));
+        assert!(matches!(table.reserve("a", true), Reservation::Cold { evicted: None }));
+        table.leases.insert("x".into(), held("x", Instant::now()));
+        assert_eq!(table.used(), 3, "one lease and two starts");
+        assert!(matches!(table.reserve("a", true), Reservation::Full));
+        assert_eq!(table.available(), 0);
+        table.start_done(None);
+        table.start_done(None);
+        assert_eq!(table.available(), 2);
+    }
+
+    #[test]
+    fn a_full_pool_gives_up_a_warm_sandbox_of_another_image_but_never_its_own() {
+        let mut table = Table::new(1);
+        table.warm.entry("b".into()).or_default().push_back(Sandbox::detached("wb"));
+        match table.reserve("a", true) {
+            Reservation::Cold { evicted: Some(s) } => assert_eq!(s.id, "wb"),
+            other => panic!("{other:?}"),
+        }
+        table.start_done(None);
+        table.warm.entry("a".into()).or_default().push_back(Sandbox::detached("wa"));
+        // Other limits than the template's cannot use the warm one, nor evict it for nothing.
+        match table.reserve("a", false) {
+            Reservation::Cold { evicted: Some(s) } => assert_eq!(s.id, "wa"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn only_expired_leases_are_taken_and_a_closed_table_grants_nothing() {
+        let now = Instant::now();
+        let mut table = Table::new(4);
+        table.leases.insert("old".into(), held("old", now - Duration::from_millis(1)));
+        table.leases.insert("new".into(), held("new", now + Duration::from_secs(5)));
+        let expired = table.take_expired(now);
+        assert_eq!(expired.len(), 1);
+        assert_eq!(expired[0].sandbox.id, "old");
+        assert!(table.leases.contains_key("new"));
+        assert_eq!(table.drain().len(), 1);
+        assert!(matches!(table.reserve("a", true), Reservation::Closing));
+        assert!(!table.reserve_warm("a", 1));
+    }
+}
