@@ -91,7 +91,10 @@ async fn run() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .unwrap_or_else(|e| panic!("bind: {e}"));
-    let url = format!("http://{}", listener.local_addr().unwrap_or_else(|e| panic!("{e}")));
+    let url = format!(
+        "http://{}",
+        listener.local_addr().unwrap_or_else(|e| panic!("{e}"))
+    );
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let serving = tokio::spawn({
         let pool = pool.clone();
@@ -222,7 +225,10 @@ async fn run() {
         if left == 0 {
             break;
         }
-        assert!(Instant::now() < deadline, "the bench left {left} containers behind");
+        assert!(
+            Instant::now() < deadline,
+            "the bench left {left} containers behind"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

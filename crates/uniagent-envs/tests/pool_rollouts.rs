@@ -57,9 +57,11 @@ fn agent() -> AgentInteraction {
         call("c1", "finish", json!({})),
     ]);
     let finish = RecordingTool::new("finish", |_| {
-        Ok(ToolOutput::success("done").with_signal(EpisodeSignal::Finish {
-            answer: String::new(),
-        }))
+        Ok(
+            ToolOutput::success("done").with_signal(EpisodeSignal::Finish {
+                answer: String::new(),
+            }),
+        )
     });
     AgentInteraction::new(
         Arc::new(model),

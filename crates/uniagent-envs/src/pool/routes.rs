@@ -203,8 +203,10 @@ mod tests {
             ErrorKind::ShuttingDown,
             ErrorKind::SandboxUnreachable,
         ];
-        let names: Vec<serde_json::Value> =
-            kinds.iter().map(|k| serde_json::to_value(k).unwrap()).collect();
+        let names: Vec<serde_json::Value> = kinds
+            .iter()
+            .map(|k| serde_json::to_value(k).unwrap())
+            .collect();
         assert_eq!(documented.as_array().unwrap(), &names);
         for kind in kinds {
             let response = PoolError::new(kind, "x").into_response();

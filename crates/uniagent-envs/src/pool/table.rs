@@ -198,12 +198,25 @@ mod tests {
     fn slots_bound_leased_warm_and_starting_together() {
         let mut table = Table::new(3);
         assert!(table.reserve_warm("a", 1));
-        assert!(!table.reserve_warm("a", 1), "one warm start in flight is the target");
+        assert!(
+            !table.reserve_warm("a", 1),
+            "one warm start in flight is the target"
+        );
         table.start_done(Some("a"));
-        table.warm.entry("a".into()).or_default().push_back(Sandbox::detached("w"));
+        table
+            .warm
+            .entry("a".into())
+            .or_default()
+            .push_back(Sandbox::detached("w"));
         assert!(matches!(table.reserve("a", true), Reservation::Warm(_)));
-        assert!(matches!(table.reserve("a", true), Reservation::Cold { evicted: None }));
-        assert!(matches!(table.reserve("a", true), Reservation::Cold { evicted: None }));
+        assert!(matches!(
+            table.reserve("a", true),
+            Reservation::Cold { evicted: None }
+        ));
+        assert!(matches!(
+            table.reserve("a", true),
+            Reservation::Cold { evicted: None }
+        ));
         table.leases.insert("x".into(), held("x", Instant::now()));
         assert_eq!(table.used(), 3, "one lease and two starts");
         assert!(matches!(table.reserve("a", true), Reservation::Full));
@@ -216,13 +229,21 @@ mod tests {
     #[test]
     fn a_full_pool_gives_up_a_warm_sandbox_of_another_image_but_never_its_own() {
         let mut table = Table::new(1);
-        table.warm.entry("b".into()).or_default().push_back(Sandbox::detached("wb"));
+        table
+            .warm
+            .entry("b".into())
+            .or_default()
+            .push_back(Sandbox::detached("wb"));
         match table.reserve("a", true) {
             Reservation::Cold { evicted: Some(s) } => assert_eq!(s.id, "wb"),
             other => panic!("{other:?}"),
         }
         table.start_done(None);
-        table.warm.entry("a".into()).or_default().push_back(Sandbox::detached("wa"));
+        table
+            .warm
+            .entry("a".into())
+            .or_default()
+            .push_back(Sandbox::detached("wa"));
         // Other limits than the template's cannot use the warm one, nor evict it for nothing.
         match table.reserve("a", false) {
             Reservation::Cold { evicted: Some(s) } => assert_eq!(s.id, "wa"),
@@ -234,8 +255,12 @@ mod tests {
     fn only_expired_leases_are_taken_and_a_closed_table_grants_nothing() {
         let now = Instant::now();
         let mut table = Table::new(4);
-        table.leases.insert("old".into(), held("old", now - Duration::from_millis(1)));
-        table.leases.insert("new".into(), held("new", now + Duration::from_secs(5)));
+        table
+            .leases
+            .insert("old".into(), held("old", now - Duration::from_millis(1)));
+        table
+            .leases
+            .insert("new".into(), held("new", now + Duration::from_secs(5)));
         let expired = table.take_expired(now);
         assert_eq!(expired.len(), 1);
         assert_eq!(expired[0].sandbox.id, "old");
