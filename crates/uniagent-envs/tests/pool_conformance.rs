@@ -139,3 +139,37 @@ async fn leases_are_listed_renewed_released_and_guarded_by_their_token() {
     assert_eq!(listed["leases"].as_array().unwrap().len(), 0, "{listed}");
     wait_for_containers(&pool.name, 0, Duration::from_secs(30)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_with_an_api_key_refuses_clients_without_it() {
+    if !docker_or_skip("faas api key").await {
+        return;
+    }
+    let spec = PoolSpec {
+        api_key: Some("k-123".into()),
+        ..PoolSpec::default()
+    };
+    let pool = PoolProcess::start(&unique("key"), &spec, 0);
+    let http = reqwest::Client::new();
+    for (key, status) in [(None, 401), (Some("wrong"), 401), (Some("k-123"), 200)] {
+        let mut request = http.get(format!("{}/v1/capacity", pool.url));
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        assert_eq!(request.send().await.unwrap().status(), status, "{key:?}");
+    }
+    let without = FaasDeployment::new(pool.faas())
+        .unwrap()
+        .start()
+        .await
+        .unwrap_err();
+    assert!(!without.is_retryable(), "{without}");
+    std::env::set_var("UNIAGENT_TEST_FAAS_KEY", "k-123");
+    let mut config = pool.faas();
+    config.api_key_env = Some("UNIAGENT_TEST_FAAS_KEY".into());
+    let sandbox = FaasDeployment::new(config).unwrap();
+    sandbox.start().await.unwrap();
+    assert_eq!(sandbox.sh("echo ok", 10.0).await.unwrap().stdout, "ok\n");
+    sandbox.stop().await.unwrap();
+    wait_for_containers(&pool.name, 0, Duration::from_secs(30)).await;
+}

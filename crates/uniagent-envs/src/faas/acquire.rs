@@ -34,9 +34,12 @@ async fn rank(control: &Control, endpoints: &[String]) -> (Vec<String>, Vec<Refu
             let answer = probe
                 .send(Method::GET, &format!("{endpoint}/v1/capacity"), None, None)
                 .await;
+            // Ok(Ok): up; Ok(Err): answered but refused (a wrong key); Err: down.
             let capacity = answer.and_then(|a| {
                 if a.status == StatusCode::OK {
-                    a.json::<Capacity>()
+                    a.json::<Capacity>().map(Ok)
+                } else if a.status.is_client_error() {
+                    Ok(Err(a.error().1))
                 } else {
                     Err(a.error().1)
                 }
@@ -50,7 +53,12 @@ async fn rank(control: &Control, endpoints: &[String]) -> (Vec<String>, Vec<Refu
     for (endpoint, capacity) in probes {
         match capacity {
             // A random tie-break spreads clients over equally loaded pools.
-            Ok(capacity) => up.push((capacity.available, fastrand::u32(..), endpoint)),
+            Ok(Ok(capacity)) => up.push((capacity.available, fastrand::u32(..), endpoint)),
+            Ok(Err(why)) => down.push(Refusal {
+                endpoint,
+                why: format!("refused: {why}"),
+                retryable: false,
+            }),
             Err(why) => down.push(Refusal {
                 endpoint,
                 why: format!("unreachable: {why}"),

@@ -210,9 +210,10 @@ impl Pool {
             ttl,
             expires: now + ttl,
             recovered: false,
+            warm,
             sandbox,
         };
-        let lease = self.lease_of(&held, warm, now);
+        let lease = self.lease_of(&held, now);
         let mut table = self.table();
         if table.closing {
             drop(table);
@@ -226,7 +227,7 @@ impl Pool {
         Ok(lease)
     }
 
-    fn lease_of(&self, held: &Held, warm: bool, now: Instant) -> Lease {
+    fn lease_of(&self, held: &Held, now: Instant) -> Lease {
         Lease {
             id: held.sandbox.id.clone(),
             image: held.image.clone(),
@@ -235,7 +236,7 @@ impl Pool {
             token: held.sandbox.token.clone(),
             ttl_secs: held.ttl.as_secs_f64(),
             expires_at: held.expires_at(now),
-            warm,
+            warm: held.warm,
         }
     }
 
@@ -262,7 +263,7 @@ impl Pool {
         }
         held.expires = now + held.ttl;
         let held = &*held;
-        Ok(self.lease_of(held, false, now))
+        Ok(self.lease_of(held, now))
     }
 
     /// Ends lease `id` (whose token is `token`) and removes its sandbox in the background.

@@ -58,6 +58,7 @@ pub(super) async fn recover(pool: &Pool) -> Result<()> {
                     ttl: config.max_ttl,
                     expires: now + config.max_ttl,
                     recovered: true,
+                    warm: false,
                     sandbox,
                 };
                 pool.table().leases.insert(held.sandbox.id.clone(), held);

@@ -16,6 +16,8 @@ pub(crate) struct Held {
     pub ttl: Duration,
     pub expires: Instant,
     pub recovered: bool,
+    /// Taken from the warm pool.
+    pub warm: bool,
 }
 
 impl Held {
@@ -191,6 +193,7 @@ mod tests {
             ttl: Duration::from_secs(1),
             expires,
             recovered: false,
+            warm: false,
         }
     }
 

@@ -42,6 +42,8 @@ pub struct PoolSpec {
     pub warm: usize,
     pub lease_ttl: f64,
     pub max_ttl: f64,
+    /// The control-plane API key, passed to the pool in `UNIAGENT_TEST_POOL_KEY`.
+    pub api_key: Option<String>,
 }
 
 impl Default for PoolSpec {
@@ -51,6 +53,7 @@ impl Default for PoolSpec {
             warm: 0,
             lease_ttl: 30.0,
             max_ttl: 60.0,
+            api_key: None,
         }
     }
 }
@@ -78,8 +81,17 @@ impl PoolProcess {
             128u64 << 20,
             env!("CARGO_BIN_EXE_uniagent-sandbox"),
         );
+        let config = match &spec.api_key {
+            Some(_) => format!("api_key_env: UNIAGENT_TEST_POOL_KEY\n{config}"),
+            None => config,
+        };
         let path = dir.path().join("pool.yaml");
         std::fs::write(&path, config).unwrap();
+        std::fs::write(
+            dir.path().join("key"),
+            spec.api_key.clone().unwrap_or_default(),
+        )
+        .unwrap();
         Self::spawn(name.to_owned(), dir, port)
     }
 
@@ -131,7 +143,9 @@ impl PoolProcess {
 
 /// Starts `uniagent-pool` with the configuration in `dir` and reads its first line.
 fn launch(dir: &tempfile::TempDir, port: u16) -> (Child, String, u16) {
+    let key = std::fs::read_to_string(dir.path().join("key")).unwrap_or_default();
     let mut child = Command::new(env!("CARGO_BIN_EXE_uniagent-pool"))
+        .env("UNIAGENT_TEST_POOL_KEY", key)
         .arg("--config")
         .arg(dir.path().join("pool.yaml"))
         .args(["--port", &port.to_string()])
