@@ -123,6 +123,8 @@ struct Running {
     relay: Option<Relay>,
     container: ContainerGuard,
     info: DockerInfo,
+    /// The server's token (the pool hands it out as the lease token).
+    #[cfg_attr(not(feature = "pool"), allow(dead_code))]
     token: String,
 }
 
