@@ -33,6 +33,7 @@
 
 mod background;
 mod config;
+mod limits;
 mod proxy;
 mod recover;
 mod routes;
@@ -48,7 +49,8 @@ use uniagent_core::{Error, Result};
 
 pub use config::{ImagePool, PoolConfig};
 
-use crate::leases::{AcquireRequest, Capacity, ErrorKind, Lease, LeaseList, Limits};
+use crate::leases::{AcquireRequest, Capacity, ErrorKind, Lease, LeaseList};
+use limits::{check_limits, same_limits};
 use sandbox::Sandbox;
 use table::{Held, Reservation, Table};
 
@@ -393,69 +395,4 @@ fn lease_not_found(id: &str) -> PoolError {
 fn tokens_match(expected: &str, given: &str) -> bool {
     use subtle::ConstantTimeEq;
     !given.is_empty() && bool::from(expected.as_bytes().ct_eq(given.as_bytes()))
-}
-
-fn same_limits(limits: &Limits, template: &crate::config::DockerConfig) -> bool {
-    limits
-        .memory_bytes
-        .is_none_or(|m| Some(m) == template.memory_bytes)
-        && limits.cpus.is_none_or(|c| Some(c) == template.cpus)
-        && limits
-            .pids_limit
-            .is_none_or(|p| Some(p) == template.pids_limit)
-}
-
-/// Asked limits must be valid and within the template's.
-fn check_limits(
-    limits: &Limits,
-    template: &crate::config::DockerConfig,
-) -> std::result::Result<(), PoolError> {
-    let over = |what: &str, asked: String, max: String| {
-        PoolError::new(
-            ErrorKind::LimitExceeded,
-            format!("{what} {asked} exceeds this pool's {max} for the image"),
-        )
-    };
-    if let Some(m) = limits.memory_bytes {
-        if m < 6 << 20 {
-            return Err(PoolError::new(
-                ErrorKind::BadRequest,
-                "memory_bytes must be at least 6 MiB",
-            ));
-        }
-        if template.memory_bytes.is_some_and(|max| m > max) {
-            return Err(over(
-                "memory_bytes",
-                m.to_string(),
-                format!("{:?}", template.memory_bytes),
-            ));
-        }
-    }
-    if let Some(c) = limits.cpus {
-        if !(c.is_finite() && c > 0.0) {
-            return Err(PoolError::new(
-                ErrorKind::BadRequest,
-                "cpus must be positive",
-            ));
-        }
-        if template.cpus.is_some_and(|max| c > max) {
-            return Err(over("cpus", c.to_string(), format!("{:?}", template.cpus)));
-        }
-    }
-    if let Some(p) = limits.pids_limit {
-        if p < 1 {
-            return Err(PoolError::new(
-                ErrorKind::BadRequest,
-                "pids_limit must be at least 1",
-            ));
-        }
-        if template.pids_limit.is_some_and(|max| p > max) {
-            return Err(over(
-                "pids_limit",
-                p.to_string(),
-                format!("{:?}", template.pids_limit),
-            ));
-        }
-    }
-    Ok(())
 }
