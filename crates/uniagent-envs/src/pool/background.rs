@@ -11,6 +11,10 @@ use super::{Inner, Pool, StartSlot};
 /// broken image does not turn into a tight loop of failing starts.
 const WARM_FAILURE_BACKOFF: Duration = Duration::from_secs(2);
 
+/// The oldest a warm sandbox gets before it is replaced (at most half the container's
+/// lifetime, so that a lease taken from the warm pool still has most of it).
+const MAX_WARM_AGE: Duration = Duration::from_secs(30 * 60);
+
 pub(super) fn spawn(pool: &Pool) {
     let weak = Arc::downgrade(&pool.inner);
     tokio::spawn(reaper(weak.clone(), pool.inner.config.reap_interval));
@@ -45,6 +49,17 @@ async fn refiller(weak: Weak<Inner>, every: Duration) {
         for image in &pool.inner.config.images {
             if image.warm == 0 {
                 continue;
+            }
+            // A warm sandbox must leave its lease most of the container's lifetime.
+            let max_age = image
+                .docker
+                .lifetime
+                .map_or(MAX_WARM_AGE, |l| (l / 2).min(MAX_WARM_AGE));
+            if let Some(oldest) = Instant::now().checked_sub(max_age) {
+                let stale = pool.table().take_stale_warm(&image.docker.image, oldest);
+                for sandbox in stale {
+                    pool.stop_later(sandbox);
+                }
             }
             while pool.table().reserve_warm(&image.docker.image, image.warm) {
                 tokio::spawn(start_warm(pool.clone(), image.docker.image.clone()));

@@ -25,6 +25,8 @@ pub(crate) struct Sandbox {
     /// The proxy's own connections to this sandbox: never shared with another sandbox that
     /// later gets the same loopback port, and closed with it.
     pub proxy: Proxy,
+    /// When it started (or was re-attached): warm sandboxes retire before their lifetime ends.
+    pub started: std::time::Instant,
     holder: Holder,
 }
 
@@ -72,6 +74,7 @@ impl Sandbox {
             url: info.url,
             token,
             proxy: Proxy::new(),
+            started: std::time::Instant::now(),
             holder: Holder::Started(Box::new(deployment)),
         })
     }
@@ -132,6 +135,7 @@ impl Sandbox {
             url,
             token,
             proxy: Proxy::new(),
+            started: std::time::Instant::now(),
             holder: Holder::Attached(relay),
         })
     }
@@ -145,6 +149,7 @@ impl Sandbox {
             url: "http://127.0.0.1:9".into(),
             token: "t".into(),
             proxy: Proxy::new(),
+            started: std::time::Instant::now(),
             holder: Holder::Attached(None),
         }
     }

@@ -149,6 +149,16 @@ impl Table {
             .collect()
     }
 
+    /// Removes and returns the warm sandboxes of `image` started before `oldest`.
+    pub(crate) fn take_stale_warm(&mut self, image: &str, oldest: Instant) -> Vec<Sandbox> {
+        let Some(queue) = self.warm.get_mut(image) else {
+            return Vec::new();
+        };
+        let (stale, fresh): (Vec<_>, Vec<_>) = queue.drain(..).partition(|s| s.started < oldest);
+        queue.extend(fresh);
+        stale
+    }
+
     /// Closes the table and returns every sandbox it holds.
     pub(crate) fn drain(&mut self) -> Vec<Sandbox> {
         self.closing = true;
@@ -252,6 +262,21 @@ mod tests {
             Reservation::Cold { evicted: Some(s) } => assert_eq!(s.id, "wa"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn warm_sandboxes_retire_by_age_and_the_young_stay_in_order() {
+        let mut table = Table::new(4);
+        let queue = table.warm.entry("a".into()).or_default();
+        queue.push_back(Sandbox::detached("old"));
+        let cut = Instant::now();
+        std::thread::sleep(Duration::from_millis(2));
+        queue.push_back(Sandbox::detached("young"));
+        let stale = table.take_stale_warm("a", cut + Duration::from_millis(1));
+        assert_eq!(stale.len(), 1);
+        assert_eq!(stale[0].id, "old");
+        assert_eq!(table.warm["a"][0].id, "young");
+        assert!(table.take_stale_warm("b", cut).is_empty());
     }
 
     #[test]
