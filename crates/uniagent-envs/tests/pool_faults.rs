@@ -276,3 +276,38 @@ async fn a_restarted_pool_recovers_live_leases_from_labels_and_reaps_only_expire
     live.stop().await.unwrap();
     wait_for_containers(&pool.name, 0, Duration::from_secs(30)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_sandbox_that_died_is_replaced_not_leased() {
+    if !docker_or_skip("dead warm sandbox").await {
+        return;
+    }
+    let spec = PoolSpec {
+        warm: 1,
+        ..PoolSpec::default()
+    };
+    let pool = PoolProcess::start(&unique("dead"), &spec, 0);
+    let ready = Instant::now();
+    while get_json(&format!("{}/v1/capacity", pool.url)).await["warm"] != 1 {
+        assert!(ready.elapsed() < Duration::from_secs(60), "no warm sandbox");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Kill the ready warm sandbox's container behind the pool's back.
+    let docker = uniagent_envs::docker::engine().await.unwrap();
+    for id in pool_containers(&pool.name).await {
+        docker
+            .kill_container(&id, None::<bollard::query_parameters::KillContainerOptions>)
+            .await
+            .unwrap();
+    }
+    let sandbox = started(quick(pool.faas())).await;
+    assert!(
+        !sandbox.info().await.unwrap().lease.warm,
+        "the dead warm one was not handed out"
+    );
+    assert_eq!(
+        sandbox.sh("echo fresh", 10.0).await.unwrap().stdout,
+        "fresh\n"
+    );
+    sandbox.stop().await.unwrap();
+}

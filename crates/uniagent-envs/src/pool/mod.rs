@@ -167,41 +167,25 @@ impl Pool {
         let warm_ok = limits
             .as_ref()
             .is_none_or(|l| same_limits(l, &template.docker));
-        let reservation = self.table().reserve(&request.image, warm_ok);
-        let (sandbox, warm) = match reservation {
-            Reservation::Warm(sandbox) => (sandbox, true),
-            Reservation::Closing => {
-                return Err(PoolError::new(
-                    ErrorKind::ShuttingDown,
-                    "the pool is shutting down",
-                ))
-            }
-            Reservation::Full => {
-                return Err(PoolError::new(
-                    ErrorKind::CapacityExhausted,
-                    format!(
-                        "all {} slots of pool `{}` are taken",
-                        config.capacity, config.name
-                    ),
-                ))
-            }
-            Reservation::Cold { evicted } => {
-                let slot = StartSlot::new(self, None);
-                if let Some(evicted) = evicted {
-                    self.stop_later(evicted);
+        let (sandbox, warm) = loop {
+            // Bound first: the table's lock must not be held across the awaits below.
+            let reservation = self.table().reserve(&request.image, warm_ok);
+            match reservation {
+                // A warm sandbox that died while it waited (killed, out of memory) is
+                // replaced, not handed out; the probe also leaves a fresh connection open.
+                Reservation::Warm(sandbox) => {
+                    if sandbox.proxy.warm_up(&sandbox.url, &sandbox.token).await {
+                        break (sandbox, true);
+                    }
+                    tracing::warn!(lease = %sandbox.id, "a warm sandbox was dead; replacing it");
+                    self.stop_later(sandbox);
+                    self.inner.refill.notify_one();
                 }
-                let started = Sandbox::start(
-                    &config.name,
-                    &config.run_id(),
-                    &template.docker,
-                    limits.as_ref(),
-                )
-                .await;
-                drop(slot);
-                let sandbox = started.map_err(|e| {
-                    PoolError::new(ErrorKind::StartFailed, format!("starting a sandbox: {e}"))
-                })?;
-                (sandbox, false)
+                other => {
+                    break self
+                        .cold_or_refuse(other, template, limits.as_ref())
+                        .await?
+                }
             }
         };
         self.inner.refill.notify_one();
@@ -227,6 +211,43 @@ impl Pool {
         }
         table.leases.insert(lease.id.clone(), held);
         Ok(lease)
+    }
+
+    /// What a reservation other than a warm sandbox gives: a cold start or a typed refusal.
+    async fn cold_or_refuse(
+        &self,
+        reservation: Reservation,
+        template: &ImagePool,
+        limits: Option<&crate::leases::Limits>,
+    ) -> std::result::Result<(Sandbox, bool), PoolError> {
+        let config = &self.inner.config;
+        match reservation {
+            Reservation::Warm(sandbox) => Ok((sandbox, true)),
+            Reservation::Closing => Err(PoolError::new(
+                ErrorKind::ShuttingDown,
+                "the pool is shutting down",
+            )),
+            Reservation::Full => Err(PoolError::new(
+                ErrorKind::CapacityExhausted,
+                format!(
+                    "all {} slots of pool `{}` are taken",
+                    config.capacity, config.name
+                ),
+            )),
+            Reservation::Cold { evicted } => {
+                let slot = StartSlot::new(self, None);
+                if let Some(evicted) = evicted {
+                    self.stop_later(evicted);
+                }
+                let started =
+                    Sandbox::start(&config.name, &config.run_id(), &template.docker, limits).await;
+                drop(slot);
+                let sandbox = started.map_err(|e| {
+                    PoolError::new(ErrorKind::StartFailed, format!("starting a sandbox: {e}"))
+                })?;
+                Ok((sandbox, false))
+            }
+        }
     }
 
     fn lease_of(&self, held: &Held, now: Instant) -> Lease {

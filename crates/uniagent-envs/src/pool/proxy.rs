@@ -114,24 +114,30 @@ impl Proxy {
         Ok(Response::from_parts(parts, Body::new(body)))
     }
 
-    /// One `is_alive` to `base`, so that a connection stays open for the first real request.
-    pub(crate) async fn warm_up(&self, base: &str, token: &str) {
+    /// One `is_alive` to `base`: whether the server answers 200, and a connection left open
+    /// for the first real request.
+    pub(crate) async fn warm_up(&self, base: &str, token: &str) -> bool {
         let Ok(token) = HeaderValue::from_str(token) else {
-            return;
+            return false;
         };
         let Ok(request) = Request::get(format!("{base}/is_alive"))
             .header("x-api-key", token)
             .body(Body::empty())
         else {
-            return;
+            return false;
         };
         let probe = async {
-            if let Ok(answer) = self.client.request(request).await {
-                // Reading the body to its end returns the connection to the pool.
-                let _ = axum::body::to_bytes(Body::new(answer.into_body()), 1 << 16).await;
-            }
+            let Ok(answer) = self.client.request(request).await else {
+                return false;
+            };
+            let ok = answer.status().is_success();
+            // Reading the body to its end returns the connection to the pool.
+            let _ = axum::body::to_bytes(Body::new(answer.into_body()), 1 << 16).await;
+            ok
         };
-        let _ = tokio::time::timeout(Duration::from_secs(5), probe).await;
+        tokio::time::timeout(Duration::from_secs(5), probe)
+            .await
+            .unwrap_or(false)
     }
 }
 
