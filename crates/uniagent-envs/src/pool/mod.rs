@@ -9,7 +9,8 @@
 //! - **Data plane.** The sandbox's SWE-ReX server answers under the pool's own address at
 //!   `/v1/leases/{id}/sandbox/...` (a byte-for-byte proxy), so sandboxes keep Docker's `none`
 //!   network and only the pool's port has to be reachable from other machines.
-//! - **Warm pools and capacity.** Each image keeps `warm` sandboxes started in advance; leased,
+//! - **Warm pools and capacity.** Each image keeps `warm` sandboxes started in advance (probed
+//!   before they are leased, replaced when dead or older than half their lifetime); leased,
 //!   warm and starting sandboxes together never exceed `capacity`; a full pool answers 503
 //!   `capacity_exhausted` (retryable) at once instead of queueing.
 //! - **Restarts.** Every container carries the pool's name and its lease id as labels; a pool
