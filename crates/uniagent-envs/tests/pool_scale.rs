@@ -37,8 +37,11 @@ async fn concurrent_leases_across_three_pools_then_every_container_is_gone() {
         .collect();
     let mut config = faas_config(&pools.iter().collect::<Vec<_>>());
     config.lease_ttl = Duration::from_secs(30);
+    // Correctness, not speed: on a loaded machine a lease request waits for cold starts queued
+    // behind each pool's start limit, so both deadlines are generous.
+    config.timeout = Duration::from_secs(240);
     config.retry = RetryConfig {
-        max_elapsed: Duration::from_secs(60),
+        max_elapsed: Duration::from_secs(240),
         ..RetryConfig::default()
     };
     let clock = Instant::now();
