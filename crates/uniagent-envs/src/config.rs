@@ -117,7 +117,22 @@ impl DeploymentConfig {
                 if !cfg!(feature = "faas") {
                     return Err(feature_off("faas"));
                 }
-                check_url("faas.control_url", &c.control_url)?;
+                let endpoints = c.all_endpoints();
+                if endpoints.is_empty() {
+                    return Err(config_error(
+                        "faas.control_url (or faas.endpoints) must name at least one pool",
+                    ));
+                }
+                for url in &endpoints {
+                    check_url("faas.endpoints", url)?;
+                }
+                if c.image.trim().is_empty() {
+                    return Err(config_error(
+                        "faas.image must name an image the pools serve",
+                    ));
+                }
+                c.retry.validate()?;
+                check_positive("faas.lease_ttl", c.lease_ttl)?;
                 check_positive("faas.timeout", c.timeout)
             }
         }
@@ -125,9 +140,7 @@ impl DeploymentConfig {
 
     /// Validates the configuration and builds its (not yet started) deployment.
     ///
-    /// A backend whose cargo feature is off fails with [`Error::FeatureDisabled`]; `docker` and
-    /// `faas` with their features on fail with [`Error::NotSupported`] until they are
-    /// implemented.
+    /// A backend whose cargo feature is off fails with [`Error::FeatureDisabled`].
     ///
     /// ```
     /// use uniagent_core::config::{parse, ConfigFormat};
@@ -147,10 +160,8 @@ impl DeploymentConfig {
             Self::Remote(c) => Ok(Box::new(crate::remote::RemoteDeployment::new(c.clone())?)),
             #[cfg(feature = "docker")]
             Self::Docker(c) => Ok(Box::new(crate::docker::DockerDeployment::new(c.clone()))),
-            Self::Faas(_) => Err(Error::not_supported(
-                "starting a sandbox (this backend is not implemented yet)",
-                self.backend(),
-            )),
+            #[cfg(feature = "faas")]
+            Self::Faas(c) => Ok(Box::new(crate::faas::FaasDeployment::new(c.clone())?)),
             #[allow(unreachable_patterns)]
             _ => Err(Error::internal(format!(
                 "backend `{}` passed validation without its feature",
@@ -352,29 +363,73 @@ impl Default for RemoteConfig {
     }
 }
 
-/// Settings of the `faas` backend.
+/// Settings of the `faas` backend: leases from sandbox pools (`uniagent-pool`, see
+/// `docs/pool-openapi.yaml`).
+///
+/// ```
+/// use uniagent_core::config::{parse, ConfigFormat};
+/// use uniagent_envs::DeploymentConfig;
+///
+/// let cfg: DeploymentConfig = parse(
+///     "type: faas\ncontrol_url: http://10.0.0.1:8700\nendpoints: [http://10.0.0.2:8700]\nimage: debian:12\nlease_ttl: 30\n",
+///     ConfigFormat::Yaml,
+/// ).unwrap();
+/// assert_eq!(cfg.validate().is_ok(), cfg!(feature = "faas"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FaasConfig {
-    /// Base URL of the control plane that creates and deletes sandboxes.
+    /// Base URL of a pool (`http://host:port`).
     pub control_url: String,
-    /// Environment variable holding the control plane's API key.
+    /// Further pools; every lease goes to the least loaded of all that answer.
+    pub endpoints: Vec<String>,
+    /// Environment variable holding the pools' API key (`Authorization: Bearer`).
     pub api_key_env: Option<String>,
-    /// Image or template the control plane starts.
+    /// Image the pools start (one of those they are configured to serve).
     pub image: String,
-    /// Transport timeout, seconds.
+    /// Time to live of the lease; it is renewed every third of it while the sandbox runs.
+    #[serde(with = "duration_secs")]
+    pub lease_ttl: Duration,
+    /// Memory limit in bytes (at most the pool's; default the pool's).
+    pub memory_bytes: Option<u64>,
+    /// CPU quota in cores (at most the pool's; default the pool's).
+    pub cpus: Option<f64>,
+    /// Maximum number of processes (at most the pool's; default the pool's).
+    pub pids_limit: Option<i64>,
+    /// Deadline of one control request and of sandbox requests without a command timeout,
+    /// seconds.
     #[serde(with = "duration_secs")]
     pub timeout: Duration,
-    /// Retries of transient failures.
+    /// Rounds over the pools while all are full or down, and retries of transient sandbox
+    /// connection failures.
     pub retry: RetryConfig,
+}
+
+impl FaasConfig {
+    /// `control_url` and `endpoints`, without duplicates or trailing slashes.
+    pub fn all_endpoints(&self) -> Vec<String> {
+        let mut all: Vec<String> = Vec::new();
+        for url in std::iter::once(&self.control_url).chain(&self.endpoints) {
+            let url = url.trim_end_matches('/').to_owned();
+            if !url.is_empty() && !all.contains(&url) {
+                all.push(url);
+            }
+        }
+        all
+    }
 }
 
 impl Default for FaasConfig {
     fn default() -> Self {
         Self {
             control_url: String::new(),
+            endpoints: Vec::new(),
             api_key_env: None,
             image: String::new(),
+            lease_ttl: Duration::from_secs(30),
+            memory_bytes: None,
+            cpus: None,
+            pids_limit: None,
             timeout: Duration::from_secs(60),
             retry: RetryConfig::default(),
         }
@@ -497,8 +552,11 @@ mod tests {
 
     #[test]
     fn a_backend_without_its_feature_parses_but_fails_validation_naming_the_feature() {
-        let cfg: DeploymentConfig =
-            parse("type: faas\ncontrol_url: https://x\n", ConfigFormat::Yaml).unwrap();
+        let cfg: DeploymentConfig = parse(
+            "type: faas\ncontrol_url: https://x\nimage: i\n",
+            ConfigFormat::Yaml,
+        )
+        .unwrap();
         let result = cfg.validate();
         if cfg!(feature = "faas") {
             assert!(result.is_ok());

@@ -6,12 +6,18 @@ pub mod config;
 pub mod conformance;
 #[cfg(feature = "docker")]
 pub mod docker;
+#[cfg(feature = "faas")]
+pub mod faas;
 #[cfg(feature = "host")]
 pub mod host;
-#[cfg(any(feature = "host", feature = "remote"))]
+#[cfg(any(feature = "pool", feature = "faas"))]
+pub mod leases;
+#[cfg(any(feature = "host", feature = "remote", feature = "faas"))]
 mod lifecycle;
 #[cfg(any(feature = "openai", feature = "vllm", feature = "sglang"))]
 pub mod models;
+#[cfg(feature = "pool")]
+pub mod pool;
 #[cfg(feature = "remote")]
 pub mod remote;
 pub mod secret;
@@ -24,6 +30,8 @@ pub use config::{
 };
 #[cfg(feature = "docker")]
 pub use docker::DockerDeployment;
+#[cfg(feature = "faas")]
+pub use faas::FaasDeployment;
 #[cfg(feature = "host")]
 pub use host::HostDeployment;
 #[cfg(feature = "remote")]

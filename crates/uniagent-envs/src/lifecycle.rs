@@ -8,7 +8,8 @@ use uniagent_core::Error;
 pub(crate) enum Phase {
     /// `start` was not called yet.
     New,
-    /// Started and not stopped.
+    /// Started and not stopped (the `faas` backend keeps its running state apart).
+    #[cfg_attr(not(any(feature = "host", feature = "remote")), allow(dead_code))]
     Running,
     /// `stop` ran.
     Stopped,

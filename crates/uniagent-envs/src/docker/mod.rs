@@ -38,15 +38,15 @@
 //! A command killed by the kernel's OOM killer, a server that died, and a sandbox that outlived
 //! its lifetime are reported as [`Error::Sandbox`] naming the cause, not as a plain exit code.
 
-mod engine;
+pub(crate) mod engine;
 mod guard;
 mod image;
 mod labels;
 mod payload;
-mod reaper;
-mod relay;
-mod spec;
-mod startup;
+pub(crate) mod reaper;
+pub(crate) mod relay;
+pub(crate) mod spec;
+pub(crate) mod startup;
 mod watch;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -98,6 +98,9 @@ use watch::Watch;
 pub struct DockerDeployment {
     config: DockerConfig,
     state: Mutex<State>,
+    /// Labels of another owner (the sandbox pool) that replace the owning-process label, so the
+    /// container outlives this process until that owner removes it.
+    foreign_owner: Option<std::collections::HashMap<String, String>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,6 +123,9 @@ struct Running {
     relay: Option<Relay>,
     container: ContainerGuard,
     info: DockerInfo,
+    /// The server's token (the pool hands it out as the lease token).
+    #[cfg_attr(not(feature = "pool"), allow(dead_code))]
+    token: String,
 }
 
 /// Where a running docker deployment lives, for inspection and tests.
@@ -151,6 +157,26 @@ impl DockerDeployment {
         Self {
             config,
             state: Mutex::new(State::Idle(Phase::New)),
+            foreign_owner: None,
+        }
+    }
+
+    /// A deployment whose container also carries `labels`, which name another owner than this
+    /// process in [`LABEL_OWNER`] (a value [`Owner::parse`] does not read, so the per-process
+    /// sweep of crashed owners leaves the container alone): whoever set them (the sandbox
+    /// pool) removes it.
+    #[cfg(feature = "pool")]
+    pub(crate) fn owned_by(mut self, labels: std::collections::HashMap<String, String>) -> Self {
+        self.foreign_owner = Some(labels);
+        self
+    }
+
+    /// Where the running container is and the token of its server; `None` unless started.
+    #[cfg(feature = "pool")]
+    pub(crate) async fn endpoint(&self) -> Option<(DockerInfo, String)> {
+        match &*self.state.lock().await {
+            State::Running(r) => Some((r.info.clone(), r.token.clone())),
+            State::Idle(_) => None,
         }
     }
 
@@ -216,11 +242,17 @@ impl DockerDeployment {
         let token = crate::secret::random_hex(16)
             .map_err(|e| sandbox_error(format!("cannot create the sandbox token: {e}")))?;
         let name = format!("uniagent-{}", labels::random_hex(8));
+        let mut container_labels = labels::container_labels(&run_id, deadline);
+        if let Some(owner) = &self.foreign_owner {
+            // Replaced, not removed: a container inherits the payload image's labels, and
+            // with them the owner label of whichever process built that image.
+            container_labels.extend(owner.clone());
+        }
         let body = spec::container_body(&spec::Launch {
             config,
             image,
             token: &token,
-            labels: labels::container_labels(&run_id, deadline),
+            labels: container_labels,
             image_path,
             reach,
         });
@@ -264,7 +296,7 @@ impl DockerDeployment {
         wait_until_alive(&probe_runtime, &docker, &created.id, config.startup_timeout).await?;
         let runtime = RemoteRuntime::new(
             &url,
-            Some(token),
+            Some(token.clone()),
             RemoteRuntimeOptions {
                 backend: BACKEND.into(),
                 ..RemoteRuntimeOptions::default()
@@ -306,6 +338,7 @@ impl DockerDeployment {
             lifetime_timer,
             relay,
             container,
+            token,
         })
     }
 

@@ -1,0 +1,98 @@
+//! `uniagent-pool`: the sandbox pool service of one node (see `uniagent_envs::pool` and
+//! `docs/pool-openapi.yaml`).
+//!
+//! ```text
+//! uniagent-pool --config pool.yaml [--host 127.0.0.1] [--port 8700]
+//! ```
+//!
+//! With `--port 0` it picks a free port. The first line on stdout is always
+//! `listening on http://HOST:PORT`; logs go to stderr. SIGTERM or SIGINT removes every sandbox
+//! (warm and leased) and exits 0; after SIGKILL, the next start recovers the leased ones from
+//! their container labels. Exit codes: 0 ok, 2 bad usage or configuration, 1 a failure while
+//! running.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use uniagent_core::config::load;
+use uniagent_envs::pool::{Pool, PoolConfig};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "uniagent-pool",
+    version,
+    about = "Sandbox pool: leases of Docker sandboxes over HTTP"
+)]
+struct Args {
+    /// Pool configuration (YAML, TOML or JSON).
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on (0 picks a free one).
+    #[arg(long, default_value_t = 8700)]
+    port: u16,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let config: PoolConfig = match load(&args.config) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("error: {}: {e}", args.config.display());
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = config.validate() {
+        eprintln!("error: {}: {e}", args.config.display());
+        return ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(args, config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(args: Args, config: PoolConfig) -> Result<(), Box<dyn std::error::Error>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port)).await?;
+    let pool = Pool::start(config).await?;
+    let addr = listener.local_addr()?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "listening on http://{addr}")?;
+    stdout.flush()?;
+    drop(stdout);
+    let shutdown = async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+    };
+    pool.serve(listener, shutdown).await?;
+    Ok(())
+}
