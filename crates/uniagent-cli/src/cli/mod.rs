@@ -1,6 +1,7 @@
 //! The `uniagent` binary: one module per subcommand. Exit codes: 0 success, 2 bad usage or
 //! bad input (one line `error: ...` on stderr), 1 a failure while running.
 
+mod gateway;
 mod grade;
 mod parse_log;
 mod run;
@@ -37,6 +38,9 @@ pub enum Command {
     Grade(grade::GradeArgs),
     /// Print the test statuses a `swebench` log parser yields for a log, as JSON.
     ParseLog(parse_log::ParseLogArgs),
+    /// Serve OpenAI/Anthropic endpoints per session over a token-level policy, recording
+    /// token-exact trajectories.
+    Gateway(gateway::GatewayArgs),
 }
 
 /// Parses the process arguments and runs; returns the exit code.
@@ -63,6 +67,7 @@ pub fn main_with(
         Command::Train(args) => train::main(args, registry),
         Command::Grade(args) => grade::main(args),
         Command::ParseLog(args) => parse_log::main(args),
+        Command::Gateway(args) => gateway::main(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
