@@ -8,7 +8,8 @@ use serde_json::Value;
 use uniagent_core::agent::ExitReason;
 use uniagent_core::codec::Codec;
 use uniagent_core::{
-    Error as CoreError, GenerateRequest, LengthLimitKind, Message, RewardOutcome, TokenGenerator,
+    Error as CoreError, GenerateRequest, LengthLimitKind, Message, RewardOutcome, Role,
+    TokenGenerator,
 };
 
 use crate::chain::{Base, Chain, FormatError};
@@ -105,6 +106,17 @@ impl Gateway {
             origin,
             rollback,
         } = placement;
+        if work
+            .messages()
+            .last()
+            .is_some_and(|m| m.role == Role::Assistant)
+        {
+            // The request ends with an assistant turn: a new turn follows it, so the prompt
+            // gets the glue and the generation prompt first.
+            self.codec
+                .append_messages(&mut work, &[])
+                .map_err(GatewayError::from_codec)?;
+        }
         let requested = req.max_tokens.unwrap_or(self.config.default_max_tokens);
         let budget = work
             .generation_budget(Some(requested))

@@ -440,3 +440,34 @@ async fn reward_models_healthz_and_recording() {
     assert_eq!(lines[0], ended[0]);
     assert_eq!(lines[1]["task_id"], "open");
 }
+
+#[tokio::test]
+async fn a_request_ending_with_the_sampled_turn_gets_a_new_turn_after_it() {
+    let s = serve("qwen2.5", GatewayConfig::default()).await;
+    s.script.push_ids(s.turn("First."));
+    s.script.push_ids(s.turn("Second."));
+    let mut messages = vec![json!({"role": "user", "content": "hi"})];
+    let (_, r1) = s
+        .chat("c", &json!({"model": "m", "messages": messages}))
+        .await;
+    messages.push(r1["choices"][0]["message"].clone());
+    let (status, r2) = s
+        .chat("c", &json!({"model": "m", "messages": messages}))
+        .await;
+    assert_eq!(status, 200, "{r2}");
+    assert_eq!(r2["uniagent"]["chain"], 0);
+    let prompts = s.script.prompts();
+    let mut want = prompts[0].clone();
+    want.extend(s.turn("First."));
+    want.extend(s.codec.encode("\n<|im_start|>assistant\n").unwrap());
+    assert_eq!(prompts[1], want);
+    // A new conversation ending with an assistant turn has nothing to continue from.
+    let (status, v) = s
+        .chat(
+            "c2",
+            &json!({"model": "m", "messages": [{"role": "user", "content": "hi"},
+                                               {"role": "assistant", "content": "pre"}]}),
+        )
+        .await;
+    assert_eq!(status, 400, "{v}");
+}
