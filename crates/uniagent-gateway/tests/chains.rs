@@ -159,7 +159,7 @@ fn tools(on: bool) -> Vec<ToolSpec> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 24, max_shrink_iters: 256, ..ProptestConfig::default() })]
 
     #[test]
     fn every_chain_holds_exactly_its_sampled_turns_in_order(
@@ -167,11 +167,11 @@ proptest! {
         replies in prop::collection::vec(prop::collection::vec(0usize..10, 1..6), 9),
     ) {
         let f = fixture();
+        f.script.clear();
         static CASE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let session = format!("p{}", CASE.fetch_add(1, std::sync::atomic::Ordering::SeqCst));
         // Per chain: (client messages, tools on, sampled replies kept).
         let mut model: Vec<(Vec<Message>, bool, Vec<Vec<u32>>)> = Vec::new();
-        let mut n_req = 0usize;
         let first = TurnRequest::new(vec![Message::user("start")]);
         let mut requests = vec![(first, None::<usize>, false)];
         requests.extend(ops.iter().map(|_| (TurnRequest::new(vec![]), None, false)));
@@ -223,9 +223,8 @@ proptest! {
                     }
                 }
             }
-            let mut ids: Vec<u32> = replies[n_req].iter().map(|&i| f.vocab[i]).collect();
+            let mut ids: Vec<u32> = replies[step].iter().map(|&i| f.vocab[i]).collect();
             ids.push(f.eos);
-            n_req += 1;
             f.script.push_ids(ids.clone());
             let tools_on = !req.tools.is_empty();
             let before: Vec<u32> = f.runtime.block_on(f.gateway.chains(&session))

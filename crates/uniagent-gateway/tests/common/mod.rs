@@ -41,6 +41,11 @@ pub struct Script {
 }
 
 impl Script {
+    /// Drops replies left over (a failed case must not shift the next one's).
+    pub fn clear(&self) {
+        self.replies.lock().unwrap().clear();
+    }
+
     pub fn push(&self, reply: Reply) {
         self.replies.lock().unwrap().push_back(reply);
     }
