@@ -159,7 +159,7 @@ fn tools(on: bool) -> Vec<ToolSpec> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, max_shrink_iters: 256, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 24, max_shrink_iters: 32, ..ProptestConfig::default() })]
 
     #[test]
     fn every_chain_holds_exactly_its_sampled_turns_in_order(
