@@ -1,6 +1,7 @@
 //! The `uniagent` binary: one module per subcommand. Exit codes: 0 success, 2 bad usage or
 //! bad input (one line `error: ...` on stderr), 1 a failure while running.
 
+mod gateway;
 mod grade;
 mod parse_log;
 mod run;
@@ -40,6 +41,9 @@ pub enum Command {
     ParseLog(parse_log::ParseLogArgs),
     /// Serve the web viewer over output directories (runs, trajectories, tokens, curves).
     View(view::ViewArgs),
+    /// Serve OpenAI/Anthropic endpoints per session over a token-level policy, recording
+    /// token-exact trajectories.
+    Gateway(gateway::GatewayArgs),
 }
 
 /// Parses the process arguments and runs; returns the exit code.
@@ -67,6 +71,7 @@ pub fn main_with(
         Command::Grade(args) => grade::main(args),
         Command::ParseLog(args) => parse_log::main(args),
         Command::View(args) => view::main(args),
+        Command::Gateway(args) => gateway::main(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,155 @@
+//! `uniagent gateway [--config FILE] [--model-dir DIR] [--host H] [--port P] [--out DIR]`:
+//! session-scoped OpenAI / Anthropic endpoints over a token-level policy (see
+//! `uniagent-gateway`). The policy is `--model-dir` (tch engine, feature `tch`) or the
+//! config's `model:` section (`type: vllm | sglang`, as in `run` configs).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::Args;
+use serde_json::Value;
+use uniagent_core::codec::Codec;
+use uniagent_core::TokenGenerator;
+use uniagent_envs::models::{SglangGenerator, VllmGenerator};
+use uniagent_gateway::{Gateway, GatewayConfig, Recorder};
+
+use crate::error::{CliError, Result};
+use crate::model::ModelConfig;
+
+/// Arguments of `gateway`.
+#[derive(Debug, Args)]
+pub struct GatewayArgs {
+    /// Gateway settings (YAML): `model_name`, `max_model_len`, `default_max_tokens`,
+    /// `tool_parser`, `template_kwargs`, and optionally `model:` (a vllm or sglang server).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// A Hugging Face model directory served on CPU by the tch engine.
+    #[arg(long)]
+    pub model_dir: Option<PathBuf>,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port; 0 picks a free one (the first stdout line says which).
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// Where ended sessions' trajectories are appended (`trajectories.jsonl`).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Runs `gateway` until Ctrl-C / SIGTERM; open sessions are then ended and recorded.
+pub fn main(args: GatewayArgs) -> Result<()> {
+    let (config, model) = read_config(args.config.as_deref())?;
+    let (codec, generator) = policy(args.model_dir.as_deref(), model.as_ref())?;
+    let mut gateway = Gateway::new(codec, generator, config);
+    if let Some(out) = &args.out {
+        let recorder = Recorder::create(out).map_err(|e| CliError::preflight(e.to_string()))?;
+        gateway = gateway.with_recorder(recorder);
+    }
+    let gateway = Arc::new(gateway);
+    super::runtime()?.block_on(async move {
+        let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
+            .await
+            .map_err(|e| {
+                CliError::preflight(format!("cannot listen on {}:{}: {e}", args.host, args.port))
+            })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| CliError::runtime(format!("listening socket: {e}")))?;
+        println!("listening on http://{addr}");
+        let _ = std::io::stdout().flush();
+        uniagent_gateway::serve(listener, gateway, shutdown_signal())
+            .await
+            .map_err(|e| CliError::runtime(e.to_string()))
+    })
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+/// The gateway settings and the optional `model:` section.
+fn read_config(path: Option<&Path>) -> Result<(GatewayConfig, Option<ModelConfig>)> {
+    let Some(path) = path else {
+        return Ok((GatewayConfig::default(), None));
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError::preflight(format!("cannot read {}: {e}", path.display())))?;
+    let bad = |m: String| CliError::preflight(format!("{}: {m}", path.display()));
+    let mut value: Value = serde_norway::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    let model = match value.as_object_mut().and_then(|o| o.remove("model")) {
+        Some(m) => Some(serde_json::from_value(m).map_err(|e| bad(format!("model: {e}")))?),
+        None => None,
+    };
+    let rest = serde_norway::to_string(&value).map_err(|e| bad(e.to_string()))?;
+    let config = GatewayConfig::from_yaml(&rest).map_err(|e| bad(e.to_string()))?;
+    Ok((config, model))
+}
+
+fn policy(
+    model_dir: Option<&Path>,
+    model: Option<&ModelConfig>,
+) -> Result<(Codec, Arc<dyn TokenGenerator>)> {
+    match (model_dir, model) {
+        (Some(_), Some(_)) => Err(CliError::preflight(
+            "give either --model-dir or a `model:` section in --config, not both",
+        )),
+        (Some(dir), None) => model_dir_policy(dir),
+        (None, Some(m)) => server_policy(m),
+        (None, None) => Err(CliError::preflight(
+            "no policy: pass --model-dir DIR or a `model:` section (vllm or sglang) in --config",
+        )),
+    }
+}
+
+/// A vLLM or SGLang server with the chat template of its `tokenizer` directory.
+fn server_policy(model: &ModelConfig) -> Result<(Codec, Arc<dyn TokenGenerator>)> {
+    let bad = |e: uniagent_core::Error| CliError::config("model", model.backend(), e);
+    let (generator, tokenizer): (Arc<dyn TokenGenerator>, &Path) = match model {
+        ModelConfig::Vllm(c) => (Arc::new(VllmGenerator::new(&c.http).map_err(bad)?), &c.tokenizer),
+        ModelConfig::Sglang(c) => (Arc::new(SglangGenerator::new(&c.http).map_err(bad)?), &c.tokenizer),
+        other => {
+            return Err(CliError::preflight(format!(
+                "the gateway serves token-level policies: model type `{}` is not one (use vllm, sglang or --model-dir)",
+                other.backend()
+            )))
+        }
+    };
+    let codec = Codec::from_dir(tokenizer).map_err(|e| {
+        CliError::preflight(format!("model.tokenizer {}: {e}", tokenizer.display()))
+    })?;
+    Ok((codec, generator))
+}
+
+#[cfg(feature = "tch")]
+fn model_dir_policy(dir: &Path) -> Result<(Codec, Arc<dyn TokenGenerator>)> {
+    uniagent_gateway::load_model_dir(dir).map_err(|e| CliError::preflight(e.to_string()))
+}
+
+#[cfg(not(feature = "tch"))]
+fn model_dir_policy(dir: &Path) -> Result<(Codec, Arc<dyn TokenGenerator>)> {
+    Err(CliError::preflight(format!(
+        "--model-dir {} needs the tch engine: build uniagent with `--features tch`",
+        dir.display()
+    )))
+}

@@ -1,0 +1,156 @@
+//! `uniagent gateway`: bad invocations exit 2 with one error line; with `--features tch` the
+//! binary serves the tiny model on a free port (first stdout line `listening on http://…`),
+//! answers a chat completion, and on SIGTERM ends the open session into
+//! `--out/trajectories.jsonl`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::{Command, Stdio};
+
+fn uniagent() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_uniagent"))
+}
+
+#[test]
+fn gateway_without_a_policy_or_with_a_bad_config_exits_2() {
+    let out = uniagent()
+        .args(["gateway", "--port", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("error: ") && err.contains("--model-dir"),
+        "{err}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gw.yaml");
+    std::fs::write(&config, "max_model_lenn: 10\n").unwrap();
+    let out = uniagent()
+        .args(["gateway", "--port", "0", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("max_model_lenn"), "{err}");
+
+    std::fs::write(
+        &config,
+        "model:\n  type: openai\n  http:\n    endpoints: [http://127.0.0.1:9/v1]\n    model: m\n",
+    )
+    .unwrap();
+    let out = uniagent()
+        .args(["gateway", "--port", "0", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("token-level"), "{err}");
+}
+
+#[cfg(not(feature = "tch"))]
+#[test]
+fn model_dir_needs_the_tch_feature() {
+    let out = uniagent()
+        .args(["gateway", "--port", "0", "--model-dir", "/nonexistent"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--features tch"));
+}
+
+#[cfg(feature = "tch")]
+#[test]
+fn serves_the_tiny_model_and_records_open_sessions_on_sigterm() {
+    use std::io::{BufRead, BufReader};
+    use std::path::Path;
+
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let model = tempfile::tempdir().unwrap();
+    for (from, name) in [
+        ("../uniagent-train/tests/fixtures/tiny-qwen2", "config.json"),
+        (
+            "../uniagent-train/tests/fixtures/tiny-qwen2",
+            "model.safetensors",
+        ),
+        (
+            "../uniagent-core/tests/fixtures/tokenizers/qwen2.5",
+            "tokenizer.json",
+        ),
+        (
+            "../uniagent-core/tests/fixtures/tokenizers/qwen2.5",
+            "tokenizer_config.json",
+        ),
+        (
+            "../uniagent-core/tests/fixtures/tokenizers/qwen2.5",
+            "chat_template.jinja",
+        ),
+    ] {
+        std::os::unix::fs::symlink(root.join(from).join(name), model.path().join(name)).unwrap();
+    }
+    let out = tempfile::tempdir().unwrap();
+    let mut child = uniagent()
+        .args([
+            "gateway",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--model-dir",
+        ])
+        .arg(model.path())
+        .arg("--out")
+        .arg(out.path())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    let base = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| {
+            let _ = child.kill();
+            panic!("first line: {line:?}")
+        })
+        .to_owned();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let answer: serde_json::Value = rt.block_on(async {
+        reqwest::Client::new()
+            .post(format!("{base}/sessions/cli/v1/chat/completions"))
+            .json(
+                &serde_json::json!({"model": "m", "max_tokens": 4, "temperature": 0,
+                "messages": [{"role": "user", "content": "hi"}]}),
+            )
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    });
+    assert_eq!(answer["usage"]["completion_tokens"], 4, "{answer}");
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    let text = std::fs::read_to_string(out.path().join("trajectories.jsonl")).unwrap();
+    let record: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(record["task_id"], "cli");
+    let mask: Vec<u64> = record["response_mask"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_u64().unwrap())
+        .collect();
+    assert_eq!(mask, vec![1, 1, 1, 1]);
+}

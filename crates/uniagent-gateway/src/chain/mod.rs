@@ -1,0 +1,168 @@
+//! Token chains: the linear token histories a session's requests grow.
+//!
+//! A chain holds the exact tokens the policy saw and sampled ([`RolloutCache`]), the messages
+//! as the client sees them (for prefix matching), and enough to rebuild the state before its
+//! last sampled turn (for rollback). Chains are never corrupted: a request that does not
+//! extend one starts another.
+
+mod extend;
+pub mod matching;
+
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+use uniagent_core::agent::{ExitReason, Trajectory};
+use uniagent_core::codec::Codec;
+use uniagent_core::{LengthLimits, Message, RewardOutcome, RolloutCache, ToolSpec};
+
+pub(crate) use extend::{extend, ExtendError};
+
+/// Why a chain was started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChainOrigin {
+    /// The session's first request.
+    First,
+    /// The request rewrote history before the last assistant turn of every chain.
+    HistoryRewritten,
+    /// The request declared a different tool list.
+    ToolsChanged,
+    /// Appending to the chain would not be append-only under the chat template (e.g. Qwen3
+    /// dropping earlier reasoning): the new chain starts from the template's full render.
+    NotAppendOnly,
+    /// The messages could not be appended incrementally (e.g. two user messages in a row
+    /// after a rollback).
+    NotExtensible,
+}
+
+/// How to rebuild the state before a chain's last sampled turn.
+#[derive(Debug, Clone)]
+pub(crate) enum Base {
+    /// A fresh start from these messages.
+    Start(Vec<Message>),
+    /// This state (ending with a sampled turn) plus these appended messages.
+    After(Box<RolloutCache>, Vec<Message>),
+}
+
+/// One recorded format error.
+#[derive(Debug, Clone, Serialize)]
+pub struct FormatError {
+    /// Index of the assistant turn in the chain (0-based).
+    pub turn: u32,
+    /// The parser's message.
+    pub message: String,
+}
+
+/// One token chain of a session.
+#[derive(Debug, Clone)]
+pub struct Chain {
+    pub(crate) cache: RolloutCache,
+    pub(crate) client: Vec<Message>,
+    pub(crate) tools: Vec<ToolSpec>,
+    /// The state before the last sampled turn, for rollback.
+    pub(crate) base: Base,
+    pub(crate) origin: ChainOrigin,
+    pub(crate) logprobs_missing: bool,
+    pub(crate) format_errors: Vec<FormatError>,
+    pub(crate) rollbacks: u32,
+    pub(crate) limit: Option<ExitReason>,
+    pub(crate) sampled_tokens: u64,
+    pub(crate) model_seconds: f64,
+}
+
+impl Chain {
+    /// The exact token state.
+    pub fn cache(&self) -> &RolloutCache {
+        &self.cache
+    }
+
+    /// The conversation as the client sees it (sampled turns as returned).
+    pub fn messages(&self) -> &[Message] {
+        &self.client
+    }
+
+    /// The tools the chain was started with.
+    pub fn tools(&self) -> &[ToolSpec] {
+        &self.tools
+    }
+
+    /// Why the chain was started.
+    pub fn origin(&self) -> ChainOrigin {
+        self.origin
+    }
+
+    /// How many times a request rolled the chain's last turn back.
+    pub fn rollbacks(&self) -> u32 {
+        self.rollbacks
+    }
+
+    /// The state before the last sampled turn, rebuilt from [`Base`]; its client messages
+    /// are `messages()` without the last.
+    pub(crate) fn rolled_back(
+        &self,
+        codec: &Codec,
+        id: &str,
+        limits: LengthLimits,
+    ) -> Result<RolloutCache, ExtendError> {
+        match &self.base {
+            Base::Start(messages) => Ok(codec.start(
+                id,
+                messages.clone(),
+                self.tools.clone(),
+                self.cache.template_kwargs().clone(),
+                limits,
+            )?),
+            Base::After(state, appended) => {
+                let mut cache = (**state).clone();
+                extend(codec, &mut cache, appended)?;
+                Ok(cache)
+            }
+        }
+    }
+
+    /// The chain as one `trajectories.jsonl` object: the token record, the client's
+    /// conversation, the session's reward, and the gateway's facts under
+    /// `extra_fields.gateway`. `response_logprobs` is absent when the generator gave none.
+    pub fn trajectory(&self, session: &str, index: u32, reward: Option<&RewardOutcome>) -> Value {
+        let mut output = self.cache.to_agent_loop_output();
+        output.reward_score = reward.map(|r| r.score);
+        let turns = self.cache.assistant_turns();
+        let mut t = Trajectory {
+            id: format!("{session}:{index}"),
+            task_id: session.to_owned(),
+            sample: index,
+            exit_reason: ExitReason::Finished,
+            masked: false,
+            error: None,
+            reward: reward.cloned(),
+            signal: None,
+            counts: Default::default(),
+            timings: Default::default(),
+            output,
+            messages: self.client.clone(),
+        };
+        t.counts.turns = turns;
+        t.counts.format_errors = self.format_errors.len() as u32;
+        t.counts.sampled_tokens = self.sampled_tokens;
+        t.timings.model = self.model_seconds;
+        t.timings.total = self.model_seconds;
+        let nothing_sampled = self.sampled_tokens == 0;
+        t.set_exit(self.limit.unwrap_or(ExitReason::Finished), nothing_sampled);
+        let mut gateway = Map::new();
+        gateway.insert("session".into(), session.into());
+        gateway.insert("chain".into(), index.into());
+        gateway.insert("origin".into(), json!(self.origin));
+        gateway.insert("rollbacks".into(), self.rollbacks.into());
+        gateway.insert("append_only".into(), self.cache.append_only().into());
+        gateway.insert("format_errors".into(), json!(self.format_errors));
+        t.output
+            .extra_fields
+            .insert("gateway".into(), Value::Object(gateway));
+        let mut v = serde_json::to_value(&t).unwrap_or(Value::Null);
+        if let Some(map) = v.as_object_mut() {
+            if self.logprobs_missing || map.get("response_logprobs").is_some_and(Value::is_null) {
+                map.remove("response_logprobs");
+            }
+        }
+        v
+    }
+}

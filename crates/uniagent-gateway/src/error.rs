@@ -1,0 +1,109 @@
+//! [`GatewayError`]: every way a gateway request can fail, and the HTTP status it maps to.
+//!
+//! A harness must never see a 500 for something it or the model did: bad JSON, an unknown
+//! role, a prompt over the context window are 400s with a message; a failing generator is a
+//! 502. Only a bug in the gateway itself is a 500.
+
+use axum::http::StatusCode;
+use uniagent_core::{Error as CoreError, ErrorKind};
+
+/// A failed gateway request.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GatewayError {
+    /// The request body or its fields are invalid (400).
+    #[error("invalid request: {message}")]
+    InvalidRequest {
+        /// What is wrong, for the client.
+        message: String,
+    },
+    /// The prompt plus the requested tokens do not fit the context window (400,
+    /// OpenAI's `context_length_exceeded`).
+    #[error("context length exceeded: {source}")]
+    ContextLength {
+        /// The length-limit error of the rollout cache.
+        #[source]
+        source: CoreError,
+    },
+    /// The token generator failed (502).
+    #[error("the model backend failed: {source}")]
+    Model {
+        /// The generator's error.
+        #[source]
+        source: CoreError,
+    },
+    /// The chat template or tokenizer could not handle the conversation (400: the messages
+    /// are what the template rejects).
+    #[error("the chat template rejected the conversation: {source}")]
+    Template {
+        /// The codec's error.
+        #[source]
+        source: CoreError,
+    },
+    /// Writing the session's trajectories failed (500).
+    #[error("recording failed: {message}")]
+    Recording {
+        /// What failed.
+        message: String,
+    },
+    /// A bug in the gateway (500).
+    #[error("internal error: {message}")]
+    Internal {
+        /// What went wrong.
+        message: String,
+    },
+}
+
+impl GatewayError {
+    /// An invalid request.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::InvalidRequest {
+            message: message.into(),
+        }
+    }
+
+    /// Classifies an error of the codec or rollout cache.
+    pub fn from_codec(source: CoreError) -> Self {
+        match source.kind() {
+            ErrorKind::LimitExceeded => Self::ContextLength { source },
+            ErrorKind::InvalidInput => Self::InvalidRequest {
+                message: source.to_string(),
+            },
+            _ => Self::Template { source },
+        }
+    }
+
+    /// Classifies an error of the token generator.
+    pub fn from_model(source: CoreError) -> Self {
+        match source.kind() {
+            ErrorKind::LimitExceeded => Self::ContextLength { source },
+            _ => Self::Model { source },
+        }
+    }
+
+    /// The HTTP status of this error.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::InvalidRequest { .. } | Self::ContextLength { .. } | Self::Template { .. } => {
+                StatusCode::BAD_REQUEST
+            }
+            Self::Model { .. } => StatusCode::BAD_GATEWAY,
+            Self::Recording { .. } | Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// A short machine-readable code (`invalid_request_error`, `context_length_exceeded`, ...).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::InvalidRequest { .. } => "invalid_request_error",
+            Self::ContextLength { .. } => "context_length_exceeded",
+            Self::Template { .. } => "template_error",
+            Self::Model { .. } => "model_error",
+            Self::Recording { .. } => "recording_error",
+            Self::Internal { .. } => "internal_error",
+        }
+    }
+}
+
+/// Result alias of this crate.
+pub type Result<T, E = GatewayError> = std::result::Result<T, E>;

@@ -1,0 +1,366 @@
+//! [`Gateway`]: sessions of token chains over one codec and one token generator.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde_json::Value;
+use uniagent_core::agent::ExitReason;
+use uniagent_core::codec::Codec;
+use uniagent_core::{
+    Error as CoreError, GenerateRequest, LengthLimitKind, Message, RewardOutcome, Role,
+    TokenGenerator,
+};
+
+use crate::chain::{Base, Chain, FormatError};
+use crate::config::GatewayConfig;
+use crate::error::{GatewayError, Result};
+use crate::record::Recorder;
+use crate::session::{Placement, Session};
+use crate::turn::{Finish, ToolChoice, TurnAnswer, TurnRequest};
+
+type SessionHandle = Arc<tokio::sync::Mutex<Session>>;
+
+/// The gateway: a codec (tokenizer + chat template), a token generator, and the sessions.
+///
+/// Requests of one session run one at a time (a harness waits for each answer); sessions run
+/// concurrently and share the generator, which may batch them.
+#[derive(Debug)]
+pub struct Gateway {
+    codec: Arc<Codec>,
+    generator: Arc<dyn TokenGenerator>,
+    config: GatewayConfig,
+    sessions: Mutex<HashMap<String, SessionHandle>>,
+    recorder: Option<Recorder>,
+}
+
+impl Gateway {
+    /// A gateway serving `generator` with `codec`'s tokenizer and chat template. The codec's
+    /// tool parser is replaced by `config.tool_parser`.
+    pub fn new(codec: Codec, generator: Arc<dyn TokenGenerator>, config: GatewayConfig) -> Self {
+        let codec = match config.tool_parser {
+            Some(format) => codec.with_tool_parser(format),
+            None => codec,
+        };
+        Self {
+            codec: Arc::new(codec),
+            generator,
+            config,
+            sessions: Mutex::new(HashMap::new()),
+            recorder: None,
+        }
+    }
+
+    /// Appends each ended session's trajectories to `recorder`.
+    pub fn with_recorder(mut self, recorder: Recorder) -> Self {
+        self.recorder = Some(recorder);
+        self
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &GatewayConfig {
+        &self.config
+    }
+
+    /// The codec.
+    pub fn codec(&self) -> &Codec {
+        &self.codec
+    }
+
+    fn session(&self, id: &str) -> Result<SessionHandle> {
+        let mut sessions = self.sessions.lock().map_err(|_| GatewayError::Internal {
+            message: "session table lock poisoned".into(),
+        })?;
+        Ok(Arc::clone(sessions.entry(id.to_owned()).or_default()))
+    }
+
+    /// Answers one request of session `session_id` (created if new), recording the sampled
+    /// turn in the chain the request continues (see the crate docs).
+    pub async fn complete(&self, session_id: &str, req: TurnRequest) -> Result<TurnAnswer> {
+        if req.messages.is_empty() {
+            return Err(GatewayError::invalid("`messages` must not be empty"));
+        }
+        if let ToolChoice::Function(name) = &req.tool_choice {
+            if !req.tools.iter().any(|t| t.name() == name) {
+                return Err(GatewayError::invalid(format!(
+                    "tool_choice names `{name}`, which is not among the declared tools"
+                )));
+            }
+        }
+        let handle = self.session(session_id)?;
+        let mut session = handle.lock().await;
+        let index = session.chains.len();
+        let id = format!("{session_id}:{index}");
+        let placement = session.place(
+            &self.codec,
+            &id,
+            self.config.limits(),
+            &self.config.template_kwargs,
+            &req,
+        )?;
+        let Placement {
+            chain,
+            mut work,
+            base,
+            appended,
+            origin,
+            rollback,
+        } = placement;
+        if work
+            .messages()
+            .last()
+            .is_some_and(|m| m.role == Role::Assistant)
+        {
+            // The request ends with an assistant turn: a new turn follows it, so the prompt
+            // gets the glue and the generation prompt first.
+            self.codec
+                .append_messages(&mut work, &[])
+                .map_err(GatewayError::from_codec)?;
+        }
+        let requested = req.max_tokens.unwrap_or(self.config.default_max_tokens);
+        let budget = work
+            .generation_budget(Some(requested))
+            .map_err(GatewayError::from_codec)?;
+        let prompt = work
+            .tokens()
+            .map(|t| t.all_ids())
+            .ok_or_else(|| GatewayError::Internal {
+                message: "a chain has no token trace".into(),
+            })?;
+        let prompt_tokens = prompt.len();
+        let mut sampling = req.sampling.clone();
+        sampling.max_tokens = None;
+        let request = GenerateRequest::new(prompt, sampling, budget)
+            .with_stop_token_ids(self.codec.stop_token_ids().to_vec())
+            .with_session_id(session_id);
+        let started = Instant::now();
+        let out = self
+            .generator
+            .generate(request)
+            .await
+            .map_err(GatewayError::from_model)?;
+        let seconds = started.elapsed().as_secs_f64();
+        let logprobs_given = match (out.logprobs.len(), out.token_ids.len()) {
+            (a, b) if a == b => true,
+            (0, _) => false,
+            (a, b) => {
+                return Err(GatewayError::from_model(CoreError::Protocol {
+                    message: format!("the generator returned {b} tokens with {a} logprobs"),
+                }))
+            }
+        };
+        // A stop string ends the answer at the token that completes it, as a server that
+        // checked stop strings while decoding would have stopped there.
+        let (kept, stop_hit) = self.cut_at_stop(&out.token_ids, &req.stop)?;
+        let ids = &out.token_ids[..kept];
+        let lps: Vec<f32> = if logprobs_given {
+            out.logprobs[..kept].to_vec()
+        } else {
+            vec![0.0; kept]
+        };
+        let turn = self
+            .codec
+            .append_sampled(&mut work, ids, &lps, out.weight_version)
+            .map_err(GatewayError::from_codec)?;
+        let turn_index = work.assistant_turns().saturating_sub(1);
+        session.turns += 1;
+        let chain_index = chain.unwrap_or(index);
+        let (mut message, format_error) = match (&req.tool_choice, &turn.tool_call_error) {
+            (ToolChoice::None, _) => (Message::assistant(raw_body(&self.codec, ids)?), None),
+            (_, Some(err)) => (
+                Message::assistant(raw_body(&self.codec, ids)?),
+                Some(err.message().to_owned()),
+            ),
+            _ => (turn.message.clone(), None),
+        };
+        for (i, call) in message.tool_calls.iter_mut().enumerate() {
+            call.id = format!("call_{chain_index}_{turn_index}_{i}");
+        }
+        let mut finish = if !message.tool_calls.is_empty() {
+            Finish::ToolCalls
+        } else if turn.stopped {
+            Finish::Stop
+        } else {
+            Finish::Length
+        };
+        if let Some(stop) = stop_hit {
+            if let Some(content) = &mut message.content {
+                if let Some(pos) = content.find(&stop) {
+                    content.truncate(pos);
+                }
+            }
+            finish = Finish::StopSequence(stop);
+        }
+        if message.tool_calls.is_empty() && message.content.is_none() {
+            message.content = Some(String::new());
+        }
+        let limit = (finish == Finish::Length && kept == budget && budget < requested)
+            .then(|| limit_reason(&work));
+        let mut client = req.messages.clone();
+        client.push(message.clone());
+        let sampled = kept as u64;
+        let new_error = format_error.as_ref().map(|m| FormatError {
+            turn: turn_index,
+            message: m.clone(),
+        });
+        match chain {
+            Some(i) => {
+                let c = &mut session.chains[i];
+                if rollback {
+                    c.rollbacks += 1;
+                    // The rolled-back turn's format error goes with it.
+                    let last = c.cache.assistant_turns().saturating_sub(1);
+                    c.format_errors.retain(|e| e.turn < last);
+                }
+                let previous = std::mem::replace(&mut c.cache, work);
+                c.base = base.unwrap_or(Base::After(Box::new(previous), appended));
+                c.client = client;
+                c.logprobs_missing |= !logprobs_given;
+                c.format_errors.extend(new_error);
+                c.limit = limit.or(c.limit);
+                c.sampled_tokens += sampled;
+                c.model_seconds += seconds;
+            }
+            None => session.chains.push(Chain {
+                cache: work,
+                client,
+                tools: req.tools.clone(),
+                base: base.unwrap_or(Base::Start(req.messages.clone())),
+                origin,
+                logprobs_missing: !logprobs_given,
+                format_errors: new_error.into_iter().collect(),
+                rollbacks: 0,
+                limit,
+                sampled_tokens: sampled,
+                model_seconds: seconds,
+            }),
+        }
+        let token_texts = ids
+            .iter()
+            .map(|&id| self.codec.decode(&[id], false))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(GatewayError::from_codec)?;
+        Ok(TurnAnswer {
+            message,
+            finish,
+            token_ids: ids.to_vec(),
+            token_texts,
+            logprobs: logprobs_given.then_some(lps),
+            prompt_tokens,
+            format_error,
+            chain: chain_index,
+        })
+    }
+
+    /// The smallest prefix of `ids` whose text contains one of `stops`, and that stop string.
+    fn cut_at_stop(&self, ids: &[u32], stops: &[String]) -> Result<(usize, Option<String>)> {
+        let stops: Vec<&String> = stops.iter().filter(|s| !s.is_empty()).collect();
+        if stops.is_empty() {
+            return Ok((ids.len(), None));
+        }
+        let decode = |n: usize| {
+            self.codec
+                .decode(&ids[..n], false)
+                .map_err(GatewayError::from_codec)
+        };
+        let full = decode(ids.len())?;
+        let Some(first) = stops
+            .iter()
+            .filter_map(|s| full.find(s.as_str()).map(|p| (p, (*s).clone())))
+            .min_by_key(|(p, _)| *p)
+            .map(|(_, s)| s)
+        else {
+            return Ok((ids.len(), None));
+        };
+        // Containment grows with the prefix: binary search for the first prefix holding it.
+        let (mut lo, mut hi) = (1, ids.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if decode(mid)?.contains(first.as_str()) {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        Ok((hi, Some(first)))
+    }
+
+    /// Records the reward of a session (created if new); every chain of the session carries it.
+    pub async fn reward(&self, session_id: &str, reward: RewardOutcome) -> Result<()> {
+        if !reward.score.is_finite() {
+            return Err(GatewayError::invalid("`score` must be a finite number"));
+        }
+        let handle = self.session(session_id)?;
+        handle.lock().await.reward = Some(reward);
+        Ok(())
+    }
+
+    /// Ends a session: removes it, appends its trajectories to the recorder, and returns them
+    /// (one per chain; an unknown session has none).
+    pub async fn end(&self, session_id: &str) -> Result<Vec<Value>> {
+        let handle = {
+            let mut sessions = self.sessions.lock().map_err(|_| GatewayError::Internal {
+                message: "session table lock poisoned".into(),
+            })?;
+            sessions.remove(session_id)
+        };
+        let Some(handle) = handle else {
+            return Ok(Vec::new());
+        };
+        let session = handle.lock().await;
+        let records: Vec<Value> = session
+            .chains
+            .iter()
+            .enumerate()
+            .map(|(i, c)| c.trajectory(session_id, i as u32, session.reward.as_ref()))
+            .collect();
+        if let Some(recorder) = &self.recorder {
+            recorder.append(&records)?;
+        }
+        Ok(records)
+    }
+
+    /// Ends every open session (server shutdown), so that nothing recorded is lost.
+    pub async fn end_all(&self) -> Result<usize> {
+        let ids: Vec<String> = self
+            .sessions
+            .lock()
+            .map_err(|_| GatewayError::Internal {
+                message: "session table lock poisoned".into(),
+            })?
+            .keys()
+            .cloned()
+            .collect();
+        for id in &ids {
+            self.end(id).await?;
+        }
+        Ok(ids.len())
+    }
+
+    /// A snapshot of a session's chains (tests, inspection); `None` for an unknown session.
+    pub async fn chains(&self, session_id: &str) -> Option<Vec<Chain>> {
+        let handle = self.sessions.lock().ok()?.get(session_id).cloned()?;
+        let session = handle.lock().await;
+        Some(session.chains.clone())
+    }
+}
+
+/// The sampled text without its end-of-turn token (tool-call text included).
+fn raw_body(codec: &Codec, ids: &[u32]) -> Result<String> {
+    let body = match ids.last() {
+        Some(last) if codec.stop_token_ids().contains(last) => &ids[..ids.len() - 1],
+        _ => ids,
+    };
+    codec.decode(body, false).map_err(GatewayError::from_codec)
+}
+
+/// Why a chain stopped short of the requested tokens.
+fn limit_reason(cache: &uniagent_core::RolloutCache) -> ExitReason {
+    match cache.generation_budget(None) {
+        Err(CoreError::LengthLimit {
+            limit: LengthLimitKind::MaxResponseLen,
+            ..
+        }) => ExitReason::TokenLimit,
+        _ => ExitReason::ContextOverflow,
+    }
+}

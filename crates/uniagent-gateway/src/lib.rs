@@ -1,0 +1,23 @@
+#![doc = include_str!("../README.md")]
+
+pub mod chain;
+mod config;
+mod error;
+mod gateway;
+#[cfg(feature = "tch")]
+mod model_dir;
+mod record;
+mod server;
+mod session;
+mod turn;
+pub mod wire;
+
+pub use config::GatewayConfig;
+pub use error::{GatewayError, Result};
+pub use gateway::Gateway;
+#[cfg(feature = "tch")]
+pub use model_dir::load_model_dir;
+pub use record::{Recorder, TRAJECTORIES};
+pub use server::{router, serve};
+pub use session::Session;
+pub use turn::{Finish, ToolChoice, TurnAnswer, TurnRequest};

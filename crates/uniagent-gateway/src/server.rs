@@ -1,0 +1,192 @@
+//! The HTTP routes (INTERFACES.md, "Gateway routes") over a [`Gateway`].
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::StatusCode;
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use tokio::net::TcpListener;
+use uniagent_core::RewardOutcome;
+
+use crate::error::{GatewayError, Result};
+use crate::gateway::Gateway;
+use crate::wire::{anthropic, openai};
+
+/// Request bodies up to this size are read (long sessions resend long conversations).
+const BODY_LIMIT: usize = 256 * 1024 * 1024;
+
+#[derive(Debug)]
+struct AppState {
+    gateway: Arc<Gateway>,
+    counter: AtomicU64,
+}
+
+impl AppState {
+    fn next_id(&self, prefix: &str, session: &str) -> String {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        format!("{prefix}-{session}-{n}")
+    }
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The router of `gateway`.
+pub fn router(gateway: Arc<Gateway>) -> Router {
+    let state = Arc::new(AppState {
+        gateway,
+        counter: AtomicU64::new(0),
+    });
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/sessions/{session}/v1/chat/completions", post(chat))
+        .route("/sessions/{session}/v1/messages", post(messages))
+        .route("/sessions/{session}/v1/models", get(models))
+        .route("/sessions/{session}/reward", post(reward))
+        .route("/sessions/{session}/end", post(end))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(state)
+}
+
+/// Serves `gateway` on `listener` until `shutdown` resolves, then ends every open session so
+/// that its trajectories are recorded.
+pub async fn serve(
+    listener: TcpListener,
+    gateway: Arc<Gateway>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    axum::serve(listener, router(Arc::clone(&gateway)))
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(|e| GatewayError::Internal {
+            message: format!("the HTTP server failed: {e}"),
+        })?;
+    gateway.end_all().await?;
+    Ok(())
+}
+
+fn openai_error(e: GatewayError) -> Response {
+    (e.status(), Json(openai::error_body(&e))).into_response()
+}
+
+fn anthropic_error(e: GatewayError) -> Response {
+    (e.status(), Json(anthropic::error_body(&e))).into_response()
+}
+
+fn sse(events: Vec<Event>) -> Response {
+    let stream = futures::stream::iter(events.into_iter().map(Ok::<_, Infallible>));
+    Sse::new(stream).into_response()
+}
+
+async fn chat(
+    State(state): State<Arc<AppState>>,
+    Path(session): Path<String>,
+    body: Bytes,
+) -> Response {
+    let (req, options) = match openai::parse_request(&body) {
+        Ok(r) => r,
+        Err(e) => return openai_error(e),
+    };
+    let answer = match state.gateway.complete(&session, req).await {
+        Ok(a) => a,
+        Err(e) => return openai_error(e),
+    };
+    let id = state.next_id("chatcmpl", &session);
+    let model = state.gateway.config().model_name.as_str();
+    if options.stream {
+        let events = openai::chunks(&answer, &id, model, now(), &options)
+            .into_iter()
+            .map(|d| Event::default().data(d))
+            .collect();
+        sse(events)
+    } else {
+        Json(openai::response(
+            &answer,
+            &id,
+            model,
+            now(),
+            options.logprobs,
+        ))
+        .into_response()
+    }
+}
+
+async fn messages(
+    State(state): State<Arc<AppState>>,
+    Path(session): Path<String>,
+    body: Bytes,
+) -> Response {
+    let (req, stream) = match anthropic::parse_request(&body) {
+        Ok(r) => r,
+        Err(e) => return anthropic_error(e),
+    };
+    let answer = match state.gateway.complete(&session, req).await {
+        Ok(a) => a,
+        Err(e) => return anthropic_error(e),
+    };
+    let id = state.next_id("msg", &session);
+    let model = state.gateway.config().model_name.as_str();
+    if stream {
+        let events = anthropic::events(&answer, &id, model)
+            .into_iter()
+            .map(|(name, data)| Event::default().event(name).data(data.to_string()))
+            .collect();
+        sse(events)
+    } else {
+        Json(anthropic::response(&answer, &id, model)).into_response()
+    }
+}
+
+async fn models(State(state): State<Arc<AppState>>) -> Response {
+    Json(openai::models(&state.gateway.config().model_name, now())).into_response()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RewardBody {
+    score: f64,
+    #[serde(default)]
+    success: Option<bool>,
+    #[serde(default)]
+    details: Map<String, Value>,
+}
+
+async fn reward(
+    State(state): State<Arc<AppState>>,
+    Path(session): Path<String>,
+    body: Bytes,
+) -> Response {
+    let parsed: RewardBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => return openai_error(GatewayError::invalid(format!("reward body: {e}"))),
+    };
+    let outcome = RewardOutcome {
+        score: parsed.score,
+        success: parsed.success.unwrap_or(parsed.score > 0.0),
+        details: parsed.details,
+    };
+    match state.gateway.reward(&session, outcome).await {
+        Ok(()) => (StatusCode::OK, Json(json!({"ok": true}))).into_response(),
+        Err(e) => openai_error(e),
+    }
+}
+
+async fn end(State(state): State<Arc<AppState>>, Path(session): Path<String>) -> Response {
+    match state.gateway.end(&session).await {
+        Ok(records) => Json(Value::Array(records)).into_response(),
+        Err(e) => openai_error(e),
+    }
+}

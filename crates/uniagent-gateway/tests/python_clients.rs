@@ -1,0 +1,196 @@
+//! The official `openai` and `anthropic` Python SDKs (pinned, `.venv-gateway`, see
+//! `scripts/setup/60-gateway-clients.sh`) against the gateway serving the tiny Qwen2 model on
+//! CPU through the tch engine: multi-turn, streaming and not, tool declarations, harness-made
+//! tool calls, an edited history. The tokens each session recorded are then checked: one chain
+//! per conversation, its mask-1 runs are exactly the answers the SDKs received (the edited one
+//! rolled back), and its text is the chat template's full render of the conversation.
+//!
+//! Skips with a printed reason when `UNIAGENT_GATEWAY_VENV` is unset; fails when it is set and
+//! the venv is missing.
+
+#![cfg(feature = "tch")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::Value;
+use uniagent_core::codec::{messages_to_json, ChatInput, Codec};
+use uniagent_core::Message;
+use uniagent_gateway::{load_model_dir, Gateway, GatewayConfig};
+
+fn repo(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// A Hugging Face directory: the tiny model's weights with the Qwen2.5 tokenizer and template.
+fn model_dir(dir: &Path) {
+    let model = repo("../uniagent-train/tests/fixtures/tiny-qwen2");
+    let tok = repo("../uniagent-core/tests/fixtures/tokenizers/qwen2.5");
+    for (from, name) in [
+        (&model, "config.json"),
+        (&model, "model.safetensors"),
+        (&model, "generation_config.json"),
+        (&tok, "tokenizer.json"),
+        (&tok, "tokenizer_config.json"),
+        (&tok, "chat_template.jinja"),
+    ] {
+        std::os::unix::fs::symlink(from.join(name), dir.join(name)).unwrap();
+    }
+}
+
+fn ids(t: &Value, key: &str) -> Vec<u32> {
+    t[key]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect()
+}
+
+/// The texts of the mask-1 runs (the sampled turns), without their end-of-turn id.
+fn sampled_turns(codec: &Codec, t: &Value) -> Vec<String> {
+    let response = ids(t, "response_ids");
+    let mask = ids(t, "response_mask");
+    let mut turns: Vec<Vec<u32>> = Vec::new();
+    let mut prev = 0;
+    for (id, m) in response.into_iter().zip(mask) {
+        if m == 1 {
+            if prev == 0 {
+                turns.push(Vec::new());
+            }
+            turns.last_mut().unwrap().push(id);
+        }
+        prev = m;
+    }
+    turns
+        .into_iter()
+        .map(|mut turn| {
+            if turn
+                .last()
+                .is_some_and(|id| codec.stop_token_ids().contains(id))
+            {
+                turn.pop();
+            }
+            // The tool-call parser returns the text around calls trimmed.
+            codec.decode(&turn, false).unwrap().trim().to_owned()
+        })
+        .collect()
+}
+
+fn texts(v: &Value) -> Vec<String> {
+    v["texts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap_or("").trim().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_sdks_drive_the_gateway_and_the_tokens_are_exact() {
+    let Ok(venv) = std::env::var("UNIAGENT_GATEWAY_VENV") else {
+        eprintln!(
+            "skipped: UNIAGENT_GATEWAY_VENV is not set (scripts/setup/60-gateway-clients.sh)"
+        );
+        return;
+    };
+    let python = Path::new(&venv).join("bin/python");
+    assert!(
+        python.exists(),
+        "UNIAGENT_GATEWAY_VENV={venv} has no bin/python: run scripts/setup/60-gateway-clients.sh"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    model_dir(dir.path());
+    let (codec, engine) = load_model_dir(dir.path()).unwrap();
+    let gateway = Arc::new(Gateway::new(codec, engine, GatewayConfig::default()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let router = uniagent_gateway::router(gateway);
+    let server = tokio::spawn(async move { axum::serve(listener, router).await });
+    let script = repo("tests/clients/drive.py");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python)
+            .arg(script)
+            .arg(base)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    server.abort();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "drive.py failed:\n{stderr}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let codec = Codec::from_dir(dir.path()).unwrap();
+
+    // OpenAI: one chain; the third answer was edited by the harness, so rolled back.
+    let oa = &report["oa"];
+    let t = oa["trajectories"].as_array().unwrap();
+    assert_eq!(t.len(), 1, "{oa}");
+    let texts_oa = texts(oa);
+    assert_eq!(
+        sampled_turns(&codec, &t[0]),
+        vec![
+            texts_oa[0].clone(),
+            texts_oa[1].clone(),
+            texts_oa[3].clone()
+        ]
+    );
+    assert_eq!(t[0]["extra_fields"]["gateway"]["rollbacks"], 1);
+    assert_eq!(t[0]["reward_score"], 1.0);
+    assert!(t[0]["response_logprobs"].is_array());
+    let response = codec.decode(&ids(&t[0], "response_ids"), false).unwrap();
+    assert!(
+        response.contains("edited answer") && response.contains("a.txt"),
+        "{response}"
+    );
+    // The prompt is the template's render of the first request, tools included.
+    let first_request: Vec<Message> = serde_json::from_value(t[0]["messages"].clone()).unwrap();
+    let tools = serde_json::json!([{"type": "function", "function": {"name": "ls",
+        "description": "List files.", "parameters": {"type": "object",
+        "properties": {"path": {"type": "string"}}}}}]);
+    let render = codec
+        .render_ids(&ChatInput {
+            messages: messages_to_json(&first_request[..2]).unwrap(),
+            tools: tools.as_array().unwrap().clone(),
+            add_generation_prompt: true,
+            ..ChatInput::default()
+        })
+        .unwrap();
+    assert_eq!(ids(&t[0], "prompt_ids"), render);
+
+    // Streaming gave the same greedy first turn.
+    let os = &report["os"]["trajectories"][0];
+    assert_eq!(sampled_turns(&codec, os), vec![texts_oa[0].clone()]);
+
+    // Anthropic: one chain, every answer a mask-1 run, and the whole chain's text is the
+    // template's full render of the final conversation.
+    let an = &report["an"];
+    let t = an["trajectories"].as_array().unwrap();
+    assert_eq!(t.len(), 1, "{an}");
+    assert_eq!(sampled_turns(&codec, &t[0]), texts(an));
+    let messages: Vec<Message> = serde_json::from_value(t[0]["messages"].clone()).unwrap();
+    let full = codec
+        .render(&ChatInput {
+            messages: messages_to_json(&messages).unwrap(),
+            tools: vec![
+                serde_json::json!({"type": "function", "function": {"name": "ls",
+                "description": "List files.", "parameters": {"type": "object",
+                "properties": {"path": {"type": "string"}}}}}),
+            ],
+            add_generation_prompt: false,
+            ..ChatInput::default()
+        })
+        .unwrap();
+    let mut all = ids(&t[0], "prompt_ids");
+    all.extend(ids(&t[0], "response_ids"));
+    let text = codec.decode(&all, false).unwrap();
+    // A last turn cut by max_tokens is closed by the template.
+    let closing = if all.last() == Some(&codec.eos_token_id()) {
+        ""
+    } else {
+        codec.eos_token()
+    };
+    assert_eq!(format!("{text}{closing}\n"), full);
+}
