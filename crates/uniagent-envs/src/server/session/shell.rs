@@ -423,16 +423,20 @@ impl BashSession {
             }
             return;
         }
-        if let Some(pgid) = self.foreground_group().filter(|g| *g != self.pid) {
+        let foreground = self.foreground_group();
+        if let Some(pgid) = foreground.filter(|g| *g != self.pid) {
             signal_group(pgid, Signal::SIGKILL);
-            // The kill is certain; the prompt only has to be scheduled.
-            if self
+        }
+        // Either the kill is certain, or the shell itself holds the terminal (the command is
+        // over): the prompt only has to be scheduled, which on a loaded machine can take longer
+        // than the grace. Only a shell that prints nothing even then is stuck.
+        if foreground.is_some()
+            && self
                 .wait(reader, accept, &[], Some(Instant::now() + grace * 10))
                 .await
                 .is_ok()
-            {
-                return;
-            }
+        {
+            return;
         }
         kill_session(self.pid);
         reader.eof = true;
