@@ -101,9 +101,11 @@ impl CliError {
         path: impl Into<String>,
         message: impl fmt::Display,
     ) -> Self {
+        // The origin can be a `--set` text and the path a key from the file: either may hold
+        // a line break, and the error stays one line.
         Self::Config {
-            origin: origin.into(),
-            path: path.into(),
+            origin: one_line(&origin.into()),
+            path: one_line(&path.into()),
             message: one_line(&message.to_string()),
         }
     }
@@ -166,5 +168,20 @@ mod tests {
         assert_eq!(CliError::runtime("disk full").exit_code(), 1);
         assert!(CliError::Interrupted("x".into()).is_retryable());
         assert!(!CliError::preflight("no image").is_retryable());
+    }
+
+    #[test]
+    fn an_override_with_line_breaks_still_gives_one_line() {
+        // Found by the run_config fuzz target: `--set` text echoed as the origin.
+        let doc = crate::config::ConfigDoc::from_text(
+            std::path::Path::new("run.yaml"),
+            "tasks: {}\n".into(),
+            uniagent_core::config::ConfigFormat::Yaml,
+            &["loop.max_turns=x\n# y".into()],
+        )
+        .unwrap();
+        let e = doc.error_at(&["loop".into(), "max_turns".into()], "invalid type");
+        assert!(!e.to_string().contains('\n'), "{e}");
+        assert!(e.to_string().contains("--set loop.max_turns=x # y"), "{e}");
     }
 }
