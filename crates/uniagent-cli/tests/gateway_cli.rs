@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 fn uniagent() -> Command {
     Command::new(env!("CARGO_BIN_EXE_uniagent"))
@@ -107,7 +107,7 @@ fn serves_the_tiny_model_and_records_open_sessions_on_sigterm() {
         .arg(model.path())
         .arg("--out")
         .arg(out.path())
-        .stdout(Stdio::piped())
+        .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());

@@ -3,7 +3,6 @@
 //! `uniagent-gateway`). The policy is `--model-dir` (tch engine, feature `tch`) or the
 //! config's `model:` section (`type: vllm | sglang`, as in `run` configs).
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -49,43 +48,11 @@ pub fn main(args: GatewayArgs) -> Result<()> {
     }
     let gateway = Arc::new(gateway);
     super::runtime()?.block_on(async move {
-        let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
-            .await
-            .map_err(|e| {
-                CliError::preflight(format!("cannot listen on {}:{}: {e}", args.host, args.port))
-            })?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| CliError::runtime(format!("listening socket: {e}")))?;
-        println!("listening on http://{addr}");
-        let _ = std::io::stdout().flush();
-        uniagent_gateway::serve(listener, gateway, shutdown_signal())
+        let listener = super::listen(&args.host, args.port).await?;
+        uniagent_gateway::serve(listener, gateway, super::shutdown_signal())
             .await
             .map_err(|e| CliError::runtime(e.to_string()))
     })
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = ctrl_c => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = ctrl_c.await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
-    }
 }
 
 /// The gateway settings and the optional `model:` section.

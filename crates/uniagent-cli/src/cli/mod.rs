@@ -97,3 +97,43 @@ pub(crate) fn print_tasks(tasks: &[uniagent_core::Task], n: usize) {
         println!("{line}");
     }
 }
+
+/// Binds `host:port` (0: a free port) and prints `listening on http://HOST:PORT` as the first
+/// stdout line (INTERFACES.md), flushed so that a script can read it at once.
+pub(crate) async fn listen(host: &str, port: u16) -> Result<tokio::net::TcpListener, CliError> {
+    use std::io::Write;
+    let listener = tokio::net::TcpListener::bind((host, port))
+        .await
+        .map_err(|e| CliError::preflight(format!("cannot listen on {host}:{port}: {e}")))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| CliError::runtime(format!("reading the bound address: {e}")))?;
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "listening on http://{addr}");
+    let _ = out.flush();
+    Ok(listener)
+}
+
+/// Resolves on Ctrl-C or (on Unix) SIGTERM: the graceful end of the servers.
+pub(crate) async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

@@ -2,7 +2,6 @@
 //! directories. With `--port 0` a free port is picked; the first line on stdout is always
 //! `listening on http://HOST:PORT`. Stops on Ctrl-C or SIGTERM.
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
@@ -28,44 +27,11 @@ pub struct ViewArgs {
 /// Runs `view` until interrupted.
 pub fn main(args: ViewArgs) -> Result<()> {
     super::runtime()?.block_on(async move {
-        let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
-            .await
-            .map_err(|e| {
-                CliError::preflight(format!("cannot listen on {}:{}: {e}", args.host, args.port))
-            })?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| CliError::runtime(format!("reading the bound address: {e}")))?;
-        let mut out = std::io::stdout();
-        let _ = writeln!(out, "listening on http://{addr}");
-        let _ = out.flush();
+        let listener = super::listen(&args.host, args.port).await?;
         let viewer = Viewer::new(&args.dirs);
         axum::serve(listener, viewer.router())
-            .with_graceful_shutdown(shutdown())
+            .with_graceful_shutdown(super::shutdown_signal())
             .await
             .map_err(|e| CliError::runtime(format!("serving: {e}")))
     })
-}
-
-async fn shutdown() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = ctrl_c => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = ctrl_c.await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
-    }
 }
