@@ -11,9 +11,6 @@ use crate::config::{ConfigDoc, RunConfig};
 use crate::error::Result;
 use crate::model::ModelConfig;
 
-/// The keys of `trainer:` that belong to the command, not to the pipeline.
-const COMMAND_KEYS: [&str; 3] = ["quick", "split", "scratch"];
-
 /// Which of the run's tasks serve which phase.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -125,11 +122,6 @@ impl TrainerSection {
             scratch,
             pipeline,
         })
-    }
-
-    /// The names of the command's own keys in `trainer:` (the rest is the pipeline's).
-    pub fn command_keys() -> &'static [&'static str] {
-        &COMMAND_KEYS
     }
 }
 
