@@ -18,15 +18,15 @@ const TRAIN: &str = "examples/configs/quickstart-train.yaml";
 
 /// `uniagent train` of the shipped config at CI size with `sets` overrides; the summary.
 fn train(out: &Path, sets: &[&str]) -> Value {
+    let mut all = vec!["trainer.quick=true"];
+    all.extend_from_slice(sets);
+    train_with(out, &all)
+}
+
+/// `uniagent train` of the shipped config with exactly `sets` as overrides; the summary.
+fn train_with(out: &Path, sets: &[&str]) -> Value {
     let out_arg = out.display().to_string();
-    let mut args = vec![
-        "train",
-        TRAIN,
-        "--set",
-        "trainer.quick=true",
-        "--out",
-        &out_arg,
-    ];
+    let mut args = vec!["train", TRAIN, "--out", &out_arg];
     for set in sets {
         args.extend(["--set", set]);
     }
@@ -250,9 +250,20 @@ fn bad_trainer_sections_name_the_key() {
 }
 
 #[test]
-fn async_quick_train_learns() {
+fn async_train_learns() {
+    // Async RL is not reproducible: which weights a rollout saw depends on the machine's
+    // timing. At the quick size (12 steps) its gain ranged from 0 to +14 points over four
+    // runs on a loaded 2-core machine; at 24 steps it was +17 to +23 in three, so this run
+    // is 24 steps with one evaluation half way.
     let out = tempfile::tempdir().unwrap();
-    let summary = train(out.path(), &["trainer.rl.mode=async"]);
+    let summary = train_with(
+        out.path(),
+        &[
+            "trainer.rl.mode=async",
+            "trainer.rl.steps=24",
+            "trainer.rl.eval_every=12",
+        ],
+    );
     assert_eq!(summary["mode"], "async", "{summary}");
     let sft = summary["sft_only_success"].as_f64().unwrap();
     let rl = summary["rl_success"].as_f64().unwrap();
@@ -262,7 +273,7 @@ fn async_quick_train_learns() {
     );
     // One metrics line per trainer step, with the rollouts' measured staleness.
     let metrics = lines(&out.path().join("metrics.jsonl"));
-    assert_eq!(metrics.len(), 12);
+    assert_eq!(metrics.len(), 24);
     assert!(
         metrics.iter().all(|m| m["staleness"].is_u64()),
         "{metrics:?}"
