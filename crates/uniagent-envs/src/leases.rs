@@ -144,8 +144,11 @@ pub struct Capacity {
     /// Sandboxes being started.
     pub starting: usize,
     /// Leases a client can get now without waiting for another to end: free slots plus warm
-    /// sandboxes.
+    /// sandboxes (0 while draining).
     pub available: usize,
+    /// The pool is stopping: it takes no new leases and waits for the live ones to end.
+    #[serde(default)]
+    pub draining: bool,
     /// Per image.
     pub images: Vec<ImageCapacity>,
 }

@@ -142,6 +142,86 @@ async fn a_killed_pool_fails_its_sandboxes_and_new_leases_go_to_the_others() {
     wait_for_containers(&b.name, 0, Duration::from_secs(30)).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigtermed_pool_drains_live_leases_finish_and_new_ones_go_elsewhere() {
+    if !docker_or_skip("drain").await {
+        return;
+    }
+    let spec = PoolSpec {
+        capacity: 4,
+        warm: 1,
+        drain_grace: 120.0,
+        ..PoolSpec::default()
+    };
+    let mut a = PoolProcess::start(&unique("da"), &spec, 0);
+    let b = PoolProcess::start(&unique("db"), &PoolSpec::default(), 0);
+    let live = started(quick(a.faas())).await;
+    assert_eq!(
+        live.sh("echo before", 10.0).await.unwrap().stdout,
+        "before\n"
+    );
+    // The leased sandbox and (once refilled) the warm one.
+    wait_for_containers(&a.name, 2, Duration::from_secs(120)).await;
+
+    a.terminate();
+    let capacity = format!("{}/v1/capacity", a.url);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while get_json(&capacity).await["draining"] != true {
+        assert!(Instant::now() < deadline, "the pool never said it drains");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let shown = get_json(&capacity).await;
+    assert_eq!(
+        (shown["available"].clone(), shown["leased"].clone()),
+        (0.into(), 1.into()),
+        "{shown}"
+    );
+    // The warm sandbox goes at once; the leased one keeps working, renewals included (its
+    // 3 s lease outlives several TTLs here).
+    wait_for_containers(&a.name, 1, Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        live.sh("echo during", 10.0).await.unwrap().stdout,
+        "during\n"
+    );
+    // New leases are refused with a retryable error and go to the other pool.
+    let mut once = a.faas();
+    once.retry = RetryConfig::none();
+    let err = FaasDeployment::new(once)
+        .unwrap()
+        .start()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Error::Sandbox {
+                retryable: true,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let elsewhere = started(quick(faas_config(&[&a, &b]))).await;
+    assert_eq!(elsewhere.info().await.unwrap().endpoint, b.url);
+    assert!(
+        a.wait_exit(Duration::ZERO).is_none(),
+        "the pool left before its lease ended"
+    );
+
+    // The last lease ends: the pool removes it and exits 0, long before the grace is over.
+    live.stop().await.unwrap();
+    let status = tokio::task::block_in_place(|| a.wait_exit(Duration::from_secs(60)))
+        .expect("the drained pool did not exit");
+    assert!(status.success(), "{status:?}");
+    assert!(
+        pool_containers(&a.name).await.is_empty(),
+        "the drained pool left containers"
+    );
+    elsewhere.stop().await.unwrap();
+    wait_for_containers(&b.name, 0, Duration::from_secs(30)).await;
+}
+
 /// Not a test on its own (hence ignored): the controller process the next test starts with
 /// `--ignored`. It leases sandboxes, says `CONTROLLER-READY` and waits to be killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,9 +6,11 @@
 //! ```
 //!
 //! With `--port 0` it picks a free port. The first line on stdout is always
-//! `listening on http://HOST:PORT`; logs go to stderr. SIGTERM or SIGINT removes every sandbox
-//! (warm and leased) and exits 0; after SIGKILL, the next start recovers the leased ones from
-//! their container labels. Exit codes: 0 ok, 2 bad usage or configuration, 1 a failure while
+//! `listening on http://HOST:PORT`; logs go to stderr. SIGTERM or SIGINT drains the node: no
+//! new leases (503 `shutting_down`, clients go elsewhere), warm sandboxes removed at once, live
+//! leases kept until released or `drain_grace` has passed (a second signal cuts it short); then
+//! every sandbox left is removed and it exits 0. After SIGKILL, the next start recovers the
+//! leased ones from their container labels. Exit codes: 0 ok, 2 bad usage or configuration, 1 a failure while
 //! running.
 
 use std::io::Write as _;
@@ -87,12 +89,33 @@ async fn run(args: Args, config: PoolConfig) -> Result<(), Box<dyn std::error::E
     writeln!(stdout, "listening on http://{addr}")?;
     stdout.flush()?;
     drop(stdout);
-    let shutdown = async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = interrupt.recv() => {}
+    // The first signal starts the drain; the second cuts it short.
+    let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
+    let (second_tx, second_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let mut senders = [Some(first_tx), Some(second_tx)].into_iter().flatten();
+        loop {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = interrupt.recv() => {}
+            }
+            match senders.next() {
+                Some(tx) => {
+                    let _ = tx.send(());
+                }
+                None => return,
+            }
         }
-    };
-    pool.serve(listener, shutdown).await?;
+    });
+    pool.serve_with_drain(
+        listener,
+        async move {
+            let _ = first_rx.await;
+        },
+        async move {
+            let _ = second_rx.await;
+        },
+    )
+    .await?;
     Ok(())
 }

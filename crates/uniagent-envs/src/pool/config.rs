@@ -44,6 +44,13 @@ pub struct PoolConfig {
     pub api_key_env: Option<String>,
     /// The images served, each with its template and warm pool size.
     pub images: Vec<ImagePool>,
+    /// How long a stopping pool (SIGTERM) waits for its live leases to be released before it
+    /// removes them, seconds. It takes no new leases meanwhile (503 `shutting_down`, so
+    /// clients go to another node) and removes its warm sandboxes at once. 0: remove at once.
+    /// Keep it below the orchestrator's kill deadline (Kubernetes'
+    /// `terminationGracePeriodSeconds`).
+    #[serde(with = "duration_secs")]
+    pub drain_grace: Duration,
 }
 
 impl Default for PoolConfig {
@@ -58,6 +65,7 @@ impl Default for PoolConfig {
             reap_interval: Duration::from_secs(1),
             api_key_env: None,
             images: Vec::new(),
+            drain_grace: Duration::from_secs(30),
         }
     }
 }

@@ -1,11 +1,97 @@
-//! Limits a lease may ask for: valid, and within the image template's.
+//! What a lease request may ask for: a served image, a time to live within the pool's
+//! maximum, limits valid and within the image template's.
 
-use super::PoolError;
+use std::time::Duration;
+
+use super::{ImagePool, PoolConfig, PoolError};
 use crate::config::DockerConfig;
-use crate::leases::{ErrorKind, Limits};
+use crate::leases::{AcquireRequest, ErrorKind, Limits};
+
+/// What an admitted lease request gets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Admission<'a> {
+    /// The image's entry in the pool's configuration.
+    pub template: &'a ImagePool,
+    /// The lease's time to live: the asked one, else the pool's `lease_ttl`.
+    pub ttl: Duration,
+    /// The asked limits, when any were given.
+    pub limits: Option<Limits>,
+    /// Whether a warm sandbox (started with the template's limits) fits.
+    pub warm_ok: bool,
+}
+
+/// Checks a lease request against a pool's configuration without starting anything: the
+/// first thing `POST /v1/leases` does with a client's body.
+///
+/// ```
+/// use uniagent_envs::leases::{AcquireRequest, ErrorKind};
+/// use uniagent_envs::pool::{admit, PoolConfig};
+///
+/// let config: PoolConfig = uniagent_core::config::parse(
+///     "name: n\nmax_ttl: 60\nimages:\n  - docker: {image: 'img:1', memory_bytes: 268435456}\n",
+///     uniagent_core::config::ConfigFormat::Yaml,
+/// ).unwrap();
+/// let ask = |json: &str| admit(&config, &serde_json::from_str::<AcquireRequest>(json).unwrap());
+/// assert_eq!(ask(r#"{"image": "img:1", "ttl_secs": 20}"#).unwrap().ttl.as_secs(), 20);
+/// assert_eq!(ask(r#"{"image": "img:1", "ttl_secs": 1e300}"#).unwrap_err().kind, ErrorKind::LimitExceeded);
+/// assert_eq!(ask(r#"{"image": "other"}"#).unwrap_err().kind, ErrorKind::UnknownImage);
+/// ```
+pub fn admit<'a>(
+    config: &'a PoolConfig,
+    request: &AcquireRequest,
+) -> std::result::Result<Admission<'a>, PoolError> {
+    let template = config.image(&request.image).ok_or_else(|| {
+        PoolError::new(
+            ErrorKind::UnknownImage,
+            format!("this pool does not serve image `{}`", request.image),
+        )
+    })?;
+    let ttl = lease_ttl(config, request.ttl_secs)?;
+    let limits = request.limits.clone().filter(|l| !l.is_empty());
+    if let Some(limits) = &limits {
+        check_limits(limits, &template.docker)?;
+    }
+    let warm_ok = limits
+        .as_ref()
+        .is_none_or(|l| same_limits(l, &template.docker));
+    Ok(Admission {
+        template,
+        ttl,
+        limits,
+        warm_ok,
+    })
+}
+
+/// The time to live a request asks for (`None`: the pool's default), checked against the
+/// pool's `max_ttl`.
+pub(super) fn lease_ttl(
+    config: &PoolConfig,
+    asked: Option<f64>,
+) -> std::result::Result<Duration, PoolError> {
+    let Some(secs) = asked else {
+        return Ok(config.lease_ttl);
+    };
+    if !(secs.is_finite() && secs > 0.0) {
+        return Err(PoolError::new(
+            ErrorKind::BadRequest,
+            format!("ttl_secs must be a positive number, got {secs}"),
+        ));
+    }
+    // Compared as seconds first: a huge value has no Duration (from_secs_f64 would panic).
+    match Duration::try_from_secs_f64(secs) {
+        Ok(ttl) if ttl <= config.max_ttl => Ok(ttl),
+        _ => Err(PoolError::new(
+            ErrorKind::LimitExceeded,
+            format!(
+                "ttl_secs {secs} exceeds this pool's max_ttl of {} s",
+                config.max_ttl.as_secs_f64()
+            ),
+        )),
+    }
+}
 
 /// Whether a sandbox started from `template` has the asked `limits`, so a warm one fits.
-pub(super) fn same_limits(limits: &Limits, template: &DockerConfig) -> bool {
+fn same_limits(limits: &Limits, template: &DockerConfig) -> bool {
     limits
         .memory_bytes
         .is_none_or(|m| Some(m) == template.memory_bytes)
@@ -16,7 +102,7 @@ pub(super) fn same_limits(limits: &Limits, template: &DockerConfig) -> bool {
 }
 
 /// Asked limits must be valid and within the template's.
-pub(super) fn check_limits(
+fn check_limits(
     limits: &Limits,
     template: &DockerConfig,
 ) -> std::result::Result<(), PoolError> {

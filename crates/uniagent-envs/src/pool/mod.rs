@@ -41,6 +41,7 @@ mod routes;
 mod sandbox;
 mod table;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -51,7 +52,8 @@ use uniagent_core::{Error, Result};
 pub use config::{ImagePool, PoolConfig};
 
 use crate::leases::{AcquireRequest, Capacity, ErrorKind, Lease, LeaseList};
-use limits::{check_limits, same_limits};
+pub use limits::{admit, Admission};
+use limits::lease_ttl;
 use sandbox::Sandbox;
 use table::{Held, Reservation, Table};
 
@@ -87,6 +89,10 @@ struct Inner {
     /// Wakes the warm-pool refiller.
     refill: Notify,
     api_key: Option<String>,
+    /// Removals started by [`Pool::stop_later`] and not finished: shutdown waits for them, so
+    /// a sandbox released just before the pool stops is not left behind.
+    removing: AtomicUsize,
+    removed: Notify,
 }
 
 impl Pool {
@@ -106,6 +112,8 @@ impl Pool {
                 docker,
                 refill: Notify::new(),
                 api_key,
+                removing: AtomicUsize::new(0),
+                removed: Notify::new(),
             }),
         };
         recover::recover(&pool).await?;
@@ -127,47 +135,15 @@ impl Pool {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn ttl(&self, asked: Option<f64>) -> std::result::Result<Duration, PoolError> {
-        let config = &self.inner.config;
-        let Some(secs) = asked else {
-            return Ok(config.lease_ttl);
-        };
-        if !(secs.is_finite() && secs > 0.0) {
-            return Err(PoolError::new(
-                ErrorKind::BadRequest,
-                format!("ttl_secs must be a positive number, got {secs}"),
-            ));
-        }
-        let ttl = Duration::from_secs_f64(secs);
-        if ttl > config.max_ttl {
-            return Err(PoolError::new(
-                ErrorKind::LimitExceeded,
-                format!(
-                    "ttl_secs {secs} exceeds this pool's max_ttl of {} s",
-                    config.max_ttl.as_secs_f64()
-                ),
-            ));
-        }
-        Ok(ttl)
-    }
-
     /// Grants a lease: a warm sandbox when one fits, else a fresh one in a free slot.
     pub async fn acquire(&self, request: AcquireRequest) -> std::result::Result<Lease, PoolError> {
         let config = &self.inner.config;
-        let template = config.image(&request.image).ok_or_else(|| {
-            PoolError::new(
-                ErrorKind::UnknownImage,
-                format!("this pool does not serve image `{}`", request.image),
-            )
-        })?;
-        let ttl = self.ttl(request.ttl_secs)?;
-        let limits = request.limits.clone().filter(|l| !l.is_empty());
-        if let Some(limits) = &limits {
-            check_limits(limits, &template.docker)?;
-        }
-        let warm_ok = limits
-            .as_ref()
-            .is_none_or(|l| same_limits(l, &template.docker));
+        let Admission {
+            template,
+            ttl,
+            limits,
+            warm_ok,
+        } = admit(config, &request)?;
         let (sandbox, warm) = loop {
             // Bound first: the table's lock must not be held across the awaits below.
             let reservation = self.table().reserve(&request.image, warm_ok);
@@ -272,7 +248,7 @@ impl Pool {
         ttl_secs: Option<f64>,
     ) -> std::result::Result<Lease, PoolError> {
         let ttl = match ttl_secs {
-            Some(_) => Some(self.ttl(ttl_secs)?),
+            Some(_) => Some(lease_ttl(&self.inner.config, ttl_secs)?),
             None => None,
         };
         let now = Instant::now();
@@ -335,11 +311,13 @@ impl Pool {
             warm: table.warm_total(),
             starting: table.starting,
             available: table.available(),
+            draining: table.closing,
             images: table.images(&targets),
         }
     }
 
-    /// Stops serving new leases and removes every sandbox, warm and leased.
+    /// Stops serving new leases and removes every sandbox, warm and leased, also those whose
+    /// removal was already under way.
     pub async fn shutdown(&self) {
         let all = self.table().drain();
         let docker = self.inner.docker.clone();
@@ -352,6 +330,38 @@ impl Pool {
             }
         }))
         .await;
+        self.removals_done().await;
+    }
+
+    /// Takes no new leases, removes the warm sandboxes, and waits until every live lease is
+    /// released or reaped, or `grace` has passed, or `cut_short` resolves. Renewals, releases
+    /// and the proxy keep working meanwhile. Returns the leases still live at the end.
+    pub async fn drain(
+        &self,
+        grace: Duration,
+        cut_short: impl std::future::Future<Output = ()>,
+    ) -> usize {
+        let warm = self.table().close();
+        for sandbox in warm {
+            self.stop_later(sandbox);
+        }
+        let deadline = tokio::time::Instant::now() + grace;
+        tracing::info!(
+            leases = self.table().leases.len(),
+            grace_secs = grace.as_secs_f64(),
+            "draining: no new leases; waiting for the live ones"
+        );
+        let released = async {
+            while !self.table().leases.is_empty() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        };
+        tokio::select! {
+            () = released => {}
+            () = tokio::time::sleep_until(deadline) => {}
+            () = cut_short => {}
+        }
+        self.table().leases.len()
     }
 
     /// Serves the API on `listener` until `shutdown` resolves, then removes every sandbox.
@@ -369,15 +379,60 @@ impl Pool {
         served
     }
 
+    /// Serves the API on `listener`; when `stop` resolves, [`drain`](Self::drain)s for the
+    /// configured `drain_grace` (cut short by `force`) while still serving, then stops serving
+    /// and removes every sandbox left.
+    pub async fn serve_with_drain(
+        &self,
+        listener: tokio::net::TcpListener,
+        stop: impl std::future::Future<Output = ()> + Send + 'static,
+        force: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Result<()> {
+        let (drained_tx, drained_rx) = tokio::sync::oneshot::channel::<()>();
+        let pool = self.clone();
+        let grace = self.inner.config.drain_grace;
+        let drainer = tokio::spawn(async move {
+            stop.await;
+            let left = pool.drain(grace, force).await;
+            if left > 0 {
+                tracing::warn!(leases = left, "drain grace over; removing live leases");
+            }
+            let _ = drained_tx.send(());
+        });
+        let served = self
+            .serve(listener, async move {
+                let _ = drained_rx.await;
+            })
+            .await;
+        drainer.abort();
+        served
+    }
+
     /// Removes a sandbox without making the caller wait.
     fn stop_later(&self, sandbox: Sandbox) {
-        let docker = self.inner.docker.clone();
+        let inner = self.inner.clone();
+        inner.removing.fetch_add(1, Ordering::SeqCst);
         tokio::spawn(async move {
             let id = sandbox.id.clone();
-            if let Err(e) = sandbox.stop(&docker).await {
+            if let Err(e) = sandbox.stop(&inner.docker).await {
                 tracing::warn!(lease = %id, error = %e, "could not remove a sandbox");
             }
+            inner.removing.fetch_sub(1, Ordering::SeqCst);
+            inner.removed.notify_waiters();
         });
+    }
+
+    /// Waits until every removal started by [`stop_later`](Self::stop_later) has finished.
+    async fn removals_done(&self) {
+        loop {
+            let removed = self.inner.removed.notified();
+            if self.inner.removing.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            // Also on a timer: a notification between the load and the await is not lost,
+            // but a bound keeps a stuck Docker call from hanging shutdown without a trace.
+            let _ = tokio::time::timeout(Duration::from_secs(1), removed).await;
+        }
     }
 
     /// URL of lease `id`'s server and the proxy to it, when `token` is its token.

@@ -159,6 +159,13 @@ impl Table {
         stale
     }
 
+    /// Closes the table to new leases and warm starts and returns its warm sandboxes; the
+    /// leased ones stay until released, reaped or [`drain`](Self::drain)ed.
+    pub(crate) fn close(&mut self) -> Vec<Sandbox> {
+        self.closing = true;
+        self.warm.drain().flat_map(|(_, queue)| queue).collect()
+    }
+
     /// Closes the table and returns every sandbox it holds.
     pub(crate) fn drain(&mut self) -> Vec<Sandbox> {
         self.closing = true;
@@ -183,6 +190,9 @@ impl Table {
 
     /// Leases a client can get without waiting: free slots plus warm sandboxes.
     pub(crate) fn available(&self) -> usize {
+        if self.closing {
+            return 0;
+        }
         self.capacity.saturating_sub(self.used()) + self.warm_count()
     }
 

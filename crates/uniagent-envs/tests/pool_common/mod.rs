@@ -44,6 +44,8 @@ pub struct PoolSpec {
     pub max_ttl: f64,
     /// The control-plane API key, passed to the pool in `UNIAGENT_TEST_POOL_KEY`.
     pub api_key: Option<String>,
+    /// Seconds a SIGTERMed pool waits for its live leases.
+    pub drain_grace: f64,
 }
 
 impl Default for PoolSpec {
@@ -54,6 +56,7 @@ impl Default for PoolSpec {
             lease_ttl: 30.0,
             max_ttl: 60.0,
             api_key: None,
+            drain_grace: 30.0,
         }
     }
 }
@@ -72,10 +75,11 @@ impl PoolProcess {
     pub fn start(name: &str, spec: &PoolSpec, port: u16) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let config = format!(
-            "name: {name}\ncapacity: {}\nlease_ttl: {}\nmax_ttl: {}\nreap_interval: 0.2\nimages:\n  - warm: {}\n    docker:\n      image: {}\n      memory_bytes: {}\n      cpus: 0.5\n      pids_limit: 128\n      lifetime: 600\n      startup_timeout: 120\n      server_binary: {}\n",
+            "name: {name}\ncapacity: {}\nlease_ttl: {}\nmax_ttl: {}\ndrain_grace: {}\nreap_interval: 0.2\nimages:\n  - warm: {}\n    docker:\n      image: {}\n      memory_bytes: {}\n      cpus: 0.5\n      pids_limit: 128\n      lifetime: 600\n      startup_timeout: 120\n      server_binary: {}\n",
             spec.capacity,
             spec.lease_ttl,
             spec.max_ttl,
+            spec.drain_grace,
             spec.warm,
             image(),
             128u64 << 20,
@@ -111,6 +115,32 @@ impl PoolProcess {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+        }
+    }
+
+    /// Sends the pool SIGTERM (it starts draining).
+    pub fn terminate(&self) {
+        let child = self.child.as_ref().expect("the pool is running");
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -TERM failed");
+    }
+
+    /// The pool's exit status once it has exited, polling for at most `within`.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        let child = self.child.as_mut()?;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                self.child = None;
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 
