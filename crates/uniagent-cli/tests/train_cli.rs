@@ -107,6 +107,14 @@ fn the_output_directory_has_what_interfaces_promise() {
     assert_eq!(phase("demonstration"), 96);
     assert_eq!(phase("rl"), 12 * 8 * 8);
     assert_eq!(phase("eval"), 64 * 3, "before RL, at step 6 and at step 12");
+    let probes = summary["sft_probes"].as_array().unwrap();
+    assert!(!probes.is_empty(), "{summary}");
+    assert_eq!(phase("sft_probe"), 32 * probes.len());
+    assert_eq!(
+        probes.last().unwrap()[0],
+        summary["sft_steps"],
+        "the last probe is where SFT stopped"
+    );
     for t in ts.iter().filter(|t| t["phase"] == "rl") {
         let mask = t["response_mask"].as_array().unwrap();
         let versions = t["weight_versions"].as_array().unwrap();
@@ -212,6 +220,28 @@ fn the_same_seed_gives_the_same_numbers() {
 }
 
 #[test]
+fn a_seed_whose_fixed_length_warm_start_failed_reaches_the_target_and_learns() {
+    // Seed 7 at a fixed 115 SFT steps started RL from 0 % held-out success (nothing for GRPO
+    // to reinforce); the SFT target keeps it training until it solves unseen tasks.
+    let out = tempfile::tempdir().unwrap();
+    let summary = train(out.path(), &["trainer.seed=7"]);
+    assert!(
+        summary["sft_steps"].as_u64().unwrap() > 115,
+        "seed 7 needed more than the minimum: {summary}"
+    );
+    let probes = summary["sft_probes"].as_array().unwrap();
+    let last = probes.last().unwrap()[1].as_f64().unwrap();
+    assert!(last >= 0.2, "SFT stopped below its target: {summary}");
+    let sft = summary["sft_only_success"].as_f64().unwrap();
+    let rl = summary["rl_success"].as_f64().unwrap();
+    assert!(sft >= 0.1, "the warm start still failed: {summary}");
+    assert!(
+        rl >= sft + 0.05,
+        "RL did not improve held-out success by 5 points: {summary}"
+    );
+}
+
+#[test]
 fn bad_trainer_sections_name_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let cases = [
@@ -222,6 +252,7 @@ fn bad_trainer_sections_name_the_key() {
             "trainer.scratch.vocab_size",
         ),
         ("trainer.bogus=1", "trainer.bogus"),
+        ("trainer.sft.target.success=1.5", "sft.target.success"),
         ("model.type=openai", "model"),
     ];
     for (set, key) in cases {

@@ -102,10 +102,7 @@ fn same_limits(limits: &Limits, template: &DockerConfig) -> bool {
 }
 
 /// Asked limits must be valid and within the template's.
-fn check_limits(
-    limits: &Limits,
-    template: &DockerConfig,
-) -> std::result::Result<(), PoolError> {
+fn check_limits(limits: &Limits, template: &DockerConfig) -> std::result::Result<(), PoolError> {
     let over = |what: &str, asked: String, max: String| {
         PoolError::new(
             ErrorKind::LimitExceeded,

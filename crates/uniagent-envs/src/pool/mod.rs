@@ -52,8 +52,8 @@ use uniagent_core::{Error, Result};
 pub use config::{ImagePool, PoolConfig};
 
 use crate::leases::{AcquireRequest, Capacity, ErrorKind, Lease, LeaseList};
-pub use limits::{admit, Admission};
 use limits::lease_ttl;
+pub use limits::{admit, Admission};
 use sandbox::Sandbox;
 use table::{Held, Reservation, Table};
 

@@ -94,6 +94,27 @@ impl PipelineConfig {
                 return Err(config_error(format!("{name} must be a finite value >= 0")));
             }
         }
+        if let Some(t) = &self.sft.target {
+            if !(t.success.is_finite() && (0.0..=1.0).contains(&t.success)) {
+                return Err(config_error(
+                    "sft.target.success must be between 0 and 1".into(),
+                ));
+            }
+            for (name, v) in [
+                ("sft.target.probe_tasks", t.probe_tasks),
+                ("sft.target.probe_every", t.probe_every),
+            ] {
+                if v == 0 {
+                    return Err(config_error(format!("{name} must be >= 1")));
+                }
+            }
+            if t.max_steps < self.sft.steps {
+                return Err(config_error(format!(
+                    "sft.target.max_steps ({}) must be at least sft.steps ({})",
+                    t.max_steps, self.sft.steps
+                )));
+            }
+        }
         if !(self.rl.temperature.is_finite() && self.rl.temperature > 0.0) {
             return Err(config_error("rl.temperature must be > 0".into()));
         }
@@ -120,6 +141,10 @@ pub struct SftConfig {
     pub lr: f64,
     /// Rows per forward/backward pass.
     pub micro_batch_size: usize,
+    /// Keep training past `steps` until the policy reaches a success rate on tasks it is not
+    /// trained on (none: exactly `steps`). A tiny policy's warm start depends much on its seed at a
+    /// fixed step count; a target makes every seed start RL from a comparable policy.
+    pub target: Option<SftTarget>,
 }
 
 impl Default for SftConfig {
@@ -129,6 +154,41 @@ impl Default for SftConfig {
             batch_size: 16,
             lr: 3e-3,
             micro_batch_size: 16,
+            target: None,
+        }
+    }
+}
+
+/// When SFT may stop: after `steps`, greedy rollouts of `probe_tasks` tasks SFT does not train
+/// on (the pipeline takes the first RL tasks; never held-out ones) every `probe_every` steps
+/// until their success rate is at least `success` or `max_steps` are done.
+///
+/// ```
+/// use uniagent_train::pipeline::PipelineConfig;
+/// let c = PipelineConfig::from_yaml_str("sft:\n  steps: 100\n  target: {success: 0.3}\n").unwrap();
+/// let target = c.sft.target.unwrap();
+/// assert_eq!((target.success, target.probe_tasks, target.probe_every, target.max_steps), (0.3, 32, 25, 400));
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SftTarget {
+    /// Success rate on the probe tasks at which SFT stops (0 to 1).
+    pub success: f64,
+    /// Demonstrated tasks probed (the first ones).
+    pub probe_tasks: usize,
+    /// Steps between probes once `steps` are done.
+    pub probe_every: usize,
+    /// Steps at most, probes or not.
+    pub max_steps: usize,
+}
+
+impl Default for SftTarget {
+    fn default() -> Self {
+        Self {
+            success: 0.3,
+            probe_tasks: 32,
+            probe_every: 25,
+            max_steps: 400,
         }
     }
 }

@@ -108,6 +108,10 @@ pub struct Summary {
     pub improvement_points: f64,
     /// The last SFT step's loss.
     pub sft_final_nll: Option<f64>,
+    /// SFT steps done (more than `sft.steps` when a target kept it going).
+    pub sft_steps: usize,
+    /// `(step, success on the probe tasks)` of every SFT target probe.
+    pub sft_probes: Vec<(usize, f64)>,
     /// `(step, held-out success)` at every evaluation.
     pub curve: Vec<(usize, f64)>,
     /// `(step, held-out mean reward)` at every evaluation.

@@ -23,7 +23,7 @@ use crate::trainer::{
 
 /// Runs CPU-heavy work (forward/backward passes) without stalling the runtime's other tasks
 /// when the runtime has several workers.
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
+pub(super) fn blocking<T>(f: impl FnOnce() -> T) -> T {
     match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
         Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
         _ => f(),
@@ -43,14 +43,15 @@ pub struct Evaluation {
 /// rollout side ([`RolloutSpec`]). Needs a tokio runtime; with a multi-threaded one, training
 /// steps leave the other workers free for rollouts.
 pub struct Pipeline {
-    config: PipelineConfig,
-    spec: RolloutSpec,
-    policy: Option<Qwen2ForCausalLM>,
-    engine: Arc<TchEngine>,
+    pub(super) config: PipelineConfig,
+    pub(super) spec: RolloutSpec,
+    pub(super) policy: Option<Qwen2ForCausalLM>,
+    pub(super) engine: Arc<TchEngine>,
     generator: Arc<dyn TokenGenerator>,
     out: PathBuf,
     records: Records,
-    sft_losses: Vec<f64>,
+    pub(super) sft_losses: Vec<f64>,
+    pub(super) sft_probes: Vec<(usize, f64)>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -96,6 +97,7 @@ impl Pipeline {
             engine,
             generator,
             sft_losses: Vec::new(),
+            sft_probes: Vec::new(),
         })
     }
 
@@ -150,57 +152,7 @@ impl Pipeline {
         Ok(ts)
     }
 
-    /// SFT on `rows` (masked NLL of the sampled tokens): `sft.steps` steps of `sft.batch_size`
-    /// rows drawn epoch by epoch in a seeded order; then the engine gets the weights. Returns
-    /// the loss of every step.
-    pub fn sft(&mut self, rows: &[AgentLoopOutput]) -> Result<Vec<f64>> {
-        let c = self.config.sft.clone();
-        if rows.is_empty() || c.steps == 0 {
-            return Ok(Vec::new());
-        }
-        let config = TrainerConfig {
-            mode: TrainMode::Sft,
-            optim: OptimConfig {
-                lr: c.lr,
-                weight_decay: 0.0,
-                ..OptimConfig::default()
-            },
-            micro_batch_size: c.micro_batch_size,
-            ..TrainerConfig::default()
-        };
-        let mut trainer = Trainer::new(self.take_policy()?, None, config)?;
-        let mut rng = fastrand::Rng::with_seed(self.config.seed ^ 0x5f7);
-        let mut order: Vec<usize> = (0..rows.len()).collect();
-        let mut cursor = order.len();
-        let mut losses = Vec::with_capacity(c.steps);
-        let result = (|| -> Result<()> {
-            for step in 1..=c.steps {
-                let mut batch = Vec::with_capacity(c.batch_size);
-                while batch.len() < c.batch_size.min(rows.len()) {
-                    if cursor == order.len() {
-                        rng.shuffle(&mut order);
-                        cursor = 0;
-                    }
-                    batch.push(rows[order[cursor]].clone());
-                    cursor += 1;
-                }
-                let m = blocking(|| trainer.step(&TrainBatch::sft(batch)))?;
-                tracing::debug!(step, nll = m.loss, "sft step");
-                losses.push(m.loss);
-            }
-            Ok(())
-        })();
-        let policy = trainer.into_policy();
-        let synced = self.engine.update_weights(&policy);
-        self.policy = Some(policy);
-        result?;
-        synced?;
-        tracing::info!(steps = c.steps, nll = losses.last().copied(), "sft done");
-        self.sft_losses.clone_from(&losses);
-        Ok(losses)
-    }
-
-    fn take_policy(&mut self) -> Result<Qwen2ForCausalLM> {
+    pub(super) fn take_policy(&mut self) -> Result<Qwen2ForCausalLM> {
         self.policy
             .take()
             .ok_or_else(|| Error::internal("the policy is inside a failed phase"))
@@ -209,6 +161,23 @@ impl Pipeline {
     /// Greedy rollouts of `tasks` with the engine's current weights (recorded as phase
     /// `eval` at `step`).
     pub async fn evaluate(&mut self, tasks: &[Task], step: usize) -> Result<Evaluation> {
+        let e = self.evaluate_as("eval", tasks, step).await?;
+        tracing::info!(
+            step,
+            success = e.success,
+            reward = e.reward,
+            "held-out evaluation"
+        );
+        Ok(e)
+    }
+
+    /// Greedy rollouts of `tasks`, recorded as phase `phase` at `step`.
+    pub(super) async fn evaluate_as(
+        &mut self,
+        phase: &str,
+        tasks: &[Task],
+        step: usize,
+    ) -> Result<Evaluation> {
         let ts = self
             .spec
             .run(
@@ -219,23 +188,16 @@ impl Pipeline {
                 self.config.max_concurrent_rollouts,
             )
             .await?;
-        self.records.trajectories("eval", step, &ts)?;
+        self.records.trajectories(phase, step, &ts)?;
         let n = ts.len().max(1) as f64;
-        let e = Evaluation {
+        Ok(Evaluation {
             success: ts.iter().filter(|t| t.is_success()).count() as f64 / n,
             reward: ts
                 .iter()
                 .map(|t| t.output.reward_score.unwrap_or(0.0))
                 .sum::<f64>()
                 / n,
-        };
-        tracing::info!(
-            step,
-            success = e.success,
-            reward = e.reward,
-            "held-out evaluation"
-        );
-        Ok(e)
+        })
     }
 
     /// The RL phase: `rl.steps` trainer steps on groups of tasks from `source`, synchronous
@@ -506,9 +468,20 @@ impl Pipeline {
     ) -> Result<Summary> {
         let started = Instant::now();
         if !sft_tasks.is_empty() && self.config.sft.steps > 0 {
+            // Probed on tasks SFT does not train on (a policy solves the demonstrated ones from
+            // memory long before it generalizes) and that are not held out: the RL tasks that
+            // were not demonstrated.
+            let demonstrated: std::collections::HashSet<&str> =
+                sft_tasks.iter().map(|t| t.id.as_str()).collect();
+            let probe: Vec<Task> = source
+                .tasks()
+                .iter()
+                .filter(|t| !demonstrated.contains(t.id.as_str()))
+                .cloned()
+                .collect();
             let demos = self.demonstrations(demonstrator, sft_tasks).await?;
             let rows: Vec<AgentLoopOutput> = demos.into_iter().map(|t| t.output).collect();
-            self.sft(&rows)?;
+            self.sft_to_target(&rows, &probe).await?;
         }
         let before = self.evaluate(held_out, 0).await?;
         let rl = if self.config.rl.steps > 0 {
@@ -540,6 +513,8 @@ impl Pipeline {
             rl_reward: reward_curve.last().map_or(before.reward, |c| c.1),
             improvement_points: (after - before.success) * 100.0,
             sft_final_nll: self.sft_losses.last().copied(),
+            sft_steps: self.sft_losses.len(),
+            sft_probes: self.sft_probes.clone(),
             curve,
             reward_curve,
             trainer_idle_ratio: rl.trainer_idle_ratio,

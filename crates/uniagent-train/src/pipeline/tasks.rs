@@ -52,6 +52,11 @@ impl TaskSource {
         s
     }
 
+    /// Every task it serves, in the order given to [`Self::new`].
+    pub fn tasks(&self) -> &[Task] {
+        &self.tasks
+    }
+
     /// Serves the tasks in the given order (every epoch the same).
     pub fn in_order(mut self) -> Self {
         self.shuffle = false;
