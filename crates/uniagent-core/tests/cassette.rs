@@ -177,7 +177,7 @@ async fn recorded_rollouts_replay_token_for_token() {
             .steps
             .iter()
             .map(|s| match s {
-                Step::Generate { .. } => "generate",
+                Step::Generate { .. } | Step::GenerateError { .. } => "generate",
                 Step::Tool { name, .. } => name.as_str(),
             })
             .collect();

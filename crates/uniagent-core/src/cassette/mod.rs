@@ -113,7 +113,7 @@ impl Cassette {
     pub fn generations(&self) -> impl Iterator<Item = (&GenerateRequest, &GenerateOutput)> {
         self.steps.iter().filter_map(|s| match s {
             Step::Generate { request, output } => Some((request, output)),
-            Step::Tool { .. } => None,
+            Step::GenerateError { .. } | Step::Tool { .. } => None,
         })
     }
 }
@@ -128,6 +128,15 @@ pub enum Step {
         request: GenerateRequest,
         /// The output.
         output: GenerateOutput,
+    },
+    /// A model call that failed (it ended the rollout as a model error).
+    GenerateError {
+        /// The request.
+        request: GenerateRequest,
+        /// The error's kind.
+        kind: ErrorKind,
+        /// The error's text.
+        message: String,
     },
     /// A tool call and what the tool returned.
     Tool {

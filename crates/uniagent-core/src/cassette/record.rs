@@ -38,7 +38,7 @@ impl Recorder {
     fn push(&self, rollout: &str, step: Step) {
         if let Ok(mut map) = self.rollouts.lock() {
             let r = map.entry(rollout.to_owned()).or_default();
-            if matches!(step, Step::Generate { .. }) {
+            if matches!(step, Step::Generate { .. } | Step::GenerateError { .. }) {
                 r.generations += 1;
             }
             r.steps.push(step);
@@ -103,7 +103,7 @@ impl Recorder {
 /// A [`TokenGenerator`] that records every request and output into a [`Recorder`], under the
 /// request's `session_id` (the rollout id, as
 /// [`TokenChatModel`](crate::agent::TokenChatModel) sets it). Requests without a session are
-/// passed through unrecorded. Failed generations are not recorded (they end the rollout).
+/// passed through unrecorded. A failed generation is recorded as [`Step::GenerateError`].
 #[derive(Debug)]
 pub struct RecordGenerator {
     inner: Arc<dyn TokenGenerator>,
@@ -127,15 +127,29 @@ impl TokenGenerator for RecordGenerator {
         let Some(rollout) = request.session_id.clone() else {
             return self.inner.generate(request).await;
         };
-        let output = self.inner.generate(request.clone()).await?;
-        self.recorder.push(
-            &rollout,
-            Step::Generate {
-                request,
-                output: output.clone(),
-            },
-        );
-        Ok(output)
+        match self.inner.generate(request.clone()).await {
+            Ok(output) => {
+                self.recorder.push(
+                    &rollout,
+                    Step::Generate {
+                        request,
+                        output: output.clone(),
+                    },
+                );
+                Ok(output)
+            }
+            Err(e) => {
+                self.recorder.push(
+                    &rollout,
+                    Step::GenerateError {
+                        request,
+                        kind: e.kind(),
+                        message: e.to_string(),
+                    },
+                );
+                Err(e)
+            }
+        }
     }
 }
 

@@ -201,7 +201,7 @@ impl Tape {
 
 fn describe_step(step: Option<&Step>) -> String {
     match step {
-        Some(Step::Generate { .. }) => "a generation".into(),
+        Some(Step::Generate { .. } | Step::GenerateError { .. }) => "a generation".into(),
         Some(Step::Tool { name, .. }) => format!("a call of tool `{name}`"),
         None => "nothing more".into(),
     }
@@ -223,17 +223,27 @@ impl TokenGenerator for ReplayGenerator {
     async fn generate(&self, request: GenerateRequest) -> Result<GenerateOutput> {
         let turn = self.tape.generations();
         let step = self.tape.next();
-        let Some(Step::Generate {
-            request: recorded,
-            output,
-        }) = step
-        else {
-            let d = Divergence::Step {
-                turn,
-                expected: describe_step(step.as_ref()),
-                got: "a generation".into(),
-            };
-            return Err(self.tape.diverge(d, "model"));
+        let (recorded, answer) = match step {
+            Some(Step::Generate { request, output }) => (request, Ok(output)),
+            Some(Step::GenerateError {
+                request, message, ..
+            }) => (
+                request,
+                Err(Error::Model {
+                    backend: self.name.clone(),
+                    message: format!("(recorded) {message}"),
+                    retryable: false,
+                    source: None,
+                }),
+            ),
+            _ => {
+                let d = Divergence::Step {
+                    turn,
+                    expected: describe_step(step.as_ref()),
+                    got: "a generation".into(),
+                };
+                return Err(self.tape.diverge(d, "model"));
+            }
         };
         if let Some(position) = first_difference(&recorded.prompt_ids, &request.prompt_ids) {
             let d = Divergence::Prompt {
@@ -245,7 +255,7 @@ impl TokenGenerator for ReplayGenerator {
             return Err(self.tape.diverge(d, "model"));
         }
         self.tape.generated();
-        Ok(output)
+        answer
     }
 }
 

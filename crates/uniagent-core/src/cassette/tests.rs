@@ -71,7 +71,12 @@ fn step_strategy() -> impl Strategy<Value = Step> {
             arguments: json!({"text": text}),
             outcome,
         });
-    prop_oneof![generate, tool]
+    let failed = ".{0,20}".prop_map(|message| Step::GenerateError {
+        request: GenerateRequest::new(vec![1, 2], SamplingParams::greedy(), 8),
+        kind: ErrorKind::Unavailable,
+        message,
+    });
+    prop_oneof![generate, tool, failed]
 }
 
 fn cassette(steps: Vec<Step>) -> Cassette {
