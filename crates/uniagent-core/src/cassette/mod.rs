@@ -105,8 +105,22 @@ impl Cassette {
                 ))
             }
         }
-        serde_json::from_value(value)
-            .map_err(|e| Error::invalid_input(format!("malformed cassette: {e}")))
+        let cassette: Self = serde_json::from_value(value)
+            .map_err(|e| Error::invalid_input(format!("malformed cassette: {e}")))?;
+        cassette.check_logprobs()?;
+        Ok(cassette)
+    }
+
+    /// Logprobs are finite (a number beyond `f32` would not survive re-encoding).
+    fn check_logprobs(&self) -> Result<()> {
+        let recorded = self.trajectory.response_logprobs.iter().flatten();
+        let sampled = self.generations().flat_map(|(_, o)| o.logprobs.iter());
+        match recorded.chain(sampled).find(|lp| !lp.is_finite()) {
+            Some(lp) => Err(Error::invalid_input(format!(
+                "malformed cassette: logprob {lp} is not a finite 32-bit float"
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// The generations, in order.
