@@ -131,8 +131,8 @@ impl ModelConfig {
         };
         match self {
             Self::Openai(_) if recorder.is_some() => Err(CliError::config(
-                "output.cassettes",
-                "true",
+                "model",
+                "type",
                 "cassettes record token ids: use a token-level model (vllm, sglang or tch), not `openai`",
             )),
             Self::Openai(c) => Ok((Arc::new(OpenAiChatModel::new(c).map_err(bad)?), None)),

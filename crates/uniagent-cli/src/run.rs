@@ -85,6 +85,12 @@ pub fn prepare(
         run.runner.max_concurrent_sandbox_starts = run.runner.max_concurrent_sandbox_starts.min(n);
         run.runner.max_concurrent_model_calls = run.runner.max_concurrent_model_calls.max(n);
     }
+    if run.output.cassettes && run.model.backend() == "openai" {
+        return Err(doc.error_at(
+            &["output".into(), "cassettes".into()],
+            "cassettes record token ids: use a token-level model (vllm, sglang or tch), not `openai`",
+        ));
+    }
     let environment = registry.build(&doc)?;
     let limit = options.limit.or(run.tasks.limit);
     let tasks = match (&run.tasks.path, &run.tasks.generate) {
@@ -179,9 +185,8 @@ pub async fn execute(
     let recorder = prepared.config.output.cassettes.then(Recorder::new);
     let (model, versions): (Arc<dyn ChatModel>, Option<Arc<VersionLog>>) = match model {
         Some(_) if recorder.is_some() => {
-            return Err(CliError::config(
-                "output.cassettes",
-                "true",
+            return Err(prepared.doc.error_at(
+                &["output".into(), "cassettes".into()],
                 "cassettes record the config's model; this run was given another one",
             ))
         }

@@ -248,3 +248,30 @@ loop: {{max_turns: 3}}\noutput: {{cassettes: true}}\n",
     );
     assert_ne!(d["expected"], d["got"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cassettes_need_a_token_level_model_and_replay_needs_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "run.yaml",
+        "tasks:\n  generate: {count: 1, seed: 5}\nenvironment:\n  type: file-lookup\n  sandbox: {type: host}\n\
+model: {type: openai, http: {endpoints: [\"http://127.0.0.1:9/v1\"], model: m}}\noutput: {cassettes: true}\n",
+    );
+    let out = uniagent(dir.path(), &["run", "run.yaml", "--out", "out", "--quiet"]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("run.yaml:")
+            && stderr(&out).contains("output.cassettes")
+            && stderr(&out).contains("token-level"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!dir.path().join("out/cassettes.jsonl").exists());
+    let out = uniagent(dir.path(), &["replay", "missing.jsonl"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    write(dir.path(), "empty.jsonl", "\n");
+    let out = uniagent(dir.path(), &["replay", "empty.jsonl", "--tools", "live"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("no cassettes"), "{}", stderr(&out));
+}
