@@ -275,3 +275,56 @@ model: {type: openai, http: {endpoints: [\"http://127.0.0.1:9/v1\"], model: m}}\
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("no cassettes"), "{}", stderr(&out));
 }
+
+/// The in-process `tch` engine (the tiny random Qwen2 fixture, sampled at temperature 1 with
+/// per-request seeds) records cassettes that replay identically without loading the model.
+#[cfg(feature = "tch")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tch_cassettes_carry_seeds_and_replay_without_the_model() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy");
+    std::fs::create_dir(&policy).unwrap();
+    for (from, name) in [
+        ("../uniagent-train/tests/fixtures/tiny-qwen2", "config.json"),
+        (
+            "../uniagent-train/tests/fixtures/tiny-qwen2",
+            "model.safetensors",
+        ),
+        (
+            "../uniagent-core/tests/fixtures/tokenizers/qwen2.5",
+            "tokenizer.json",
+        ),
+        (
+            "../uniagent-core/tests/fixtures/tokenizers/qwen2.5",
+            "tokenizer_config.json",
+        ),
+        (
+            "../uniagent-core/tests/fixtures/tokenizers/qwen2.5",
+            "chat_template.jinja",
+        ),
+    ] {
+        std::os::unix::fs::symlink(root.join(from).join(name), policy.join(name)).unwrap();
+    }
+    write(
+        dir.path(),
+        "run.yaml",
+        "tasks:\n  generate: {count: 2, seed: 5}\nenvironment:\n  type: file-lookup\n  sandbox: {type: host}\n\
+model: {type: tch, dir: policy, seed: 11, limits: {max_response_len: 48}}\n\
+loop: {max_turns: 2, sampling: {temperature: 1.0, max_tokens: 16}}\noutput: {cassettes: true}\n",
+    );
+    let out = uniagent(dir.path(), &["run", "run.yaml", "--out", "out", "--quiet"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let lines = cassettes(&dir.path().join("out/cassettes.jsonl"));
+    assert_eq!(lines.len(), 2);
+    for c in &lines {
+        assert_eq!(c["generator"], "tch");
+        let first = &c["steps"][0];
+        assert_eq!(first["step"], "generate", "{c}");
+        assert!(first["request"]["sampling"]["seed"].is_u64(), "{first}");
+    }
+    // A recorded replay reads only the codec from the policy directory, not the weights.
+    let out = uniagent(dir.path(), &["replay", "out/cassettes.jsonl"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(summary(&out)["identical"], 2);
+}

@@ -169,3 +169,19 @@ fn quotes_are_cut_at_200_characters() {
     assert!(cut.ends_with('…'));
     assert_eq!(truncate_text("short"), "short");
 }
+
+#[test]
+fn the_fuzz_seed_is_a_valid_cassette() {
+    // Kept valid as the format evolves, so that the fuzz target starts from a real cassette.
+    let seed = include_str!("../../../../fuzz/seeds/cassette_parsing/two-turns");
+    let c = Cassette::from_json(seed).unwrap();
+    assert_eq!(c.steps.len(), 3);
+    assert_eq!(c.generations().count(), 1);
+    assert!(matches!(
+        c.steps[2],
+        Step::GenerateError {
+            kind: ErrorKind::Unavailable,
+            ..
+        }
+    ));
+}
