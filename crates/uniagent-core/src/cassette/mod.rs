@@ -31,6 +31,8 @@ mod divergence;
 mod record;
 #[cfg(feature = "codec")]
 mod replay;
+#[cfg(feature = "codec")]
+mod tape;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
