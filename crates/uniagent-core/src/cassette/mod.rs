@@ -18,7 +18,7 @@
 //!
 //! The format is one JSON object per cassette (one line of a `cassettes.jsonl`), with a
 //! version field `"cassette": 1`; [`Cassette::from_json`] rejects other versions and malformed
-//! input with [`Error::InvalidInput`](crate::Error::InvalidInput).
+//! input with [`Error::InvalidInput`].
 //!
 //! ```
 //! use uniagent_core::cassette::{Cassette, CASSETTE_VERSION};
