@@ -9,6 +9,7 @@ mod error;
 pub mod model;
 pub mod output;
 pub mod progress;
+pub mod replay;
 pub mod run;
 #[cfg(feature = "tch")]
 pub mod train;

@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use uniagent_core::cassette::{RecordGenerator, Recorder};
 use uniagent_core::codec::Codec;
+use uniagent_core::parsers::ToolCallFormat;
 use uniagent_core::{ChatModel, GenerateOutput, GenerateRequest, LengthLimits, TokenGenerator};
 use uniagent_envs::models::{
     HttpModelConfig, OpenAiChatModel, OpenAiConfig, SglangGenerator, VllmGenerator,
@@ -112,27 +114,78 @@ impl ModelConfig {
     /// Builds the chat model and, for token-level backends, the log of the weight version of
     /// every sampled token per rollout.
     pub fn build_with_versions(&self) -> Result<BuiltModel> {
+        self.build_recording(None)
+    }
+
+    /// Like [`build_with_versions`](Self::build_with_versions); with `recorder`, every
+    /// generation (request and output, as the backend saw them) is recorded into it for
+    /// cassettes. An API-level model cannot be recorded token for token: that is a config
+    /// error.
+    pub fn build_recording(&self, recorder: Option<&Arc<Recorder>>) -> Result<BuiltModel> {
         let bad = |e: uniagent_core::Error| CliError::config("model", self.backend(), e);
+        let record = |g: Arc<dyn TokenGenerator>| -> Arc<dyn TokenGenerator> {
+            match recorder {
+                Some(r) => Arc::new(RecordGenerator::new(g, Arc::clone(r))),
+                None => g,
+            }
+        };
         match self {
+            Self::Openai(_) if recorder.is_some() => Err(CliError::config(
+                "model",
+                "type",
+                "cassettes record token ids: use a token-level model (vllm, sglang or tch), not `openai`",
+            )),
             Self::Openai(c) => Ok((Arc::new(OpenAiChatModel::new(c).map_err(bad)?), None)),
             Self::Vllm(c) | Self::Sglang(c) => {
                 let generator: Arc<dyn TokenGenerator> = match self {
                     Self::Vllm(_) => Arc::new(VllmGenerator::new(&c.http).map_err(bad)?),
                     _ => Arc::new(SglangGenerator::new(&c.http).map_err(bad)?),
                 };
-                let codec = Codec::from_dir(&c.tokenizer).map_err(|e| {
-                    CliError::preflight(format!("model.tokenizer {}: {e}", c.tokenizer.display()))
-                })?;
+                let codec = self.codec()?;
                 let log = Arc::new(VersionLog::default());
                 let generator: Arc<dyn TokenGenerator> = Arc::new(Versioned {
-                    inner: generator,
+                    inner: record(generator),
                     log: Arc::clone(&log),
                 });
                 let model =
                     uniagent_core::agent::TokenChatModel::new(generator, Arc::new(codec), c.limits);
                 Ok((Arc::new(model), Some(log)))
             }
-            Self::Tch(c) => build_tch(c),
+            Self::Tch(c) => build_tch(c, &record),
+        }
+    }
+
+    /// The codec of a token-level backend (its tokenizer directory's chat template and
+    /// tokenizer) and its length limits, without building the generator: what a replay needs.
+    pub fn codec_and_limits(&self) -> Result<(Codec, LengthLimits)> {
+        match self {
+            Self::Vllm(c) | Self::Sglang(c) => Ok((self.codec()?, c.limits)),
+            Self::Tch(c) => Ok((self.codec()?, c.limits)),
+            Self::Openai(_) => Err(CliError::config(
+                "model",
+                "openai",
+                "an API-level model has no codec: cassettes need a token-level model",
+            )),
+        }
+    }
+
+    /// The codec, parsing Hermes tool calls (`<tool_call>{json}</tool_call>`, the Qwen
+    /// family's format) for every token-level backend, as the training crate's engine does.
+    fn codec(&self) -> Result<Codec> {
+        match self {
+            Self::Vllm(c) | Self::Sglang(c) => Codec::from_dir(&c.tokenizer)
+                .map(|c| c.with_tool_parser(ToolCallFormat::Hermes))
+                .map_err(|e| {
+                    CliError::preflight(format!("model.tokenizer {}: {e}", c.tokenizer.display()))
+                }),
+            // As the training crate's `load_hf` builds it for the engine.
+            Self::Tch(TchConfig { dir: Some(dir), .. }) => Codec::from_dir(dir)
+                .map(|c| c.with_tool_parser(ToolCallFormat::Hermes))
+                .map_err(|e| CliError::preflight(format!("model.dir {}: {e}", dir.display()))),
+            Self::Tch(TchConfig { dir: None, .. }) => Err(CliError::preflight(
+                "model.dir: a `tch` model without a policy directory has no codec",
+            )),
+            Self::Openai(_) => Err(CliError::preflight("model type `openai` has no codec")),
         }
     }
 
@@ -167,7 +220,10 @@ impl ModelConfig {
 /// The `tch` backend: the policy directory served in-process by the training crate's engine
 /// (GPU when libtorch sees one), each request seeded from `seed`, the rollout and its length.
 #[cfg(feature = "tch")]
-fn build_tch(c: &TchConfig) -> Result<BuiltModel> {
+fn build_tch(
+    c: &TchConfig,
+    record: &dyn Fn(Arc<dyn TokenGenerator>) -> Arc<dyn TokenGenerator>,
+) -> Result<BuiltModel> {
     use uniagent_train::generate::{EngineConfig, TchEngine};
     use uniagent_train::pipeline::Seeded;
 
@@ -182,7 +238,8 @@ fn build_tch(c: &TchConfig) -> Result<BuiltModel> {
     let engine = TchEngine::new(policy, EngineConfig::default());
     let log = Arc::new(VersionLog::default());
     let generator: Arc<dyn TokenGenerator> = Arc::new(Versioned {
-        inner: Arc::new(Seeded::new(engine, c.seed)),
+        // Recorded inside the seeding, so that cassettes hold each request's seed.
+        inner: Arc::new(Seeded::new(record(Arc::new(engine)), c.seed)),
         log: Arc::clone(&log),
     });
     let model = uniagent_core::agent::TokenChatModel::new(generator, Arc::new(codec), c.limits);
@@ -190,7 +247,10 @@ fn build_tch(c: &TchConfig) -> Result<BuiltModel> {
 }
 
 #[cfg(not(feature = "tch"))]
-fn build_tch(c: &TchConfig) -> Result<BuiltModel> {
+fn build_tch(
+    c: &TchConfig,
+    _record: &dyn Fn(Arc<dyn TokenGenerator>) -> Arc<dyn TokenGenerator>,
+) -> Result<BuiltModel> {
     Err(CliError::preflight(format!(
         "model type `tch` (dir {}) needs libtorch, which this build of uniagent does not include: rebuild with `--features tch`",
         c.dir.as_ref().map_or_else(|| "unset".into(), |d| d.display().to_string())

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use uniagent_core::agent::{AgentInteraction, CancelToken, ExitReason, LoopConfig};
+use uniagent_core::cassette::{RecordTool, Recorder};
 use uniagent_core::runner::{ProgressEvent, Runner, RunnerConfig};
 use uniagent_core::{ChatModel, Task};
 
@@ -16,7 +17,7 @@ use crate::dataset::load_tasks;
 use crate::env::{check_tasks, Environment, EnvironmentParts, EnvironmentRegistry};
 use crate::error::{CliError, Result};
 use crate::model::VersionLog;
-use crate::output::{OutputDir, RunSummary, TrajectoryFile};
+use crate::output::{CassetteRun, OutputDir, RunSummary, TrajectoryFile};
 use crate::progress::Progress;
 
 /// Command-line settings that override the config.
@@ -83,6 +84,12 @@ pub fn prepare(
         run.runner.max_concurrent_rollouts = n;
         run.runner.max_concurrent_sandbox_starts = run.runner.max_concurrent_sandbox_starts.min(n);
         run.runner.max_concurrent_model_calls = run.runner.max_concurrent_model_calls.max(n);
+    }
+    if run.output.cassettes && run.model.backend() == "openai" {
+        return Err(doc.error_at(
+            &["output".into(), "cassettes".into()],
+            "cassettes record token ids: use a token-level model (vllm, sglang or tch), not `openai`",
+        ));
     }
     let environment = registry.build(&doc)?;
     let limit = options.limit.or(run.tasks.limit);
@@ -175,10 +182,17 @@ pub async fn execute(
     options: &RunOptions,
 ) -> Result<RunSummary> {
     let started = Instant::now();
+    let recorder = prepared.config.output.cassettes.then(Recorder::new);
     let (model, versions): (Arc<dyn ChatModel>, Option<Arc<VersionLog>>) = match model {
+        Some(_) if recorder.is_some() => {
+            return Err(prepared.doc.error_at(
+                &["output".into(), "cassettes".into()],
+                "cassettes record the config's model; this run was given another one",
+            ))
+        }
         Some(m) => (m, None),
         None => {
-            let built = prepared.config.model.build_with_versions()?;
+            let built = prepared.config.model.build_recording(recorder.as_ref())?;
             prepared.config.model.check_reachable().await?;
             built
         }
@@ -193,12 +207,12 @@ pub async fn execute(
     let remaining = plan.remaining(samples);
 
     let parts = prepared.environment.parts()?;
-    let mut agent = AgentInteraction::new(
-        Arc::clone(&model),
-        parts.tools.clone(),
-        prepared.loop_config(),
-    )
-    .map_err(|e| prepared.doc.error_at(&["loop".into()], e))?;
+    let tools = match &recorder {
+        Some(r) => RecordTool::wrap_all(&parts.tools, r),
+        None => parts.tools.clone(),
+    };
+    let mut agent = AgentInteraction::new(Arc::clone(&model), tools, prepared.loop_config())
+        .map_err(|e| prepared.doc.error_at(&["loop".into()], e))?;
     if let Some(reward) = &parts.reward {
         agent = agent.with_reward(Arc::clone(reward));
     }
@@ -210,6 +224,19 @@ pub async fn execute(
     }
     let hook = progress.clone();
     sink.on_write(move |line| hook.finished(line));
+    if let Some(recorder) = recorder {
+        sink.record_cassettes(
+            &out,
+            CassetteRun {
+                recorder,
+                tasks: prepared.tasks.clone(),
+                tools: agent.tool_specs().to_vec(),
+                loop_config: agent.config().clone(),
+                generator: model.name().to_owned(),
+                context: cassette_context(prepared)?,
+            },
+        )?;
+    }
 
     let mut batches: Vec<(Vec<Task>, u32)> = Vec::new();
     if !plan.full.is_empty() {
@@ -262,6 +289,18 @@ pub async fn execute(
         )));
     }
     Ok(summary)
+}
+
+/// What `uniagent replay` rebuilds a run from: the effective configuration and the file it
+/// came from (relative paths in it are resolved against that file's directory).
+fn cassette_context(prepared: &Prepared) -> Result<serde_json::Value> {
+    let file = std::path::absolute(prepared.doc.file()).map_err(|e| {
+        CliError::runtime(format!("resolving {}: {e}", prepared.doc.file().display()))
+    })?;
+    Ok(serde_json::json!({
+        "config": prepared.doc.value(),
+        "config_file": file,
+    }))
 }
 
 async fn run_batch(

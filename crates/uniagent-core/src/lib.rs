@@ -2,6 +2,7 @@
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
 pub mod agent;
+pub mod cassette;
 #[cfg(feature = "codec")]
 pub mod codec;
 pub mod config;

@@ -103,6 +103,10 @@ pub struct ToolContext {
     pub task: Arc<Task>,
     /// The id of the tool call being answered.
     pub call_id: String,
+    /// The rollout making the call (`<task id>:<sample>`, as
+    /// [`rollout_id`](crate::agent::rollout_id) makes it); lets a tool shared by concurrent
+    /// rollouts (e.g. a [`RecordTool`](crate::cassette::RecordTool)) tell them apart.
+    pub rollout_id: String,
 }
 
 impl ToolContext {

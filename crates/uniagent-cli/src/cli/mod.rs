@@ -4,6 +4,7 @@
 mod gateway;
 mod grade;
 mod parse_log;
+mod replay;
 mod run;
 mod train;
 mod view;
@@ -44,6 +45,9 @@ pub enum Command {
     /// Serve OpenAI/Anthropic endpoints per session over a token-level policy, recording
     /// token-exact trajectories.
     Gateway(gateway::GatewayArgs),
+    /// Rebuild recorded rollouts (a run's `cassettes.jsonl`) token for token, with recorded
+    /// or live tools, and report the first divergence of each.
+    Replay(replay::ReplayArgs),
 }
 
 /// Parses the process arguments and runs; returns the exit code.
@@ -72,6 +76,7 @@ pub fn main_with(
         Command::ParseLog(args) => parse_log::main(args),
         Command::View(args) => view::main(args),
         Command::Gateway(args) => gateway::main(args),
+        Command::Replay(args) => replay::main(args, registry),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

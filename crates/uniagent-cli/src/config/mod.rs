@@ -61,6 +61,9 @@ pub struct OutputConfig {
     /// The output directory (`--out` overrides it), relative to the working directory.
     /// Default: `runs/<config file stem>`.
     pub dir: Option<PathBuf>,
+    /// Also record every rollout as a cassette in `cassettes.jsonl` (one line each, next to
+    /// `trajectories.jsonl`) for `uniagent replay`. Needs a token-level model.
+    pub cassettes: bool,
 }
 
 impl RunConfig {

@@ -5,6 +5,7 @@
 //! (Ctrl-C) are not written, so rerunning the same command runs exactly the missing
 //! `(task_id, sample)` pairs. A line torn by a crash mid-write is cut off on resume.
 
+mod cassettes;
 mod summary;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -17,6 +18,7 @@ use serde_json::Value;
 use uniagent_core::agent::{rollout_id, ExitReason, Trajectory};
 use uniagent_core::runner::TrajectorySink;
 
+pub use cassettes::{CassetteFile, CassetteRun};
 pub use summary::{summarize, RunSummary};
 
 use crate::error::{CliError, Result};
@@ -28,6 +30,8 @@ pub const TRAJECTORIES: &str = "trajectories.jsonl";
 pub const SUMMARY: &str = "summary.json";
 /// The effective configuration (file plus overrides).
 pub const CONFIG: &str = "config.yaml";
+/// The cassettes (`output.cassettes: true`).
+pub const CASSETTES: &str = "cassettes.jsonl";
 
 /// An output directory.
 #[derive(Debug, Clone)]
@@ -129,6 +133,7 @@ impl OutputDir {
             remap: HashMap::new(),
             written: 0,
             on_write: None,
+            cassettes: None,
         })
     }
 
@@ -160,6 +165,7 @@ pub struct TrajectoryFile {
     remap: HashMap<String, VecDeque<u32>>,
     written: u64,
     on_write: Option<WriteHook>,
+    cassettes: Option<CassetteFile>,
 }
 
 impl std::fmt::Debug for TrajectoryFile {
@@ -180,6 +186,12 @@ impl TrajectoryFile {
     /// Calls `hook` with every line written (progress reporting).
     pub fn on_write(&mut self, hook: impl FnMut(&Value) + Send + 'static) {
         self.on_write = Some(Box::new(hook));
+    }
+
+    /// Also writes each finished rollout's cassette to `cassettes.jsonl` in `dir`.
+    pub fn record_cassettes(&mut self, dir: &OutputDir, run: CassetteRun) -> Result<()> {
+        self.cassettes = Some(CassetteFile::open(&dir.path().join(CASSETTES), run)?);
+        Ok(())
     }
 
     /// Lines written by this sink.
@@ -227,6 +239,9 @@ impl TrajectorySink for TrajectoryFile {
     fn write(&mut self, trajectory: &Trajectory) -> uniagent_core::Result<()> {
         // Not finished: resume runs it again.
         if trajectory.exit_reason == ExitReason::Cancelled {
+            if let Some(c) = &self.cassettes {
+                c.discard(&trajectory.id);
+            }
             return Ok(());
         }
         let run_id = trajectory.id.clone();
@@ -248,6 +263,10 @@ impl TrajectorySink for TrajectoryFile {
             .and_then(|()| self.file.flush())
             .map_err(|e| uniagent_core::Error::io("writing trajectories.jsonl", e))?;
         self.written += 1;
+        // After its trajectory: a cassette never outlives a rollout that resume runs again.
+        if let Some(c) = &mut self.cassettes {
+            c.write(trajectory)?;
+        }
         if let Some(hook) = &mut self.on_write {
             hook(&line);
         }

@@ -324,7 +324,8 @@ impl AgentInteraction {
                 }
             }
             let observations =
-                match execute_calls(self, task, deployment, control, deadline, &turn, ep).await {
+                match execute_calls(self, id, task, deployment, control, deadline, &turn, ep).await
+                {
                     TurnOutcome::Continue(obs) => obs,
                     TurnOutcome::End(reason, obs) => {
                         ep.tail = obs;

@@ -40,8 +40,10 @@ fn skip_text(reason: ExitReason) -> &'static str {
 }
 
 /// Runs the calls of `turn` in order and decides how the episode continues.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn execute_calls(
     agent: &AgentInteraction,
+    rollout: &str,
     task: &Arc<Task>,
     deployment: Option<&Arc<dyn Deployment>>,
     control: &RolloutControl,
@@ -103,6 +105,7 @@ pub(crate) async fn execute_calls(
             timeout,
             task: Arc::clone(task),
             call_id: call.id.clone(),
+            rollout_id: rollout.to_owned(),
         };
         let t0 = Instant::now();
         let guard = timeout + config.tool_transport_margin;

@@ -38,6 +38,7 @@ type Responder = dyn Fn(&Value) -> Result<ToolOutput> + Send + Sync;
 ///     timeout: std::time::Duration::from_secs(1),
 ///     task: Arc::new(Task::new("t", vec![])),
 ///     call_id: "call_0".into(),
+///     rollout_id: "t:0".into(),
 /// };
 /// let out = echo.call(json!({"text": "hi"}), &ctx).await?;
 /// assert_eq!((out.status, out.content.as_str()), (ToolStatus::Success, "\"hi\""));

@@ -28,7 +28,8 @@ use crate::toolbox::truncate::truncate_head;
 /// let doc = Document { id: "1".into(), title: "Paris".into(), text: "Paris is the capital of France.".into(), url: None };
 /// let tool = SearchTool::new(Arc::new(Bm25Builder::new().add_document(doc).build()?));
 /// let ctx = ToolContext { deployment: None, session: "default".into(), timeout: std::time::Duration::from_secs(5),
-///     task: Arc::new(Task::new("t", vec![])), call_id: "c1".into() };
+///     task: Arc::new(Task::new("t", vec![])), call_id: "c1".into(),
+///     rollout_id: "t:0".into() };
 /// let out = tool.call(serde_json::json!({"query_list": ["capital of France"]}), &ctx).await?;
 /// assert!(out.content.contains("Title: Paris"));
 /// # Ok(()) }

@@ -181,6 +181,7 @@ mod tests {
                 timeout: Duration::from_secs(7),
                 task: Arc::new(Task::new("t", vec![])),
                 call_id: "c".into(),
+                rollout_id: "t:0".into(),
             }
         }
 

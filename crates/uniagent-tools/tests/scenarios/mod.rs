@@ -31,6 +31,7 @@ pub fn context(deployment: Arc<dyn Deployment>, timeout: Duration) -> ToolContex
         timeout,
         task: Arc::new(Task::new("scenario", vec![])),
         call_id: "call-1".into(),
+        rollout_id: "t:0".into(),
     }
 }
 
