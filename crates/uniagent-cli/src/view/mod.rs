@@ -32,6 +32,8 @@
 //! ```
 
 mod assets;
+mod decode;
+mod diff;
 mod error;
 mod index;
 mod query;
@@ -48,13 +50,15 @@ use std::time::Duration;
 use axum::routing::get;
 use axum::Router;
 
+pub use decode::token_texts;
+pub use diff::{edit_script, DiffOp};
 pub use error::ViewError;
 pub use index::{Entry, JsonlIndex};
 pub use query::{ListQuery, Search, DEFAULT_LIMIT, MAX_LIMIT};
 pub use row::TrajRow;
 pub use run::{Run, METRICS, REQUEST_BUDGET};
 pub use stats::{compare, run_stats, Comparison, RunStats};
-pub use tokens::{token_view, TokenView};
+pub use tokens::{rerender_diff, token_view, DiffRun, RerenderDiff, TokenView, MAX_DIFF_EDITS};
 
 /// The runs being viewed.
 #[derive(Debug)]
