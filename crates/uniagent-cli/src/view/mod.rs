@@ -12,7 +12,7 @@
 //! | `GET /api/runs` | every run: statistics, `summary.json`, warnings |
 //! | `GET /api/runs/{run}` | one run |
 //! | `GET /api/runs/{run}/trajectories?task&exit_reason&success&reward_min&reward_max&step&phase&version&q&offset&limit` | a page of trajectory summaries and the `total` matching |
-//! | `GET /api/runs/{run}/trajectories/{index}` | one trajectory (messages, reward, timings) and its token view |
+//! | `GET /api/runs/{run}/trajectories/{index}` | one trajectory (messages, reward, timings) and its token view (`tokens.rerender`: the stream aligned with the recorded full re-render, when there is one) |
 //! | `GET /api/runs/{run}/metrics` | `metrics.jsonl` as series over `step` |
 //! | `GET /api/compare?a=RUN&b=RUN` | two runs task by task: which tasks flipped, which way |
 //!
