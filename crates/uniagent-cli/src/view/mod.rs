@@ -37,6 +37,7 @@ mod diff;
 mod error;
 mod index;
 mod query;
+mod rerender;
 mod routes;
 mod row;
 mod run;
@@ -55,10 +56,11 @@ pub use diff::{edit_script, DiffOp};
 pub use error::ViewError;
 pub use index::{Entry, JsonlIndex};
 pub use query::{ListQuery, Search, DEFAULT_LIMIT, MAX_LIMIT};
+pub use rerender::{rerender_diff, DiffRun, RerenderDiff, MAX_DIFF_EDITS};
 pub use row::TrajRow;
 pub use run::{Run, METRICS, REQUEST_BUDGET};
 pub use stats::{compare, run_stats, Comparison, RunStats};
-pub use tokens::{rerender_diff, token_view, DiffRun, RerenderDiff, TokenView, MAX_DIFF_EDITS};
+pub use tokens::{token_view, TokenView};
 
 /// The runs being viewed.
 #[derive(Debug)]
