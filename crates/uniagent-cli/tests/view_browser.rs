@@ -1,6 +1,7 @@
 //! The viewer in a real headless Chromium, driven through the DevTools protocol (a minimal
 //! client over a websocket): open the runs page, a run's list, a trajectory, its token view
-//! and the learning curves; check what is shown; see a new rollout appear without a reload.
+//! and the learning curves; check what is shown; see a new rollout appear without a reload;
+//! toggle the diff of a not-append-only rollout against its full re-render.
 //! Screenshots go to `target/tmp/view-browser/`.
 //!
 //! Chromium comes from `scripts/setup/60-chromium.sh` (`$UNIAGENT_CHROMIUM` or `chromium` on
@@ -241,5 +242,58 @@ async fn runs_trajectory_tokens_and_curves_in_chromium() {
         .await;
     assert_eq!(points, json!(10));
     page.screenshot(&shots, "7-curves.png").await;
+
+    // A not-append-only rollout (its own run, over Qwen3): toggle the diff vs. the full
+    // re-render; the first turn's empty think block is struck out.
+    let q = tmp.path().join("qwen3");
+    std::fs::create_dir_all(&q).unwrap();
+    let (line, think) = viewfix::rerendered_trajectory();
+    append(&q, "trajectories.jsonl", &format!("{line}\n"));
+    std::fs::write(
+        q.join("config.yaml"),
+        format!("model:\n  dir: {}\n", viewfix::qwen3_dir().display()),
+    )
+    .unwrap();
+    let base_q = serve(&[q]).await;
+    page.go(&format!("{base_q}/#/traj/0/0?view=tokens")).await;
+    page.wait_for("document.getElementById('diff-box')").await;
+    assert_eq!(
+        page.eval("document.querySelectorAll('#tokens .tok.del').length")
+            .await,
+        json!(0)
+    );
+    page.eval("document.getElementById('diff-box').click()")
+        .await;
+    page.wait_for("document.getElementById('diff-summary')")
+        .await;
+    assert_eq!(
+        page.eval("document.querySelectorAll('#tokens .tok.del').length")
+            .await,
+        json!(think.len())
+    );
+    let struck = page
+        .eval("[...document.querySelectorAll('#tokens .tok.del')].map(e => e.textContent).join('')")
+        .await;
+    assert!(struck.as_str().unwrap().starts_with("<think>"), "{struck}");
+    let summary = page
+        .eval("document.getElementById('diff-summary').innerText")
+        .await;
+    assert!(
+        summary
+            .as_str()
+            .unwrap()
+            .contains("only in the recorded stream"),
+        "{summary}"
+    );
+    // The split character is shown whole, never as U+FFFD.
+    let shown = page
+        .eval("document.getElementById('tokens').innerText")
+        .await;
+    let shown = shown.as_str().unwrap();
+    assert!(
+        shown.contains(viewfix::SPLIT_CHAR) && !shown.contains('\u{FFFD}'),
+        "{shown}"
+    );
+    page.screenshot(&shots, "8-tokens-rerender-diff.png").await;
     eprintln!("screenshots in {}", shots.display());
 }

@@ -430,3 +430,109 @@ async fn reads_what_the_run_writer_writes() {
     assert_eq!(tv["version"], json!([null, null, 5, 5, null]));
     assert_eq!(tv["logprob"], json!([null, null, -0.5, -1.5, 0.0]));
 }
+
+/// A real not-append-only rollout: the token route carries the recorded sources, text that
+/// never splits a character, and the stream aligned with the recorded full re-render.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rerender_diff_and_recorded_sources() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("qwen3");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (line, think) = viewfix::rerendered_trajectory();
+    append(&dir, "trajectories.jsonl", &format!("{line}\n"));
+    std::fs::write(
+        dir.join("config.yaml"),
+        format!("model:\n  dir: {}\n", viewfix::qwen3_dir().display()),
+    )
+    .unwrap();
+    let base = serve(std::slice::from_ref(&dir)).await;
+    let (status, t) = get(format!("{base}/api/runs/0/trajectories/0")).await;
+    assert_eq!(status, 200, "{t}");
+    // The recorded re-render marks the rollout not append-only; the raw arrays stay out of
+    // the trajectory object.
+    assert_eq!(t["append_only"], false);
+    assert!(t["warnings"].to_string().contains("not append-only"), "{t}");
+    assert!(t["trajectory"].get("rerender_ids").is_none());
+    let tv = &t["tokens"];
+
+    // Sources as recorded: the prompt, then mask 1 exactly on sampled tokens.
+    assert_eq!(tv["sources_inferred"], false);
+    let prompt = tv["prompt_len"].as_u64().unwrap() as usize;
+    let sources: Vec<&str> = tv["source"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    assert!(sources[..prompt].iter().all(|s| *s == "prompt"));
+    for (s, m) in sources[prompt..]
+        .iter()
+        .zip(tv["mask"].as_array().unwrap()[prompt..].iter())
+    {
+        assert_eq!(*s == "sampled", m == 1, "{sources:?}");
+    }
+    assert!(sources.contains(&"template") && sources.contains(&"observation"));
+
+    // Text: the split character is whole on its last token, never U+FFFD.
+    let text: Vec<&str> = tv["text"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    assert!(!tv["partial"].as_array().unwrap().is_empty(), "{tv}");
+    assert!(text.iter().all(|s| !s.contains('\u{FFFD}')));
+    assert_eq!(
+        text.iter()
+            .filter(|s| s.contains(viewfix::SPLIT_CHAR))
+            .count(),
+        4
+    );
+
+    // The diff: walking the runs over the stream and taking inserts from the run gives the
+    // re-render; what the template dropped is the first turn's empty think block.
+    let d = &tv["rerender"];
+    assert_eq!(d["aligned"], true, "{d}");
+    let stream: Vec<u64> = tv["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
+    let (mut i, mut rebuilt, mut deleted) = (0usize, Vec::new(), Vec::new());
+    for run in d["runs"].as_array().unwrap() {
+        let n = run["len"].as_u64().unwrap() as usize;
+        match run["op"].as_str().unwrap() {
+            "equal" => rebuilt.extend_from_slice(&stream[i..i + n]),
+            "delete" => deleted.extend_from_slice(&stream[i..i + n]),
+            "insert" => {
+                rebuilt.extend(
+                    run["ids"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|x| x.as_u64().unwrap()),
+                );
+                assert_eq!(run["text"].as_array().unwrap().len(), n);
+                continue;
+            }
+            op => panic!("unknown op {op}"),
+        }
+        i += n;
+    }
+    assert_eq!(i, stream.len());
+    let recorded: Vec<u64> = line["rerender_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
+    assert_eq!(rebuilt, recorded);
+    assert_eq!(d["len"], recorded.len());
+    assert_eq!(
+        deleted,
+        think.iter().map(|x| u64::from(*x)).collect::<Vec<_>>()
+    );
+    assert_eq!(d["deleted"], think.len());
+    assert_eq!(d["inserted"], 0);
+}

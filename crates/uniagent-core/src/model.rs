@@ -113,6 +113,14 @@ pub trait ChatModel: Send + Sync + Debug + 'static {
 
     /// Appends tool results or user messages to the cache.
     async fn append(&self, cache: &mut RolloutCache, messages: Vec<Message>) -> Result<()>;
+
+    /// The chat template's full render of `cache`'s messages when the token stream is not
+    /// append-only (it differs from that render), for the trajectory record; `None` when the
+    /// stream is the render, or the backend has no template (the default).
+    fn rerender_ids(&self, cache: &RolloutCache) -> Result<Option<Vec<u32>>> {
+        let _ = cache;
+        Ok(None)
+    }
 }
 
 #[async_trait]
@@ -141,6 +149,9 @@ impl<T: ChatModel + ?Sized> ChatModel for Arc<T> {
     async fn append(&self, cache: &mut RolloutCache, messages: Vec<Message>) -> Result<()> {
         (**self).append(cache, messages).await
     }
+    fn rerender_ids(&self, cache: &RolloutCache) -> Result<Option<Vec<u32>>> {
+        (**self).rerender_ids(cache)
+    }
 }
 
 #[async_trait]
@@ -168,5 +179,8 @@ impl<T: ChatModel + ?Sized> ChatModel for Box<T> {
     }
     async fn append(&self, cache: &mut RolloutCache, messages: Vec<Message>) -> Result<()> {
         (**self).append(cache, messages).await
+    }
+    fn rerender_ids(&self, cache: &RolloutCache) -> Result<Option<Vec<u32>>> {
+        (**self).rerender_ids(cache)
     }
 }

@@ -312,7 +312,7 @@ impl Gateway {
             .chains
             .iter()
             .enumerate()
-            .map(|(i, c)| c.trajectory(session_id, i as u32, session.reward.as_ref()))
+            .map(|(i, c)| c.trajectory(&self.codec, session_id, i as u32, session.reward.as_ref()))
             .collect();
         if let Some(recorder) = &self.recorder {
             recorder.append(&records)?;

@@ -84,6 +84,64 @@ async fn dropped_reasoning_starts_a_new_chain_from_the_full_render() {
     );
     assert_eq!(mask1(&t[1]), turn("<think>\nEasy.\n</think>\n\nBerlin."));
     assert_eq!(chains[0].messages().len(), 2);
+    // Both chains are append-only: sources recorded, no re-render.
+    for chain in &t {
+        assert!(chain.get("rerender_ids").is_none());
+        assert_eq!(chain["token_sources"][0][0], "prompt");
+    }
+}
+
+/// A sampled tokenization the tokenizer would not produce makes the chain not append-only:
+/// its record carries the template's full render of its messages, which differs from the
+/// stream exactly there.
+#[tokio::test]
+async fn a_non_canonical_turn_is_recorded_with_its_full_render() {
+    let script = Arc::new(Script::default());
+    let gateway = Gateway::new(codec("qwen2.5"), script.clone(), GatewayConfig::default());
+    let c = codec("qwen2.5");
+    // "Paris." split as "P" + "aris.": not what the tokenizer makes of the text.
+    let mut ids = c.encode("P").unwrap();
+    ids.extend(c.encode("aris.").unwrap());
+    ids.push(c.eos_token_id());
+    assert_ne!(ids[..ids.len() - 1], c.encode("Paris.").unwrap()[..]);
+    script.push_ids(ids.clone());
+    let messages = vec![Message::user("Capital of France?")];
+    let a = gateway
+        .complete("n", TurnRequest::new(messages.clone()))
+        .await
+        .unwrap();
+    assert_eq!(a.message.content.as_deref(), Some("Paris."));
+    let t = gateway.end("n").await.unwrap();
+    assert_eq!(t[0]["extra_fields"]["gateway"]["append_only"], false);
+    let mut full = messages;
+    full.push(a.message);
+    let mut render = c
+        .render_ids(&ChatInput {
+            messages: messages_to_json(&full).unwrap(),
+            ..ChatInput::default()
+        })
+        .unwrap();
+    let end = render
+        .iter()
+        .rposition(|id| *id == c.eos_token_id())
+        .unwrap();
+    render.truncate(end + 1);
+    assert_eq!(ids_of(&t[0], "rerender_ids"), render);
+    let mut stream = ids_of(&t[0], "prompt_ids");
+    stream.extend(ids_of(&t[0], "response_ids"));
+    // Same prompt, same end of turn; only the turn's tokenization differs.
+    assert!(render.starts_with(&ids_of(&t[0], "prompt_ids")));
+    assert_ne!(stream, render);
+    assert_eq!(stream.last(), render.last());
+    assert_eq!(mask1(&t[0]), ids);
+    let sampled: u64 = t[0]["token_sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r[0] == "sampled")
+        .map(|r| r[1].as_u64().unwrap())
+        .sum();
+    assert_eq!(sampled as usize, ids.len());
 }
 
 #[derive(Debug, Clone)]

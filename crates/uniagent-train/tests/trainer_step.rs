@@ -65,6 +65,8 @@ fn rollouts(model: &Qwen2ForCausalLM) -> (Vec<AgentLoopOutput>, Vec<String>) {
                 num_turns: 2,
                 metrics: AgentLoopMetrics::default(),
                 extra_fields: Map::new(),
+                token_sources: None,
+                rerender_ids: None,
             });
             uids.push(format!("prompt-{p}"));
         }

@@ -236,32 +236,65 @@ function heat(lp) {
 }
 const VERSION_COLOURS = ["#cfe3ff", "#d7f5d0", "#ffe7b8", "#f4d0f5", "#d0f5f1", "#f5d6d0"];
 
-function tokenView(tv, mode) {
+// One stream token (with the prompt/turn markers before it); `cls` adds diff classes.
+function tokenHtml(tv, i, mode, starts, partial, cls) {
+  let pre = "";
+  if (i === tv.prompt_len) pre += `<div class="boundary prompt-end">response</div>`;
+  if (starts.has(i)) pre += `<span class="turn-mark" title="turn ${tv.turn[i]} starts">turn ${tv.turn[i]}</span>`;
+  // Newlines are tokens too: show them (↵) so their colour is visible. A token holding only
+  // the first bytes of a character shows ⋯; the character is on the token that completes it.
+  let text = tv.text ? tv.text[i].replace(/\n/g, "↵\n") : `⟨${tv.ids[i]}⟩`;
+  if (partial.has(i)) { text = "⋯"; cls += " partial"; }
+  const lp = tv.logprob[i], v = tv.version[i], m = tv.mask[i];
+  let style = "";
+  // Logprobs mean something on sampled tokens only (0.0 is a placeholder elsewhere).
+  if (mode === "logprob") style = m === 1 && lp !== null ? `background:${heat(lp)}` : "background:#fff;color:#999";
+  if (mode === "version" && v !== null) style = `background:${VERSION_COLOURS[v % VERSION_COLOURS.length]}`;
+  let tip = `#${i} id ${tv.ids[i]} · ${tv.source[i]} · mask ${m ?? "–"} · logprob ${lp === null ? "–" : lp.toFixed(3)} · version ${v ?? "–"} · turn ${tv.turn[i]}`;
+  if (partial.has(i)) tip += " · first bytes of a character completed by a later token";
+  if (cls.includes("del")) tip += " · not in the full re-render";
+  return `${pre}<span class="tok src-${tv.source[i]} ${m === 1 ? "m1" : m === 0 ? "m0" : ""} ${cls}" style="${style}" title="${esc(tip)}">${esc(text)}</span>`;
+}
+
+// The stream aligned with the template's full re-render: deleted tokens struck out, tokens
+// only the re-render has inserted in green.
+function diffParts(tv, mode, starts, partial) {
+  const parts = [];
+  let i = 0;
+  for (const run of tv.rerender.runs) {
+    if (run.op === "insert") {
+      run.ids.forEach((id, k) => {
+        const text = run.text ? run.text[k].replace(/\n/g, "↵\n") : `⟨${id}⟩`;
+        parts.push(`<span class="tok ins" title="${esc(`only in the full re-render · id ${id}`)}">${esc(text)}</span>`);
+      });
+      continue;
+    }
+    for (let k = 0; k < run.len; k++, i++) parts.push(tokenHtml(tv, i, mode, starts, partial, run.op === "delete" ? "del" : ""));
+  }
+  return parts;
+}
+
+function tokenView(tv, mode, diff) {
   const n = tv.ids.length;
   const starts = new Set(tv.turn_starts);
-  const parts = [];
-  for (let i = 0; i < n; i++) {
-    if (i === tv.prompt_len) parts.push(`<div class="boundary prompt-end">response</div>`);
-    if (starts.has(i)) parts.push(`<span class="turn-mark" title="turn ${tv.turn[i]} starts">turn ${tv.turn[i]}</span>`);
-    // Newlines are tokens too: show them (↵) so their colour is visible.
-    const text = tv.text ? tv.text[i].replace(/\n/g, "↵\n") : `⟨${tv.ids[i]}⟩`;
-    const lp = tv.logprob[i], v = tv.version[i], m = tv.mask[i];
-    let style = "";
-    // Logprobs mean something on sampled tokens only (0.0 is a placeholder elsewhere).
-    if (mode === "logprob") style = m === 1 && lp !== null ? `background:${heat(lp)}` : "background:#fff;color:#999";
-    if (mode === "version" && v !== null) style = `background:${VERSION_COLOURS[v % VERSION_COLOURS.length]}`;
-    const tip = `#${i} id ${tv.ids[i]} · ${tv.source[i]} · mask ${m ?? "–"} · logprob ${lp === null ? "–" : lp.toFixed(3)} · version ${v ?? "–"} · turn ${tv.turn[i]}`;
-    parts.push(`<span class="tok src-${tv.source[i]} ${m === 1 ? "m1" : m === 0 ? "m0" : ""}" style="${style}" title="${esc(tip)}">${esc(text)}</span>`);
-  }
+  const partial = new Set(tv.partial || []);
+  const r = tv.rerender;
+  const diffing = diff && r && r.aligned;
+  const parts = diffing ? diffParts(tv, mode, starts, partial) : tv.ids.map((_, i) => tokenHtml(tv, i, mode, starts, partial, ""));
   const counts = {};
   tv.source.forEach(s => counts[s] = (counts[s] || 0) + 1);
   const legend = Object.entries(counts).map(([s, c]) => `<span class="tok src-${s}">${s}</span> ${c}`).join(" · ");
+  const toggle = r ? `<label id="diff-toggle"> · <input type="checkbox" id="diff-box" ${diff ? "checked" : ""}> diff vs. full re-render</label>` : "";
+  let summary = "";
+  if (diff && r) summary = r.aligned
+    ? `<p id="diff-summary">full re-render: ${r.len} tokens · <span class="tok del">${r.deleted}</span> only in the recorded stream · <span class="tok ins">${r.inserted}</span> only in the re-render</p>`
+    : `<p id="diff-summary" class="bad">the stream and its re-render differ by too many tokens to align here</p>`;
   return `<div class="bar" id="token-modes">colour by
-      ${["source", "logprob", "version"].map(m => `<label><input type="radio" name="mode" value="${m}" ${m === mode ? "checked" : ""}> ${m}</label>`).join(" ")}</div>
+      ${["source", "logprob", "version"].map(m => `<label><input type="radio" name="mode" value="${m}" ${m === mode ? "checked" : ""}> ${m}</label>`).join(" ")}${toggle}</div>
     <p id="token-legend">${n} tokens (${tv.prompt_len} prompt): ${legend} · <span class="tok m1">underlined</span> = mask 1 (trained on)
-      ${tv.sources_inferred ? `<span class="dim">· template/observation inferred from special tokens</span>` : ""}
+      ${tv.sources_inferred ? `<span class="dim">· template/observation inferred from special tokens</span>` : `<span class="dim">· sources as recorded</span>`}
       ${mode === "logprob" ? ` · <span class="tok" style="background:${heat(0)}">0</span><span class="tok" style="background:${heat(-2.5)}">−2.5</span><span class="tok" style="background:${heat(-5)}">≤−5</span>` : ""}</p>
-    <div id="tokens" class="tokens">${parts.join("")}</div>`;
+    ${summary}<div id="tokens" class="tokens">${parts.join("")}</div>`;
 }
 
 async function trajPage(run, index, params) {
@@ -270,11 +303,12 @@ async function trajPage(run, index, params) {
   const t = d.trajectory;
   const view = params.get("view") || "chat";
   const mode = params.get("mode") || "source";
+  const diff = params.get("diff") === "1";
   const tm = t.timings || {};
   const tabs = `<div class="tabs"><a id="tab-chat" class="${view === "chat" ? "active" : ""}" href="#/traj/${run}/${index}?view=chat">Conversation</a>
     <a id="tab-tokens" class="${view === "tokens" ? "active" : ""}" href="#/traj/${run}/${index}?view=tokens">Tokens</a></div>`;
   let body;
-  if (view === "tokens") body = d.tokens ? tokenView(d.tokens, mode) : `<p class="dim" id="no-tokens">This run's backend recorded no token data.</p>`;
+  if (view === "tokens") body = d.tokens ? tokenView(d.tokens, mode, diff) : `<p class="dim" id="no-tokens">This run's backend recorded no token data.</p>`;
   else body = `<div id="chat">${chat(t.messages || [])}</div>`;
   main.innerHTML = `<p><a href="#/run/${run}">← ${esc("list")}</a> ·
       <a href="#/traj/${run}/${Math.max(0, index - 1)}?view=${view}">prev</a> · <a href="#/traj/${run}/${index + 1}?view=${view}">next</a></p>
@@ -288,9 +322,11 @@ async function trajPage(run, index, params) {
       <div class="card"><h3>timings (s)</h3><table>${Object.entries(tm).map(([k, v]) => `<tr><td>${esc(k)}</td><td class="num">${fmt(v, 3)}</td></tr>`).join("")}</table>
         <p class="dim">${fmt(t.counts?.turns)} turns · ${fmt(t.counts?.tool_calls)} tool calls · ${fmt(t.counts?.format_errors)} format errors</p></div>
     </div>${tabs}${body}`;
-  for (const r of document.querySelectorAll("#token-modes input")) {
-    r.onchange = () => { location.hash = `#/traj/${run}/${index}?view=tokens&mode=${r.value}`; };
+  for (const r of document.querySelectorAll("#token-modes input[name=mode]")) {
+    r.onchange = () => { location.hash = `#/traj/${run}/${index}?view=tokens&mode=${r.value}${diff ? "&diff=1" : ""}`; };
   }
+  const box = document.getElementById("diff-box");
+  if (box) box.onchange = () => { location.hash = `#/traj/${run}/${index}?view=tokens&mode=${mode}${box.checked ? "&diff=1" : ""}`; };
 }
 
 // ---------- learning curves ----------

@@ -12,7 +12,7 @@
 //! | `GET /api/runs` | every run: statistics, `summary.json`, warnings |
 //! | `GET /api/runs/{run}` | one run |
 //! | `GET /api/runs/{run}/trajectories?task&exit_reason&success&reward_min&reward_max&step&phase&version&q&offset&limit` | a page of trajectory summaries and the `total` matching |
-//! | `GET /api/runs/{run}/trajectories/{index}` | one trajectory (messages, reward, timings) and its token view |
+//! | `GET /api/runs/{run}/trajectories/{index}` | one trajectory (messages, reward, timings) and its token view (`tokens.rerender`: the stream aligned with the recorded full re-render, when there is one) |
 //! | `GET /api/runs/{run}/metrics` | `metrics.jsonl` as series over `step` |
 //! | `GET /api/compare?a=RUN&b=RUN` | two runs task by task: which tasks flipped, which way |
 //!
@@ -32,9 +32,12 @@
 //! ```
 
 mod assets;
+mod decode;
+mod diff;
 mod error;
 mod index;
 mod query;
+mod rerender;
 mod routes;
 mod row;
 mod run;
@@ -48,9 +51,12 @@ use std::time::Duration;
 use axum::routing::get;
 use axum::Router;
 
+pub use decode::token_texts;
+pub use diff::{edit_script, DiffOp};
 pub use error::ViewError;
 pub use index::{Entry, JsonlIndex};
 pub use query::{ListQuery, Search, DEFAULT_LIMIT, MAX_LIMIT};
+pub use rerender::{rerender_diff, DiffRun, RerenderDiff, MAX_DIFF_EDITS};
 pub use row::TrajRow;
 pub use run::{Run, METRICS, REQUEST_BUDGET};
 pub use stats::{compare, run_stats, Comparison, RunStats};

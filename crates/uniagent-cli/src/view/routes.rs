@@ -22,13 +22,14 @@ type Params = Result<Query<HashMap<String, String>>, QueryRejection>;
 type Ids<T> = Result<Path<T>, PathRejection>;
 
 /// Token fields moved into the token view (not repeated in the trajectory).
-const TOKEN_FIELDS: [&str; 6] = [
+const TOKEN_FIELDS: [&str; 7] = [
     "prompt_ids",
     "response_ids",
     "response_mask",
     "response_logprobs",
     "weight_versions",
     "token_sources",
+    "rerender_ids",
 ];
 
 async fn blocking<F>(viewer: Arc<Viewer>, f: F) -> Answer
@@ -199,9 +200,11 @@ pub async fn trajectory(State(viewer): State<Arc<Viewer>>, id: Ids<(usize, usize
         // The codec's verdict where the writer recorded it (the gateway does, under
         // `extra_fields.gateway`): `false` means a turn was re-tokenized differently from a
         // full render, so the trace is not a prefix-extension of its re-render.
+        // A recorded re-render is written only for rollouts that are not append-only.
         let append_only = ["/extra_fields/gateway/append_only", "/extra_fields/append_only"]
             .iter()
-            .find_map(|p| t.pointer(p).and_then(Value::as_bool));
+            .find_map(|p| t.pointer(p).and_then(Value::as_bool))
+            .or_else(|| t.get("rerender_ids").map(|_| false));
         if append_only == Some(false) {
             warnings.push(
                 "the codec flagged this rollout as not append-only: a turn's tokens differ from a full re-render"

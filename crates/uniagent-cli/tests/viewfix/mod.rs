@@ -99,3 +99,61 @@ pub async fn get(url: impl AsRef<str>) -> (u16, Value) {
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("{url}: not JSON ({e}): {text}"));
     (status, body)
 }
+
+/// The Qwen3 tokenizer fixture of uniagent-core (its template drops earlier reasoning).
+pub fn qwen3_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../uniagent-core/tests/fixtures/tokenizers/qwen3")
+}
+
+/// The text the first turn of [`rerendered_trajectory`] samples after its think block: a
+/// character the fixture's byte-level BPE splits across tokens.
+pub const SPLIT_CHAR: &str = "𝔘";
+
+/// A real rollout that is not append-only, recorded the way writers record it: over the Qwen3
+/// fixture the policy samples an empty think block, then a new user query makes the template
+/// drop it from the first turn. Returns the trajectory line (with `token_sources` and
+/// `rerender_ids`) and the ids of the dropped block.
+pub fn rerendered_trajectory() -> (Value, Vec<u32>) {
+    use uniagent_core::codec::{messages_to_json, Codec};
+    use uniagent_core::{LengthLimits, Message, RolloutCache};
+
+    let codec = Codec::from_dir(qwen3_dir()).unwrap();
+    let mut cache = codec
+        .start(
+            "rerender:0",
+            vec![Message::user(format!("Say {SPLIT_CHAR}."))],
+            vec![],
+            serde_json::Map::new(),
+            LengthLimits::default(),
+        )
+        .unwrap();
+    let sample = |cache: &mut RolloutCache, text: &str| {
+        let mut ids = codec.encode(text).unwrap();
+        ids.push(codec.eos_token_id());
+        let lps = vec![-0.5; ids.len()];
+        codec.append_sampled(cache, &ids, &lps, Some(2)).unwrap();
+    };
+    sample(&mut cache, &format!("<think>\n\n</think>\n\n{SPLIT_CHAR}"));
+    codec
+        .append_messages(&mut cache, &[Message::user("Again, twice.")])
+        .unwrap();
+    sample(
+        &mut cache,
+        &format!("<think>\n\n</think>\n\n{SPLIT_CHAR}{SPLIT_CHAR}"),
+    );
+    assert!(!cache.append_only());
+    let mut out = cache.to_agent_loop_output();
+    out.rerender_ids = codec.rerender_ids(&cache).unwrap();
+    let mut t = trajectory(0, 1, true);
+    let obj = t.as_object_mut().unwrap();
+    for (k, v) in serde_json::to_value(out).unwrap().as_object().unwrap() {
+        obj.insert(k.clone(), v.clone());
+    }
+    obj.insert(
+        "messages".into(),
+        json!(messages_to_json(cache.messages()).unwrap()),
+    );
+    obj.insert("id".into(), json!("rerender:0"));
+    obj.insert("task_id".into(), json!("rerender"));
+    (t, codec.encode("<think>\n\n</think>\n\n").unwrap())
+}

@@ -438,6 +438,14 @@ impl AgentInteraction {
         started: Instant,
     ) -> Trajectory {
         let mut output = cache.to_agent_loop_output();
+        // Recorded for inspection only: a failed render leaves the trajectory as it is.
+        output.rerender_ids = self.model.rerender_ids(cache).unwrap_or_else(|e| {
+            tracing::warn!(
+                rollout = cache.id(),
+                "full re-render for the record failed: {e}"
+            );
+            None
+        });
         let nothing_sampled = !output.response_mask.contains(&1);
         let masked = self.config.mask.masks(reason) || nothing_sampled;
         output.reward_score = reward.as_ref().map(|r| r.score);

@@ -134,4 +134,8 @@ impl ChatModel for TokenChatModel {
     async fn append(&self, cache: &mut RolloutCache, messages: Vec<Message>) -> Result<()> {
         self.codec.append_messages(cache, &messages)
     }
+
+    fn rerender_ids(&self, cache: &RolloutCache) -> Result<Option<Vec<u32>>> {
+        self.codec.rerender_ids(cache)
+    }
 }

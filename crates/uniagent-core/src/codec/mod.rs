@@ -36,6 +36,7 @@ mod probe;
 mod pyjson;
 mod pyrepr;
 mod replay;
+mod rerender;
 mod template;
 mod unsupported;
 

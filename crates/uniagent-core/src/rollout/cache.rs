@@ -98,6 +98,9 @@ impl TokenTrace {
 /// // Provenance reaches the trainer: one weight version per response token, null on mask 0.
 /// let out = cache.to_agent_loop_output();
 /// assert_eq!(out.weight_versions, Some(vec![Some(3), Some(3), None]));
+/// // ... and where each token came from, run-length encoded over prompt and response.
+/// assert_eq!(serde_json::to_string(&out.token_sources).unwrap(),
+///            r#"[["prompt",3],["sampled",2],["template",1]]"#);
 /// cache.mask_out_turn(0);
 /// assert_eq!(cache.to_agent_loop_output().weight_versions, Some(vec![None, None, None]));
 /// // Sampled ids must come with as many logprobs.
@@ -522,7 +525,19 @@ impl RolloutCache {
             num_turns: user_turns + self.assistant_turns + 1,
             metrics: super::AgentLoopMetrics::default(),
             extra_fields: serde_json::Map::new(),
+            token_sources: self.token_sources(),
+            rerender_ids: None,
         }
+    }
+
+    /// Where every token of the prompt and the response came from, run-length encoded
+    /// (`None` for message-only caches).
+    pub fn token_sources(&self) -> Option<super::TokenSourceRuns> {
+        let t = self.tokens.as_ref()?;
+        Some(super::TokenSourceRuns::encode(
+            std::iter::repeat_n(TokenSource::Prompt, t.prompt_ids.len())
+                .chain(t.provenance.iter().map(|p| p.source)),
+        ))
     }
 }
 

@@ -2,6 +2,8 @@
 
 mod cache;
 mod output;
+mod sources;
 
 pub use cache::{LengthLimits, Provenance, RolloutCache, TokenSource, TokenTrace};
 pub use output::{AgentLoopMetrics, AgentLoopOutput};
+pub use sources::TokenSourceRuns;

@@ -53,4 +53,13 @@ pub struct AgentLoopOutput {
     pub metrics: AgentLoopMetrics,
     /// Free-form: exit reason, per-phase timings, reward details.
     pub extra_fields: Map<String, Value>,
+    /// Provenance for inspection (not read by verl): where each token of `prompt_ids` then
+    /// `response_ids` came from, run-length encoded. `None` without token data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_sources: Option<super::TokenSourceRuns>,
+    /// The chat template's full render of the token-traced messages, written only when the
+    /// codec flagged the rollout as not append-only (the trace then differs from it): what a
+    /// re-tokenizing trainer would have seen instead. `None` for append-only rollouts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerender_ids: Option<Vec<u32>>,
 }

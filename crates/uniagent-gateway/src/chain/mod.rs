@@ -122,8 +122,25 @@ impl Chain {
     /// The chain as one `trajectories.jsonl` object: the token record, the client's
     /// conversation, the session's reward, and the gateway's facts under
     /// `extra_fields.gateway`. `response_logprobs` is absent when the generator gave none.
-    pub fn trajectory(&self, session: &str, index: u32, reward: Option<&RewardOutcome>) -> Value {
+    /// When the chain is not append-only, `codec`'s full render of its messages is recorded
+    /// as `rerender_ids`.
+    pub fn trajectory(
+        &self,
+        codec: &Codec,
+        session: &str,
+        index: u32,
+        reward: Option<&RewardOutcome>,
+    ) -> Value {
         let mut output = self.cache.to_agent_loop_output();
+        // For inspection only: a failed render leaves the record without it.
+        output.rerender_ids = codec.rerender_ids(&self.cache).unwrap_or_else(|e| {
+            tracing::warn!(
+                session,
+                chain = index,
+                "full re-render for the record failed: {e}"
+            );
+            None
+        });
         output.reward_score = reward.map(|r| r.score);
         let turns = self.cache.assistant_turns();
         let mut t = Trajectory {
