@@ -95,6 +95,8 @@ fn main() {
             num_turns: 2,
             metrics: AgentLoopMetrics::default(),
             extra_fields: Map::new(),
+            token_sources: None,
+            rerender_ids: None,
         })
         .collect();
     let batch = TrainBatch::sft(rows);
