@@ -34,6 +34,7 @@ pub struct Admission<'a> {
 /// let ask = |json: &str| admit(&config, &serde_json::from_str::<AcquireRequest>(json).unwrap());
 /// assert_eq!(ask(r#"{"image": "img:1", "ttl_secs": 20}"#).unwrap().ttl.as_secs(), 20);
 /// assert_eq!(ask(r#"{"image": "img:1", "ttl_secs": 1e300}"#).unwrap_err().kind, ErrorKind::LimitExceeded);
+/// assert_eq!(ask(r#"{"image": "img:1", "ttl_secs": 3e-100}"#).unwrap_err().kind, ErrorKind::BadRequest);
 /// assert_eq!(ask(r#"{"image": "other"}"#).unwrap_err().kind, ErrorKind::UnknownImage);
 /// ```
 pub fn admit<'a>(
@@ -71,10 +72,12 @@ pub(super) fn lease_ttl(
     let Some(secs) = asked else {
         return Ok(config.lease_ttl);
     };
-    if !(secs.is_finite() && secs > 0.0) {
+    // At least a millisecond: a tinier positive value would round to a lease that is
+    // expired when granted (found by the pool_requests fuzz target).
+    if !(secs.is_finite() && secs >= 0.001) {
         return Err(PoolError::new(
             ErrorKind::BadRequest,
-            format!("ttl_secs must be a positive number, got {secs}"),
+            format!("ttl_secs must be a number of seconds >= 0.001, got {secs}"),
         ));
     }
     // Compared as seconds first: a huge value has no Duration (from_secs_f64 would panic).
