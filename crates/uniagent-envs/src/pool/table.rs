@@ -168,11 +168,8 @@ impl Table {
 
     /// Closes the table and returns every sandbox it holds.
     pub(crate) fn drain(&mut self) -> Vec<Sandbox> {
-        self.closing = true;
-        let mut all: Vec<Sandbox> = self.leases.drain().map(|(_, h)| h.sandbox).collect();
-        for (_, queue) in self.warm.drain() {
-            all.extend(queue);
-        }
+        let mut all = self.close();
+        all.extend(self.leases.drain().map(|(_, h)| h.sandbox));
         all
     }
 
