@@ -74,7 +74,9 @@ use engine::{docker_error, is_not_found, sandbox_error, BACKEND};
 use guard::ContainerGuard;
 use relay::Relay;
 use spec::{Reach, SERVER_PORT};
-use startup::{free_loopback_port, server_url, start_slots, wait_until_alive};
+use startup::{
+    free_loopback_port, server_url, start_slots, wait_until_alive, wait_until_listening,
+};
 use watch::Watch;
 
 /// A sandbox in a local container.
@@ -293,7 +295,25 @@ impl DockerDeployment {
                 ..RemoteRuntimeOptions::default()
             },
         )?;
-        wait_until_alive(&probe_runtime, &docker, &created.id, config.startup_timeout).await?;
+        let probe_timeout = match reach {
+            Reach::Relay => {
+                // Listening first (no exec), then one probe through the relay: its exec may
+                // take seconds to start on a busy daemon, so the probe waits that long.
+                let started = std::time::Instant::now();
+                wait_until_listening(&docker, &created.id, config.startup_timeout).await?;
+                let left = config.startup_timeout.saturating_sub(started.elapsed());
+                (left / 2).max(Duration::from_secs(5))
+            }
+            _ => Duration::from_millis(500),
+        };
+        wait_until_alive(
+            &probe_runtime,
+            &docker,
+            &created.id,
+            config.startup_timeout,
+            probe_timeout,
+        )
+        .await?;
         let runtime = RemoteRuntime::new(
             &url,
             Some(token.clone()),

@@ -5,6 +5,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use bollard::Docker;
+use futures::StreamExt;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use uniagent_core::{Error, Result};
@@ -56,19 +57,81 @@ pub(crate) async fn server_url(docker: &Docker, id: &str, reach: Reach) -> Resul
     Ok(format!("http://127.0.0.1:{port}"))
 }
 
-/// Probes `is_alive` (1 ms doubling to 50 ms between probes) until it answers, the container
+/// What the server prints once it listens (see the `uniagent-sandbox` binary).
+const LISTENING: &[u8] = b"uniagent-sandbox listening on ";
+
+/// The output kept for an error message when the server never listens.
+const KEPT_OUTPUT: usize = 2048;
+
+/// Follows the container's output until the server prints that it listens, the container
 /// stops, or `timeout` passes.
+///
+/// For a relayed server (`network: none`) this replaces probing: each probe would open a
+/// connection, and each connection costs a `docker exec`. Under load a probe times out before
+/// its exec even starts, the next probe adds another exec, and a few dozen starting sandboxes
+/// keep the daemon too busy for any of them to start. Following the log is one request.
+pub(crate) async fn wait_until_listening(
+    docker: &Docker,
+    id: &str,
+    timeout: Duration,
+) -> Result<()> {
+    let options = bollard::query_parameters::LogsOptionsBuilder::new()
+        .follow(true)
+        .stdout(true)
+        .stderr(true)
+        .build();
+    let mut output: Vec<u8> = Vec::new();
+    let follow = async {
+        let mut stream = std::pin::pin!(docker.logs(id, Some(options)));
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| docker_error("following the container's output", e))?;
+            output.extend_from_slice(chunk.as_ref());
+            if contains(&output, LISTENING) {
+                return Ok(true);
+            }
+            // Keep a tail for the error message (longer than the marker, so a marker split
+            // across chunks is still found).
+            if output.len() > KEPT_OUTPUT {
+                output.drain(..output.len() - KEPT_OUTPUT);
+            }
+        }
+        Ok::<_, Error>(false)
+    };
+    match tokio::time::timeout(timeout, follow).await {
+        Ok(Ok(true)) => Ok(()),
+        Ok(Ok(false)) => {
+            let why = container_stopped(docker, id).await.unwrap_or_default();
+            Err(sandbox_error(format!(
+                "the sandbox server stopped during startup {why}: {}",
+                String::from_utf8_lossy(&output).trim()
+            )))
+        }
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(Error::Timeout {
+            operation: format!("starting the sandbox server in container {id}"),
+            after: timeout,
+        }),
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Probes `is_alive` (1 ms doubling to 50 ms between probes, each waiting at most
+/// `probe_timeout`) until it answers, the container stops, or `timeout` passes.
 pub(crate) async fn wait_until_alive(
     runtime: &RemoteRuntime,
     docker: &Docker,
     id: &str,
     timeout: Duration,
+    probe_timeout: Duration,
 ) -> Result<()> {
     let start = Instant::now();
     let mut pause = Duration::from_millis(1);
     let mut probes = 0u32;
     loop {
-        let probe = Duration::from_millis(500)
+        let probe = probe_timeout
             .min(timeout.saturating_sub(start.elapsed()))
             .max(Duration::from_millis(20));
         if let Ok(answer) = runtime.is_alive(Some(probe)).await {
