@@ -103,6 +103,16 @@ impl DeploymentConfig {
                         "docker.user must name a user (or be left out for the image's)",
                     ));
                 }
+                if let Some(user) = c.user.as_deref().filter(|_| c.read_only_root) {
+                    // The tmpfs work dir is created for the user's uid: Docker ignores a tmpfs
+                    // `mode`, so a name it alone resolves would get a directory it cannot write.
+                    if numeric_user(user).is_none() {
+                        return Err(config_error(format!(
+                            "docker.user must be `uid` or `uid:gid` with read_only_root (the \
+                             writable work dir is created for that uid), got `{user}`"
+                        )));
+                    }
+                }
                 check_positive("docker.startup_timeout", c.startup_timeout)
             }
             Self::Remote(c) => {
@@ -289,8 +299,9 @@ pub struct DockerConfig {
     pub env: BTreeMap<String, String>,
     /// The user (`name`, `uid` or `uid:gid`) the server and its shells run as; default: the
     /// image's user (root in the project's image, confined by the dropped capabilities,
-    /// `no-new-privileges` and the limits). A non-root user needs a writable `work_dir`
-    /// (`read_only_root` makes it a tmpfs open to all).
+    /// `no-new-privileges` and the limits). A non-root user needs a writable `work_dir`:
+    /// with `read_only_root` it is a tmpfs owned by the user, which must then be given as
+    /// `uid` or `uid:gid`; otherwise the image must provide one.
     pub user: Option<String>,
 }
 
@@ -436,6 +447,14 @@ impl Default for FaasConfig {
     }
 }
 
+/// `uid` or `uid:gid` as numbers; `None` for a user name.
+pub(crate) fn numeric_user(user: &str) -> Option<(u32, Option<u32>)> {
+    match user.trim().split_once(':') {
+        None => Some((user.trim().parse().ok()?, None)),
+        Some((uid, gid)) => Some((uid.parse().ok()?, Some(gid.parse().ok()?))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use uniagent_core::config::{parse, to_string, ConfigFormat};
@@ -495,11 +514,29 @@ mod tests {
                 user: Some(" ".into()),
                 ..base.clone()
             },
+            DockerConfig {
+                user: Some("agent".into()),
+                read_only_root: true,
+                ..base.clone()
+            },
+            DockerConfig {
+                user: Some("1000:staff".into()),
+                read_only_root: true,
+                ..base.clone()
+            },
         ] {
             assert!(
                 DeploymentConfig::Docker(bad.clone()).validate().is_err(),
                 "{bad:?}"
             );
+        }
+        for user in ["1000", "1000:1000", "agent"] {
+            let fine = DockerConfig {
+                user: Some(user.into()),
+                read_only_root: user != "agent",
+                ..base.clone()
+            };
+            assert!(DeploymentConfig::Docker(fine).validate().is_ok(), "{user}");
         }
         // Leaving a limit out is the explicit way to have none.
         let unlimited = DockerConfig {

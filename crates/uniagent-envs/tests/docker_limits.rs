@@ -248,3 +248,47 @@ async fn the_network_is_unreachable_by_default() {
     bridged.stop().await.unwrap();
     drop(service);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_root_user_runs_the_server_and_its_shells_without_root_powers() {
+    let Some(mut config) = config_or_skip("user").await else {
+        return;
+    };
+    // `nobody` by number; with the read-only root the work dir is a tmpfs the user owns.
+    config.user = Some("65534:65534".into());
+    config.read_only_root = true;
+    let sandbox = DockerDeployment::new(config);
+    sandbox.start().await.unwrap();
+    let out = sandbox
+        .sh("id -u; id -g; echo hi > note && cat note", 10.0)
+        .await
+        .unwrap();
+    assert_eq!(
+        (out.stdout.as_str(), out.exit_code),
+        ("65534\n65534\nhi\n", Some(0)),
+        "{out:?}"
+    );
+    // Neither root's files nor the image's system directories are writable.
+    let out = sandbox
+        .sh(
+            "touch /root/x 2>&1; touch /etc/x 2>&1; cat /etc/shadow 2>&1; echo done",
+            10.0,
+        )
+        .await
+        .unwrap();
+    assert!(!out.stdout.contains("65534"), "{out:?}");
+    assert_eq!(
+        out.stdout.matches("ermission denied").count()
+            + out.stdout.matches("Read-only file system").count(),
+        3,
+        "{out:?}"
+    );
+    // A session runs as the same user.
+    sandbox
+        .create_session(uniagent_core::sandbox::CreateSessionRequest::new("s"))
+        .await
+        .unwrap();
+    let out = sandbox.bash("s", "id -u", 10.0).await.unwrap();
+    assert_eq!(out.output.trim(), "65534");
+    sandbox.stop().await.unwrap();
+}
