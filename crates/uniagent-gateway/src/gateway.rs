@@ -76,7 +76,7 @@ impl Gateway {
 
     /// Answers one request of session `session_id` (created if new), recording the sampled
     /// turn in the chain the request continues (see the crate docs).
-    pub async fn complete(&self, session_id: &str, req: TurnRequest) -> Result<TurnAnswer> {
+    pub async fn complete(&self, session_id: &str, mut req: TurnRequest) -> Result<TurnAnswer> {
         if req.messages.is_empty() {
             return Err(GatewayError::invalid("`messages` must not be empty"));
         }
@@ -196,7 +196,9 @@ impl Gateway {
         }
         let limit = (finish == Finish::Length && kept == budget && budget < requested)
             .then(|| limit_reason(&work));
-        let mut client = req.messages.clone();
+        // The request's messages become the chain's view (moved: at turn 500 a copy was a
+        // measurable share of the request).
+        let mut client = std::mem::take(&mut req.messages);
         client.push(message.clone());
         let sampled = kept as u64;
         let new_error = format_error.as_ref().map(|m| FormatError {
@@ -221,19 +223,22 @@ impl Gateway {
                 c.sampled_tokens += sampled;
                 c.model_seconds += seconds;
             }
-            None => session.chains.push(Chain {
-                cache: work,
-                client,
-                tools: req.tools.clone(),
-                base: base.unwrap_or(Base::Start(req.messages.clone())),
-                origin,
-                logprobs_missing: !logprobs_given,
-                format_errors: new_error.into_iter().collect(),
-                rollbacks: 0,
-                limit,
-                sampled_tokens: sampled,
-                model_seconds: seconds,
-            }),
+            None => {
+                let base = base.unwrap_or_else(|| Base::Start(client[..client.len() - 1].to_vec()));
+                session.chains.push(Chain {
+                    cache: work,
+                    client,
+                    base,
+                    tools: std::mem::take(&mut req.tools),
+                    origin,
+                    logprobs_missing: !logprobs_given,
+                    format_errors: new_error.into_iter().collect(),
+                    rollbacks: 0,
+                    limit,
+                    sampled_tokens: sampled,
+                    model_seconds: seconds,
+                })
+            }
         }
         let token_texts = ids
             .iter()
