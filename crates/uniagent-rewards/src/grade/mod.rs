@@ -17,9 +17,12 @@ mod fresh;
 mod instance;
 mod report;
 mod reward;
+mod test_config;
 
-pub use extract::extract_patch;
-pub use fresh::{grade_patch, head_and_tail, GradeOptions, InfraError, InstanceGrade, Verdict};
-pub use instance::{load_dataset, load_predictions, Prediction, SweInstance};
+pub use extract::{extract_patch, extract_patch_excluding};
+pub use fresh::{
+    grade_patch, head_and_tail, GradeOptions, InfraError, InstanceGrade, R2eReport, Verdict,
+};
+pub use instance::{load_dataset, load_predictions, Prediction, SweInstance, TaskFormat};
 pub use report::{grade_predictions, sandbox_task, GradeReport, GradeRun};
 pub use reward::FreshSandboxTests;

@@ -8,13 +8,13 @@ use serde_json::{json, Value};
 use uniagent_core::runner::SandboxFactory;
 use uniagent_core::{Result, RewardContext, RewardOutcome, RewardSpec};
 
-use super::extract::extract_patch;
+use super::extract::extract_patch_excluding;
 use super::fresh::{grade_patch, GradeOptions, Verdict};
-use super::instance::SweInstance;
+use super::instance::{SweInstance, TaskFormat};
 use crate::error::RewardError;
 use crate::sandbox::sandbox;
 
-/// Scores a SWE-style rollout as the SWE-bench harness would: the agent's `git diff` against
+/// Scores a SWE-style or R2E-Gym rollout as the SWE-bench harness would: the agent's `git diff` against
 /// `base_commit` is taken from its sandbox ([`extract_patch`]) and graded in a fresh sandbox
 /// from `sandboxes` ([`grade_patch`]). Nothing else the agent did in its sandbox (test edits,
 /// git tricks, planted files outside the repository, a dead sandbox) reaches the verdict.
@@ -78,10 +78,16 @@ impl FreshSandboxTests {
         }
         let instance = SweInstance::from_json(&row)?;
         let agent = sandbox(ctx)?;
-        let patch = match extract_patch(
+        // R2E-Gym images keep their virtualenv and hidden harness untracked in the repository.
+        let exclude: &[&str] = match instance.format {
+            TaskFormat::R2eGym { .. } => &[".venv", "r2e_tests", "run_tests.sh", "install.sh"],
+            TaskFormat::SweBench => &[],
+        };
+        let patch = match extract_patch_excluding(
             agent,
             self.agent_repo_dir.as_deref().unwrap_or(&instance.repo_dir),
             &instance.base_commit,
+            exclude,
         )
         .await
         {

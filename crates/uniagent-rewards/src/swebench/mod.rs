@@ -7,7 +7,7 @@
 
 mod grading;
 mod parsers;
-mod pytext;
+pub(crate) mod pytext;
 mod status;
 
 pub use grading::{
