@@ -1,6 +1,10 @@
 //! `swe`: a repository at its base commit in a Docker image chosen per task (`{instance_id}`),
-//! the bash, editor and submit tools, and the SWE-bench tests reward (`FAIL_TO_PASS` must
-//! start passing, `PASS_TO_PASS` must keep passing, with the task's `test_patch` applied).
+//! the bash, editor and submit tools, and the tests reward: SWE-bench's (`FAIL_TO_PASS` must
+//! start passing, `PASS_TO_PASS` must keep passing, with the task's `test_patch` applied) or,
+//! for R2E-Gym rows (`expected_output_json`), R2E-Gym's (the image's hidden tests must report
+//! what the dataset expects). By default only the agent's diff is graded, in a fresh sandbox
+//! of the task ([`FreshSandboxTests`]); `grading: in_sandbox` runs the tests in the agent's
+//! own sandbox instead (cheaper, and open to tampering).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,6 +16,8 @@ use serde_json::Value;
 use uniagent_core::agent::LoopConfig;
 use uniagent_core::Task;
 use uniagent_envs::{DeploymentConfig, DockerConfig};
+use uniagent_core::RewardSpec;
+use uniagent_rewards::grade::{FreshSandboxTests, GradeOptions, SweInstance};
 use uniagent_rewards::{LogFormat, TestsReward};
 use uniagent_tools::{ExecuteBash, StrReplaceEditor, Submit, ToolboxConfig};
 
@@ -19,6 +25,19 @@ use super::{
     Environment, EnvironmentParts, EnvironmentSettings, SandboxSettings, TemplatedSandboxes,
 };
 use crate::error::Result;
+
+/// Where `swe` runs the tests that score a rollout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Grading {
+    /// Only the agent's diff leaves its sandbox; a fresh sandbox of the task applies it and
+    /// runs the tests, as the SWE-bench harness does (SWE-bench, SWE-rebench and R2E-Gym rows).
+    #[default]
+    FreshSandbox,
+    /// The tests run in the agent's sandbox, after it finished (SWE-bench rows only). Cheaper,
+    /// and only for agents that are not adversarial: the agent controls that repository.
+    InSandbox,
+}
 
 /// Settings of `swe`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -33,9 +52,12 @@ pub struct SweSettings {
     pub setup_timeout: f64,
     /// The repository in the sandbox.
     pub repo_dir: String,
+    /// Where the tests that score a rollout run.
+    pub grading: Grading,
     /// The test command; `None` reads each task's `test_cmd`.
     pub test_command: Option<String>,
-    /// The log format of the test command.
+    /// The log format of the test command (`in_sandbox` grading; fresh-sandbox grading reads
+    /// each task's `log_parser`, or the `swebench` package's parser for its `repo`).
     pub log_format: LogFormat,
     /// Seconds the test run may take (past it the task scores 0).
     pub test_timeout: f64,
@@ -56,6 +78,7 @@ impl Default for SweSettings {
             setup: Vec::new(),
             setup_timeout: 600.0,
             repo_dir: "/testbed".into(),
+            grading: Grading::FreshSandbox,
             test_command: None,
             log_format: LogFormat::Auto,
             test_timeout: 1800.0,
@@ -109,6 +132,20 @@ impl Environment for Swe {
 
     fn check_task(&self, task: &Task) -> std::result::Result<(), String> {
         let m = &task.metadata;
+        if m.get("expected_output_json").is_some_and(|v| !v.is_null()) {
+            if self.settings.grading == Grading::InSandbox {
+                return Err(
+                    "R2E-Gym rows (`expected_output_json`) need `grading: fresh_sandbox`".into(),
+                );
+            }
+            let mut row = Value::Object(m.clone());
+            if row.get("instance_id").is_none() {
+                row["instance_id"] = Value::String(task.id.clone());
+            }
+            return SweInstance::from_json(&row)
+                .map(|_| ())
+                .map_err(|e| e.to_string());
+        }
         for key in ["FAIL_TO_PASS", "PASS_TO_PASS"] {
             if !is_test_list(m.get(key)) {
                 return Err(format!(
@@ -129,8 +166,13 @@ impl Environment for Swe {
     }
 
     fn configure_loop(&self, config: &mut LoopConfig) {
-        // The tests run inside the reward: give it at least the test timeout plus a margin.
-        let need = Duration::from_secs_f64(self.settings.test_timeout.max(1.0) + 120.0);
+        // The tests run inside the reward: give it at least the test timeout plus a margin (and,
+        // grading in a fresh sandbox, time to start it and apply the patches).
+        let start = match self.settings.grading {
+            Grading::FreshSandbox => 300.0,
+            Grading::InSandbox => 0.0,
+        };
+        let need = Duration::from_secs_f64(self.settings.test_timeout.max(1.0) + 120.0 + start);
         if config.reward_timeout.is_some_and(|t| t < need) {
             config.reward_timeout = Some(need);
         }
@@ -141,12 +183,26 @@ impl Environment for Swe {
             binary: self.settings.toolbox_binary.clone(),
             ..ToolboxConfig::default()
         };
-        let reward = TestsReward {
-            test_command: self.settings.test_command.clone(),
-            repo_dir: Some(self.settings.repo_dir.clone()),
-            log_format: self.settings.log_format,
-            timeout_secs: self.settings.test_timeout,
-            ..TestsReward::default()
+        let reward: Arc<dyn RewardSpec> = match self.settings.grading {
+            Grading::InSandbox => Arc::new(TestsReward {
+                test_command: self.settings.test_command.clone(),
+                repo_dir: Some(self.settings.repo_dir.clone()),
+                log_format: self.settings.log_format,
+                timeout_secs: self.settings.test_timeout,
+                ..TestsReward::default()
+            }),
+            Grading::FreshSandbox => {
+                let mut fresh = FreshSandboxTests::new(Arc::new(self.sandboxes()))
+                    .with_agent_repo_dir(self.settings.repo_dir.clone())
+                    .with_options(GradeOptions {
+                        test_timeout_secs: self.settings.test_timeout,
+                        ..GradeOptions::default()
+                    });
+                if let Some(cmd) = &self.settings.test_command {
+                    fresh = fresh.with_default_test_cmd(cmd.clone());
+                }
+                Arc::new(fresh)
+            }
         };
         Ok(EnvironmentParts {
             tools: vec![
@@ -160,7 +216,7 @@ impl Environment for Swe {
                     ..Submit::default()
                 }),
             ],
-            reward: Some(Arc::new(reward)),
+            reward: Some(reward),
             sandboxes: Some(Arc::new(self.sandboxes())),
         })
     }
