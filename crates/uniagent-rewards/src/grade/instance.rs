@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::error::RewardError;
 use crate::r2e::R2eStatusMap;
-use crate::swebench::{EvalType, Parser, TestGroups};
+use crate::swebench::{specs, EvalType, Parser, TestGroups};
 
 /// How an instance's test run is judged.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -102,11 +102,18 @@ impl SweInstance {
                 })
                 .collect::<Result<Vec<_>, _>>()?
                 .join("\n"),
-            _ => {
-                return Err(RewardError::MissingMetadata {
-                    field: "test_cmd".into(),
-                })
-            }
+            // No command of its own: the harness's spec table for (repo, version).
+            _ => match version(row).and_then(|v| {
+                let test_patch = field("test_patch").ok().flatten().unwrap_or_default();
+                specs::test_script(&repo, &v, &test_patch)
+            }) {
+                Some(cmd) => cmd,
+                None => {
+                    return Err(RewardError::MissingMetadata {
+                        field: "test_cmd".into(),
+                    })
+                }
+            },
         };
         let eval_type = match field("eval_type")?.as_deref() {
             None | Some("pass_and_fail") => EvalType::PassAndFail,
@@ -212,6 +219,15 @@ fn json_object(value: &Value, field: &str) -> Result<serde_json::Map<String, Val
     match parsed {
         Value::Object(map) => Ok(map),
         _ => Err(bad(field, "must be a JSON object")),
+    }
+}
+
+/// `version` as the spec table keys it (a string; a number as written, `3.0` → `"3.0"`).
+fn version(row: &Value) -> Option<String> {
+    match row.get("version")? {
+        Value::String(v) => Some(v.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
     }
 }
 
@@ -335,6 +351,26 @@ mod tests {
         assert_eq!(inst.image.as_deref(), Some("img:1"));
         let err =
             SweInstance::from_json(&json!({"instance_id": "x", "base_commit": "a"})).unwrap_err();
+        assert!(err.to_string().contains("test_cmd"), "{err}");
+    }
+
+    #[test]
+    fn rows_without_test_cmd_use_the_harness_spec_table() {
+        let row = json!({
+            "instance_id": "django__django-1", "repo": "django/django", "version": "3.0",
+            "base_commit": "abc", "FAIL_TO_PASS": [], "PASS_TO_PASS": [],
+            "test_patch": "diff --git a/tests/queries/test_q.py b/tests/queries/test_q.py\n"
+        });
+        let inst = SweInstance::from_json(&row).unwrap();
+        assert!(
+            inst.test_cmd
+                .ends_with("./tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1 queries.test_q"),
+            "{}",
+            inst.test_cmd
+        );
+        let mut unknown = row;
+        unknown["version"] = json!("0.0");
+        let err = SweInstance::from_json(&unknown).unwrap_err();
         assert!(err.to_string().contains("test_cmd"), "{err}");
     }
 

@@ -8,6 +8,7 @@
 mod grading;
 mod parsers;
 pub(crate) mod pytext;
+pub mod specs;
 mod status;
 
 pub use grading::{
