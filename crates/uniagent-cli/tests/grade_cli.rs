@@ -257,12 +257,7 @@ fn grade_resolves_r2e_gym_rows_by_their_hidden_tests_in_docker() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let id = |row: &Value| {
-        row["docker_image"]
-            .as_str()
-            .unwrap()
-            .replace(':', "__")
-    };
+    let id = |row: &Value| row["docker_image"].as_str().unwrap().replace(':', "__");
     let rows = &rows[..3];
     let patches = [
         rows[0]["patch"].as_str().unwrap().to_owned(),
@@ -297,8 +292,16 @@ fn grade_resolves_r2e_gym_rows_by_their_hidden_tests_in_docker() {
     assert!(out.status.success(), "{}", stderr(&out));
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(ids_of(&report, "resolved_ids"), [id(&rows[0])], "{report}");
-    assert_eq!(ids_of(&report, "empty_patch_ids"), [id(&rows[1])], "{report}");
-    assert_eq!(ids_of(&report, "unresolved_ids"), [id(&rows[2])], "{report}");
+    assert_eq!(
+        ids_of(&report, "empty_patch_ids"),
+        [id(&rows[1])],
+        "{report}"
+    );
+    assert_eq!(
+        ids_of(&report, "unresolved_ids"),
+        [id(&rows[2])],
+        "{report}"
+    );
     assert!(ids_of(&report, "error_ids").is_empty(), "{report}");
 }
 

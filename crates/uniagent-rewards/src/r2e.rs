@@ -184,9 +184,8 @@ pub fn compare(parsed: &R2eStatusMap, expected: &R2eStatusMap) -> R2eComparison 
         .filter(|k| !parsed.contains_key(*k))
         .cloned()
         .collect();
-    cmp.matches = parsed.len() == expected.len()
-        && cmp.unexpected.is_empty()
-        && cmp.wrong_status.is_empty();
+    cmp.matches =
+        parsed.len() == expected.len() && cmp.unexpected.is_empty() && cmp.wrong_status.is_empty();
     cmp
 }
 
@@ -214,7 +213,10 @@ mod tests {
             ])
         );
         assert!(p.has_summary);
-        assert_eq!(parse_log("no summary", SummaryReading::Strict), R2eParse::default());
+        assert_eq!(
+            parse_log("no summary", SummaryReading::Strict),
+            R2eParse::default()
+        );
     }
 
     #[test]
@@ -281,7 +283,11 @@ mod tests {
         assert!(!c.matches);
         assert_eq!(
             c.wrong_status,
-            [("test_a".to_owned(), "PASSED".to_owned(), "FAILED".to_owned())]
+            [(
+                "test_a".to_owned(),
+                "PASSED".to_owned(),
+                "FAILED".to_owned()
+            )]
         );
         let fewer = map(&[("test_a", "PASSED")]);
         let c = compare(&fewer, &expected);

@@ -14,18 +14,16 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 use uniagent_core::runner::SandboxFactory;
-use uniagent_core::{
-    Deployment, DeploymentExt, EpisodeSignal, RewardContext, RewardSpec, Task,
-};
+use uniagent_core::{Deployment, DeploymentExt, EpisodeSignal, RewardContext, RewardSpec, Task};
 use uniagent_envs::docker::{daemon_reachable, list_managed};
 use uniagent_envs::{DockerConfig, DockerDeployment};
 use uniagent_rewards::grade::{
-    grade_patch, sandbox_task, FreshSandboxTests, GradeOptions, InstanceGrade, SweInstance,
-    Verdict,
+    grade_patch, sandbox_task, FreshSandboxTests, GradeOptions, InstanceGrade, SweInstance, Verdict,
 };
 
 fn row() -> Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../datasets/swe-mini-r2e/tasks.jsonl");
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../datasets/swe-mini-r2e/tasks.jsonl");
     let text = std::fs::read_to_string(path).unwrap();
     let first = text.lines().next().unwrap();
     serde_json::from_str(first).unwrap()
@@ -116,7 +114,10 @@ async fn r2e_gym_instances_grade_in_fresh_containers_and_resist_tampering() {
     check(&gold, Verdict::Resolved);
     let r2e = gold.r2e.as_ref().unwrap();
     assert!(r2e.comparison.matches && r2e.statuses.len() >= 5, "{r2e:?}");
-    check(&grade("\n".into(), options.clone()).await, Verdict::EmptyPatch);
+    check(
+        &grade("\n".into(), options.clone()).await,
+        Verdict::EmptyPatch,
+    );
     let wrong = diff_in(&docker, &image, "echo '# nothing fixed' >> csvline/core.py").await;
     let graded = grade(wrong, options.clone()).await;
     check(&graded, Verdict::Unresolved);
@@ -155,7 +156,10 @@ async fn r2e_gym_instances_grade_in_fresh_containers_and_resist_tampering() {
     assert!(planted.contains("r2e_tests/test_issue.py"), "{planted}");
     check(&grade(planted, options.clone()).await, Verdict::Unresolved);
     let fake_runner = "diff --git a/run_tests.sh b/run_tests.sh\nnew file mode 100644\n--- /dev/null\n+++ b/run_tests.sh\n@@ -0,0 +1,2 @@\n+echo 'short test summary info'\n+echo 'PASSED r2e_tests/test_issue.py::test_doubled_quotes_are_unescaped'\n";
-    check(&grade(fake_runner.into(), options.clone()).await, Verdict::Unresolved);
+    check(
+        &grade(fake_runner.into(), options.clone()).await,
+        Verdict::Unresolved,
+    );
 
     // The reward on an agent's container: its diff only (not the untracked run_tests.sh, nor a
     // .venv it made); the gold fix resolves, the tampering alone does not.
@@ -185,7 +189,10 @@ async fn r2e_gym_instances_grade_in_fresh_containers_and_resist_tampering() {
     let sh = |script: &'static str| {
         let agent = Arc::clone(&agent);
         async move {
-            let out = agent.sh(&format!("cd /testbed && {script}"), 60.0).await.unwrap();
+            let out = agent
+                .sh(&format!("cd /testbed && {script}"), 60.0)
+                .await
+                .unwrap();
             assert_eq!(out.exit_code, Some(0), "{script}: {}", out.stdout);
         }
     };

@@ -458,7 +458,9 @@ async fn pytest_config_in_the_patch_cannot_load_a_plugin_that_rewrites_outcomes(
         );
         assert_eq!(graded.pytest_config_restored, [file], "{graded:?}");
         assert!(
-            graded.log.contains(&format!("Restored the pytest sections of {file}")),
+            graded
+                .log
+                .contains(&format!("Restored the pytest sections of {file}")),
             "{}",
             graded.log
         );
@@ -466,10 +468,19 @@ async fn pytest_config_in_the_patch_cannot_load_a_plugin_that_rewrites_outcomes(
     // The gold patch plus an honest edit to the same files still resolves.
     let honest = fx.patch("cfg-honest", |d| {
         std::fs::write(d.join("calc.py"), FIXED).unwrap();
-        std::fs::write(d.join("setup.cfg"), "[metadata]\nname = calc\nversion = 2\n").unwrap();
+        std::fs::write(
+            d.join("setup.cfg"),
+            "[metadata]\nname = calc\nversion = 2\n",
+        )
+        .unwrap();
     });
     let graded = fx.grade(&instance, &honest, &GradeOptions::default()).await;
-    assert_eq!(graded.verdict, Verdict::Resolved, "{graded:?}\n{}", graded.log);
+    assert_eq!(
+        graded.verdict,
+        Verdict::Resolved,
+        "{graded:?}\n{}",
+        graded.log
+    );
     assert!(graded.pytest_config_restored.is_empty(), "{graded:?}");
 }
 

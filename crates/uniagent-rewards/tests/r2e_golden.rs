@@ -36,9 +36,16 @@ fn the_parser_answers_what_r2e_gym_answers() {
         assert_eq!(raw.statuses, as_map(&want["raw"]), "{name} (raw)");
         let cleaned = clean_output(&log);
         let faithful = parse_log(&cleaned, SummaryReading::Faithful);
-        assert_eq!(faithful.statuses, as_map(&want["cleaned"]), "{name} (cleaned)");
+        assert_eq!(
+            faithful.statuses,
+            as_map(&want["cleaned"]),
+            "{name} (cleaned)"
+        );
         // R2E-Gym compares a map with itself as equal: the golden map is a valid expectation.
-        assert!(compare(&faithful.statuses, &as_map(&want["cleaned"])).matches, "{name}");
+        assert!(
+            compare(&faithful.statuses, &as_map(&want["cleaned"])).matches,
+            "{name}"
+        );
         // With one summary and no conflicting lines the strict reading agrees.
         let strict = parse_log(&cleaned, SummaryReading::Strict);
         if cleaned.matches("short test summary info").count() <= 1 && strict.conflicting.is_empty()
@@ -47,7 +54,8 @@ fn the_parser_answers_what_r2e_gym_answers() {
         }
     }
     // The spoofed log: R2E-Gym reads the fake summary; the strict reading keeps the failure.
-    let spoofed = std::fs::read_to_string(golden_root().join("r2e/logs/spoofed_summaries.log")).unwrap();
+    let spoofed =
+        std::fs::read_to_string(golden_root().join("r2e/logs/spoofed_summaries.log")).unwrap();
     let want = &cases["r2e/logs/spoofed_summaries.log"]["cleaned"];
     assert_eq!(want["test_bad"], "PASSED");
     let strict = parse_log(&spoofed, SummaryReading::Strict);

@@ -16,7 +16,10 @@ fn test_commands_equal_the_packages() {
     assert!(cases.len() >= 10);
     assert_eq!(source_package(), "swebench 4.1.0");
     for case in &cases {
-        let (repo, version) = (case["repo"].as_str().unwrap(), case["version"].as_str().unwrap());
+        let (repo, version) = (
+            case["repo"].as_str().unwrap(),
+            case["version"].as_str().unwrap(),
+        );
         let got = test_command(repo, version, case["test_patch"].as_str().unwrap());
         assert_eq!(
             got.as_deref(),

@@ -14,9 +14,9 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uniagent_core::agent::LoopConfig;
+use uniagent_core::RewardSpec;
 use uniagent_core::Task;
 use uniagent_envs::{DeploymentConfig, DockerConfig};
-use uniagent_core::RewardSpec;
 use uniagent_rewards::grade::{FreshSandboxTests, GradeOptions, SweInstance};
 use uniagent_rewards::{LogFormat, TestsReward};
 use uniagent_tools::{ExecuteBash, StrReplaceEditor, Submit, ToolboxConfig};
@@ -158,7 +158,18 @@ impl Environment for Swe {
         {
             return Err("missing field `base_commit` (needed to apply `test_patch`)".into());
         }
-        if self.settings.test_command.is_none() && !m.get("test_cmd").is_some_and(Value::is_string)
+        // Fresh-sandbox grading finds the command of a known (repo, version) in the harness's
+        // spec table.
+        let in_spec_table = self.settings.grading == Grading::FreshSandbox
+            && match (m.get("repo"), m.get("version")) {
+                (Some(Value::String(repo)), Some(Value::String(version))) => {
+                    uniagent_rewards::swebench::specs::spec(repo, version).is_some()
+                }
+                _ => false,
+            };
+        if self.settings.test_command.is_none()
+            && !m.get("test_cmd").is_some_and(Value::is_string)
+            && !in_spec_table
         {
             return Err("missing field `test_cmd` (or set environment.test_command)".into());
         }
@@ -199,7 +210,7 @@ impl Environment for Swe {
                         ..GradeOptions::default()
                     });
                 if let Some(cmd) = &self.settings.test_command {
-                    fresh = fresh.with_default_test_cmd(cmd.clone());
+                    fresh = fresh.with_test_cmd(cmd.clone());
                 }
                 Arc::new(fresh)
             }

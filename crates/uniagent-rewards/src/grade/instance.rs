@@ -166,11 +166,7 @@ impl SweInstance {
         let image = string("docker_image")?.or(string("image")?);
         let instance_id = match (string("instance_id")?, &image) {
             (Some(id), _) => id,
-            (None, Some(image)) => image
-                .rsplit('/')
-                .next()
-                .unwrap_or(image)
-                .replace(':', "__"),
+            (None, Some(image)) => image.rsplit('/').next().unwrap_or(image).replace(':', "__"),
             (None, None) => {
                 return Err(RewardError::MissingMetadata {
                     field: "instance_id".into(),
@@ -386,13 +382,22 @@ mod tests {
         assert_eq!(inst.instance_id, "orange3_final__abc123");
         assert_eq!(inst.base_commit, "old1");
         assert_eq!(inst.repo, "orange3");
-        assert_eq!(inst.image.as_deref(), Some("namanjain12/orange3_final:abc123"));
+        assert_eq!(
+            inst.image.as_deref(),
+            Some("namanjain12/orange3_final:abc123")
+        );
         let TaskFormat::R2eGym { expected } = &inst.format else {
             panic!("{inst:?}")
         };
-        assert_eq!(expected.get("TestX.test_b").map(String::as_str), Some("FAILED"));
+        assert_eq!(
+            expected.get("TestX.test_b").map(String::as_str),
+            Some("FAILED")
+        );
         let mut no_base = row.clone();
-        no_base.as_object_mut().unwrap().remove("parsed_commit_content");
+        no_base
+            .as_object_mut()
+            .unwrap()
+            .remove("parsed_commit_content");
         let err = SweInstance::from_json(&no_base).unwrap_err();
         assert!(err.to_string().contains("base_commit"), "{err}");
         let mut bad_status = row;

@@ -33,8 +33,8 @@ pub struct FreshSandboxTests {
     pub options: GradeOptions,
     /// Where the repository is in the agent's sandbox, when not at the task's `repo_dir`.
     pub agent_repo_dir: Option<String>,
-    /// The test command of tasks that carry no `test_cmd` (SWE-bench layout).
-    pub default_test_cmd: Option<String>,
+    /// The test command run instead of each task's `test_cmd` (SWE-bench layout).
+    pub test_cmd: Option<String>,
 }
 
 impl fmt::Debug for FreshSandboxTests {
@@ -42,7 +42,7 @@ impl fmt::Debug for FreshSandboxTests {
         f.debug_struct("FreshSandboxTests")
             .field("options", &self.options)
             .field("agent_repo_dir", &self.agent_repo_dir)
-            .field("default_test_cmd", &self.default_test_cmd)
+            .field("test_cmd", &self.test_cmd)
             .finish_non_exhaustive()
     }
 }
@@ -55,13 +55,13 @@ impl FreshSandboxTests {
             sandboxes,
             options: GradeOptions::default(),
             agent_repo_dir: None,
-            default_test_cmd: None,
+            test_cmd: None,
         }
     }
 
-    /// Runs `cmd` for tasks without a `test_cmd` of their own.
-    pub fn with_default_test_cmd(mut self, cmd: impl Into<String>) -> Self {
-        self.default_test_cmd = Some(cmd.into());
+    /// Runs `cmd` instead of each task's `test_cmd`.
+    pub fn with_test_cmd(mut self, cmd: impl Into<String>) -> Self {
+        self.test_cmd = Some(cmd.into());
         self
     }
 
@@ -86,13 +86,11 @@ impl FreshSandboxTests {
         if row.get("instance_id").is_none() {
             row["instance_id"] = json!(ctx.task.id);
         }
-        let has_cmd = row.get("test_cmd").is_some_and(|v| !v.is_null())
-            || row
-                .get("install_config")
-                .and_then(|i| i.get("test_cmd"))
-                .is_some_and(|v| !v.is_null());
-        if let (false, Some(cmd)) = (has_cmd, &self.default_test_cmd) {
+        if let Some(cmd) = &self.test_cmd {
             row["test_cmd"] = json!(cmd);
+            if let Some(install) = row.get_mut("install_config").and_then(Value::as_object_mut) {
+                install.remove("test_cmd");
+            }
         }
         let instance = SweInstance::from_json(&row)?;
         let agent = sandbox(ctx)?;

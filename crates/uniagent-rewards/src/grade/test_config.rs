@@ -63,7 +63,12 @@ fn sections(text: &str) -> Vec<Section<'_>> {
 fn is_pytest(name: Option<&str>) -> bool {
     match name {
         None => false,
-        Some(n) => n == "pytest" || n == "tool:pytest" || n == "tool.pytest" || n.starts_with("tool.pytest."),
+        Some(n) => {
+            n == "pytest"
+                || n == "tool:pytest"
+                || n == "tool.pytest"
+                || n.starts_with("tool.pytest.")
+        }
     }
 }
 
@@ -97,10 +102,16 @@ pub(crate) fn restore_pytest_sections(base: Option<&str>, patched: &str) -> Opti
         return None;
     }
     let mut out = String::new();
-    for s in patched_sections.iter().filter(|s| !is_pytest(s.name.as_deref())) {
+    for s in patched_sections
+        .iter()
+        .filter(|s| !is_pytest(s.name.as_deref()))
+    {
         out.push_str(s.text);
     }
-    for s in base_sections.iter().filter(|s| is_pytest(s.name.as_deref())) {
+    for s in base_sections
+        .iter()
+        .filter(|s| is_pytest(s.name.as_deref()))
+    {
         if !out.is_empty() && !out.ends_with('\n') {
             out.push('\n');
         }
@@ -113,14 +124,18 @@ pub(crate) fn restore_pytest_sections(base: Option<&str>, patched: &str) -> Opti
 mod tests {
     use super::*;
 
-    const BASE_CFG: &str = "[metadata]\nname = x\n\n[tool:pytest]\naddopts = -rA\n\n[flake8]\nmax-line-length = 99\n";
+    const BASE_CFG: &str =
+        "[metadata]\nname = x\n\n[tool:pytest]\naddopts = -rA\n\n[flake8]\nmax-line-length = 99\n";
 
     #[test]
     fn other_sections_keep_the_patch_pytest_sections_come_back() {
         let patched = "[metadata]\nname = x\nversion = 2\n\n[tool:pytest]\naddopts = -rA -p evil\n\n[flake8]\nmax-line-length = 99\n";
         let out = restore_pytest_sections(Some(BASE_CFG), patched).unwrap();
         assert!(out.contains("version = 2"), "{out}");
-        assert!(out.contains("addopts = -rA\n") && !out.contains("evil"), "{out}");
+        assert!(
+            out.contains("addopts = -rA\n") && !out.contains("evil"),
+            "{out}"
+        );
         assert!(out.contains("[flake8]"), "{out}");
         // Untouched pytest sections: nothing to do.
         let honest = BASE_CFG.replace("name = x", "name = y");
@@ -129,14 +144,20 @@ mod tests {
 
     #[test]
     fn added_sections_go_and_toml_tables_and_dotted_keys_are_caught() {
-        let out = restore_pytest_sections(None, "[pytest]\naddopts = --deselect t.py::x\n").unwrap();
+        let out =
+            restore_pytest_sections(None, "[pytest]\naddopts = --deselect t.py::x\n").unwrap();
         assert_eq!(out, "");
         let base = "[project]\nname = \"x\"\n";
-        let patched = "[project]\nname = \"x\"\n\n[tool.pytest.ini_options]\naddopts = \"-p evil\"\n";
-        assert_eq!(restore_pytest_sections(Some(base), patched).unwrap(), "[project]\nname = \"x\"\n\n");
+        let patched =
+            "[project]\nname = \"x\"\n\n[tool.pytest.ini_options]\naddopts = \"-p evil\"\n";
+        assert_eq!(
+            restore_pytest_sections(Some(base), patched).unwrap(),
+            "[project]\nname = \"x\"\n\n"
+        );
         let dotted = "tool.pytest.ini_options.addopts = \"-p evil\"\n[project]\nname = \"x\"\n";
         assert_eq!(restore_pytest_sections(Some(base), dotted).unwrap(), base);
-        let in_tool = "[project]\nname = \"x\"\n[tool]\npytest.ini_options = { addopts = \"-p evil\" }\n";
+        let in_tool =
+            "[project]\nname = \"x\"\n[tool]\npytest.ini_options = { addopts = \"-p evil\" }\n";
         assert_eq!(restore_pytest_sections(Some(base), in_tool).unwrap(), base);
         // A dependency on pytest is not a pytest option.
         let deps = "[project]\nname = \"x\"\ndependencies = [\"pytest>=7\"]\n";

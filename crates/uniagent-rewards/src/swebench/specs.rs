@@ -64,7 +64,12 @@ pub fn test_directives(repo: &str, test_patch: &str) -> Vec<String> {
         .captures_iter(test_patch)
         .filter_map(|c| c.get(1))
         .map(|m| m.as_str())
-        .filter(|d| !TABLE.non_test_exts.iter().any(|ext| d.ends_with(ext.as_str())));
+        .filter(|d| {
+            !TABLE
+                .non_test_exts
+                .iter()
+                .any(|ext| d.ends_with(ext.as_str()))
+        });
     if repo == "django/django" {
         return directives
             .map(|d| {
