@@ -14,9 +14,10 @@ use super::instance::{SweInstance, TaskFormat};
 use crate::error::RewardError;
 use crate::sandbox::sandbox;
 
-/// Scores a SWE-style or R2E-Gym rollout as the SWE-bench harness would: the agent's `git diff` against
-/// `base_commit` is taken from its sandbox ([`extract_patch`]) and graded in a fresh sandbox
-/// from `sandboxes` ([`grade_patch`]). Nothing else the agent did in its sandbox (test edits,
+/// Scores a SWE-style or R2E-Gym rollout as the SWE-bench harness would: the agent's
+/// `git diff` against `base_commit` is taken from its sandbox
+/// ([`extract_patch`](super::extract_patch)) and graded in a fresh sandbox from `sandboxes`
+/// ([`grade_patch`]). Nothing else the agent did in its sandbox (test edits,
 /// git tricks, planted files outside the repository, a dead sandbox) reaches the verdict.
 ///
 /// The task metadata is a dataset row ([`SweInstance::from_json`]; the task id stands in for a
