@@ -259,4 +259,18 @@ fn r2e_gym_rows_are_scored_by_their_hidden_tests() {
         return;
     };
     assert_eq!(summary["success_rate"], 0.0, "{summary}");
+    // `grading: in_sandbox`: R2E-Gym's reward in the agent's own container agrees on gold.
+    let in_sandbox = |url: &str| {
+        r2e(url).replace(
+            "  test_timeout: 120\n",
+            "  test_timeout: 120\n  grading: in_sandbox\n",
+        )
+    };
+    let Some((summary, lines, _)) = rt.block_on(run_swe_with(gold_replayer(), in_sandbox)) else {
+        return;
+    };
+    assert_eq!(summary["success_rate"], 1.0, "{summary} {lines:?}");
+    for l in &lines {
+        assert_eq!(l["reward"]["details"]["comparison"]["matches"], true, "{l}");
+    }
 }

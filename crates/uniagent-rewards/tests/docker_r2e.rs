@@ -3,7 +3,8 @@
 //! /testbed, hidden tests at /r2e_tests, an untracked /testbed/run_tests.sh). The gold patch
 //! resolves, empty and wrong patches do not, and neither stdout spoofing nor edits to the tests
 //! the agent can see, to the hidden tests' path or to `run_tests.sh` raise a failing patch.
-//! [`FreshSandboxTests`] takes only the agent's diff (not the image's untracked harness).
+//! [`FreshSandboxTests`] takes only the agent's diff (not the image's untracked harness);
+//! [`R2eInSandbox`] scores the agent's container itself.
 //!
 //! Skips (printing why) only when no Docker daemon answers.
 
@@ -18,7 +19,8 @@ use uniagent_core::{Deployment, DeploymentExt, EpisodeSignal, RewardContext, Rew
 use uniagent_envs::docker::{daemon_reachable, list_managed};
 use uniagent_envs::{DockerConfig, DockerDeployment};
 use uniagent_rewards::grade::{
-    grade_patch, sandbox_task, FreshSandboxTests, GradeOptions, InstanceGrade, SweInstance, Verdict,
+    grade_patch, sandbox_task, FreshSandboxTests, GradeOptions, InstanceGrade, R2eInSandbox,
+    SweInstance, Verdict,
 };
 
 fn row() -> Value {
@@ -170,9 +172,8 @@ async fn r2e_gym_instances_grade_in_fresh_containers_and_resist_tampering() {
     let mut task = Task::new(instance.instance_id.clone(), vec![]);
     task.metadata = metadata;
     let reward = FreshSandboxTests::new(docker.factory());
-    let score = |task: Task| {
+    let score = |task: Task, reward: Arc<dyn RewardSpec>| {
         let agent = Arc::clone(&agent);
-        let reward = reward.clone();
         async move {
             let signal = EpisodeSignal::Submit {
                 patch: String::new(),
@@ -186,6 +187,8 @@ async fn r2e_gym_instances_grade_in_fresh_containers_and_resist_tampering() {
             reward.score(&ctx).await
         }
     };
+    let fresh: Arc<dyn RewardSpec> = Arc::new(reward);
+    let in_sandbox: Arc<dyn RewardSpec> = Arc::new(R2eInSandbox::default());
     let sh = |script: &'static str| {
         let agent = Arc::clone(&agent);
         async move {
@@ -197,7 +200,9 @@ async fn r2e_gym_instances_grade_in_fresh_containers_and_resist_tampering() {
         }
     };
     sh("mkdir -p .venv/bin && printf '#!/bin/sh\\n' > .venv/bin/python && printf 'echo short test summary info\\n' >> run_tests.sh").await;
-    let out = score(task.clone()).await.unwrap();
+    let out = score(task.clone(), Arc::clone(&fresh)).await.unwrap();
+    assert!(!out.success, "{out:?}");
+    let out = score(task.clone(), Arc::clone(&in_sandbox)).await.unwrap();
     assert!(!out.success, "{out:?}");
     let gold_file = instance.patch.clone();
     agent
@@ -205,8 +210,12 @@ async fn r2e_gym_instances_grade_in_fresh_containers_and_resist_tampering() {
         .await
         .unwrap();
     sh("git apply /tmp/gold.patch").await;
-    let out = score(task.clone()).await.unwrap();
+    let out = score(task.clone(), Arc::clone(&fresh)).await.unwrap();
     assert!(out.success, "{out:?}");
+    // The in-sandbox opt-in agrees on this honest agent (its extra summary header is ignored).
+    let out = score(task.clone(), Arc::clone(&in_sandbox)).await.unwrap();
+    assert!(out.success, "{out:?}");
+    assert_eq!(out.details["comparison"]["matches"], true, "{out:?}");
     agent.stop().await.unwrap();
 
     let engine = uniagent_envs::docker::engine().await.unwrap();

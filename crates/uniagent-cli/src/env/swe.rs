@@ -14,10 +14,10 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uniagent_core::agent::LoopConfig;
-use uniagent_core::RewardSpec;
 use uniagent_core::Task;
+use uniagent_core::{RewardContext, RewardOutcome, RewardSpec};
 use uniagent_envs::{DeploymentConfig, DockerConfig};
-use uniagent_rewards::grade::{FreshSandboxTests, GradeOptions, SweInstance};
+use uniagent_rewards::grade::{FreshSandboxTests, GradeOptions, R2eInSandbox, SweInstance};
 use uniagent_rewards::{LogFormat, TestsReward};
 use uniagent_tools::{ExecuteBash, StrReplaceEditor, Submit, ToolboxConfig};
 
@@ -34,8 +34,9 @@ pub enum Grading {
     /// runs the tests, as the SWE-bench harness does (SWE-bench, SWE-rebench and R2E-Gym rows).
     #[default]
     FreshSandbox,
-    /// The tests run in the agent's sandbox, after it finished (SWE-bench rows only). Cheaper,
-    /// and only for agents that are not adversarial: the agent controls that repository.
+    /// The tests run in the agent's sandbox, after it finished (R2E-Gym rows: the image's
+    /// `run_tests.sh`, as R2E-Gym's runtime does). Cheaper, and only for agents that are not
+    /// adversarial: the agent controls that repository.
     InSandbox,
 }
 
@@ -117,6 +118,35 @@ impl Swe {
     }
 }
 
+/// An R2E-Gym row: it carries `expected_output_json`.
+fn is_r2e_gym(metadata: &serde_json::Map<String, Value>) -> bool {
+    metadata
+        .get("expected_output_json")
+        .is_some_and(|v| !v.is_null())
+}
+
+/// `grading: in_sandbox`: SWE-bench rows by [`TestsReward`], R2E-Gym rows by [`R2eInSandbox`].
+#[derive(Debug)]
+struct InSandbox {
+    swe_bench: TestsReward,
+    r2e_gym: R2eInSandbox,
+}
+
+#[async_trait]
+impl RewardSpec for InSandbox {
+    fn name(&self) -> &str {
+        "swe_in_sandbox"
+    }
+
+    async fn score(&self, ctx: &RewardContext<'_>) -> uniagent_core::Result<RewardOutcome> {
+        if is_r2e_gym(&ctx.task.metadata) {
+            self.r2e_gym.score(ctx).await
+        } else {
+            self.swe_bench.score(ctx).await
+        }
+    }
+}
+
 fn is_test_list(v: Option<&Value>) -> bool {
     match v {
         Some(Value::Array(items)) => items.iter().all(Value::is_string),
@@ -132,12 +162,7 @@ impl Environment for Swe {
 
     fn check_task(&self, task: &Task) -> std::result::Result<(), String> {
         let m = &task.metadata;
-        if m.get("expected_output_json").is_some_and(|v| !v.is_null()) {
-            if self.settings.grading == Grading::InSandbox {
-                return Err(
-                    "R2E-Gym rows (`expected_output_json`) need `grading: fresh_sandbox`".into(),
-                );
-            }
+        if is_r2e_gym(m) {
             let mut row = Value::Object(m.clone());
             if row.get("instance_id").is_none() {
                 row["instance_id"] = Value::String(task.id.clone());
@@ -195,12 +220,18 @@ impl Environment for Swe {
             ..ToolboxConfig::default()
         };
         let reward: Arc<dyn RewardSpec> = match self.settings.grading {
-            Grading::InSandbox => Arc::new(TestsReward {
-                test_command: self.settings.test_command.clone(),
-                repo_dir: Some(self.settings.repo_dir.clone()),
-                log_format: self.settings.log_format,
-                timeout_secs: self.settings.test_timeout,
-                ..TestsReward::default()
+            Grading::InSandbox => Arc::new(InSandbox {
+                swe_bench: TestsReward {
+                    test_command: self.settings.test_command.clone(),
+                    repo_dir: Some(self.settings.repo_dir.clone()),
+                    log_format: self.settings.log_format,
+                    timeout_secs: self.settings.test_timeout,
+                    ..TestsReward::default()
+                },
+                r2e_gym: R2eInSandbox {
+                    timeout_secs: self.settings.test_timeout,
+                    ..R2eInSandbox::default()
+                },
             }),
             Grading::FreshSandbox => {
                 let mut fresh = FreshSandboxTests::new(Arc::new(self.sandboxes()))
