@@ -243,6 +243,68 @@ fn grade_resolves_gold_patches_and_not_empty_or_wrong_ones_in_docker() {
     );
 }
 
+#[test]
+fn grade_resolves_r2e_gym_rows_by_their_hidden_tests_in_docker() {
+    if !common::docker_available() {
+        eprintln!("SKIPPED: no Docker daemon is reachable");
+        return;
+    }
+    // R2E-Gym's layout: no instance_id (the image's tag stands in), no test_cmd, no test
+    // lists; the images' run_tests.sh and /r2e_tests decide (scripts/setup/55-*).
+    let dataset = repo_root().join("datasets/swe-mini-r2e/tasks.jsonl");
+    let rows: Vec<Value> = std::fs::read_to_string(&dataset)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let id = |row: &Value| row["docker_image"].as_str().unwrap().replace(':', "__");
+    let rows = &rows[..3];
+    let patches = [
+        rows[0]["patch"].as_str().unwrap().to_owned(),
+        String::new(),
+        WRONG_PATCH.to_owned(),
+    ];
+    let mut preds = String::new();
+    for (row, patch) in rows.iter().zip(&patches) {
+        preds.push_str(
+            &json!({"instance_id": id(row), "model_patch": patch, "model_name_or_path": "m"})
+                .to_string(),
+        );
+        preds.push('\n');
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let preds = write(dir.path(), "preds.jsonl", &preds);
+    let out = common::uniagent()
+        .current_dir(dir.path())
+        .args([
+            "grade",
+            "--dataset",
+            dataset.to_str().unwrap(),
+            "--predictions",
+            preds.to_str().unwrap(),
+            "--out",
+            "out",
+            "--concurrency",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(ids_of(&report, "resolved_ids"), [id(&rows[0])], "{report}");
+    assert_eq!(
+        ids_of(&report, "empty_patch_ids"),
+        [id(&rows[1])],
+        "{report}"
+    );
+    assert_eq!(
+        ids_of(&report, "unresolved_ids"),
+        [id(&rows[2])],
+        "{report}"
+    );
+    assert!(ids_of(&report, "error_ids").is_empty(), "{report}");
+}
+
 fn ids_of(report: &Value, key: &str) -> Vec<String> {
     let mut v: Vec<String> = report[key]
         .as_array()

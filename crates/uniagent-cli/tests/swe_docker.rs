@@ -96,10 +96,20 @@ fn gold_replayer() -> common::Responder {
 }
 
 fn config(url: &str) -> String {
-    let dataset = repo_root().join("datasets/swe-mini/tasks.jsonl");
+    config_for(
+        url,
+        "datasets/swe-mini/tasks.jsonl",
+        "swe-bench",
+        "uniagent-swe-mini:{instance_id}",
+    )
+}
+
+/// The run config for `dataset` (relative to the repository) in `layout`, with `image`.
+fn config_for(url: &str, dataset: &str, layout: &str, image: &str) -> String {
+    let dataset = repo_root().join(dataset);
     format!(
-        "tasks:\n  path: {}\n  layout: swe-bench\n\
-environment:\n  type: swe\n  sandbox:\n    type: docker\n    image: \"uniagent-swe-mini:{{instance_id}}\"\n    memory_bytes: 268435456\n    cpus: 0.5\n  test_timeout: 120\n\
+        "tasks:\n  path: {}\n  layout: {layout}\n\
+environment:\n  type: swe\n  sandbox:\n    type: docker\n    image: \"{image}\"\n    memory_bytes: 268435456\n    cpus: 0.5\n  test_timeout: 120\n\
 model:\n  type: openai\n  http: {{endpoints: [\"{url}\"], model: replay, timeout: 60}}\n\
 loop:\n  max_turns: 8\n  tool_timeout: 60\n\
 runner:\n  max_concurrent_rollouts: 3\n",
@@ -108,6 +118,13 @@ runner:\n  max_concurrent_rollouts: 3\n",
 }
 
 async fn run_swe(responder: common::Responder) -> Option<(Value, Vec<Value>, Vec<Value>)> {
+    run_swe_with(responder, config).await
+}
+
+async fn run_swe_with(
+    responder: common::Responder,
+    config: impl Fn(&str) -> String,
+) -> Option<(Value, Vec<Value>, Vec<Value>)> {
     if !common::docker_available() {
         eprintln!("SKIPPED: no Docker daemon is reachable");
         return None;
@@ -164,7 +181,8 @@ fn gold_patches_replayed_through_the_editor_solve_every_task() {
         assert_eq!(l["exit_reason"], "submitted", "{l}");
         let patch = l["signal"]["patch"].as_str().unwrap_or_default();
         assert!(patch.contains("diff --git"), "{l}");
-        assert!(l["reward"]["details"].is_object(), "{l}");
+        // Graded in a fresh sandbox (the default), which reports the harness's verdict.
+        assert_eq!(l["reward"]["details"]["verdict"], "resolved", "{l}");
     }
     // Every request the loop sent is a valid chat-completions request with the tools.
     for r in &requests {
@@ -201,5 +219,58 @@ fn submitting_nothing_solves_no_task() {
     for l in &lines {
         assert_eq!(l["exit_reason"], "submitted", "{l}");
         assert_eq!(l["reward"]["success"], false, "{l}");
+    }
+}
+
+#[test]
+fn r2e_gym_rows_are_scored_by_their_hidden_tests() {
+    // The same tasks in R2E-Gym's layout (scripts/setup/55-swe-mini-r2e-images.sh): the gold
+    // patch resolves by the images' hidden tests and `expected_output_json`; nothing, not.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let r2e = |url: &str| {
+        config_for(
+            url,
+            "datasets/swe-mini-r2e/tasks.jsonl",
+            "r2e-gym",
+            "{image}",
+        )
+    };
+    let Some((summary, lines, _)) = rt.block_on(run_swe_with(gold_replayer(), r2e)) else {
+        return;
+    };
+    assert_eq!(summary["rollouts"], 6, "{summary}");
+    assert_eq!(summary["success_rate"], 1.0, "{summary} {lines:?}");
+    for l in &lines {
+        let r2e = &l["reward"]["details"]["r2e"];
+        assert_eq!(r2e["comparison"]["matches"], true, "{l}");
+    }
+    let submit_at_once: common::Responder = Arc::new(|body: &Value| {
+        tool_call(
+            &format!("call_{}", assistant_turns(body)),
+            "submit",
+            json!({}),
+        )
+    });
+    let Some((summary, _, _)) = rt.block_on(run_swe_with(submit_at_once, r2e)) else {
+        return;
+    };
+    assert_eq!(summary["success_rate"], 0.0, "{summary}");
+    // `grading: in_sandbox`: R2E-Gym's reward in the agent's own container agrees on gold.
+    let in_sandbox = |url: &str| {
+        r2e(url).replace(
+            "  test_timeout: 120\n",
+            "  test_timeout: 120\n  grading: in_sandbox\n",
+        )
+    };
+    let Some((summary, lines, _)) = rt.block_on(run_swe_with(gold_replayer(), in_sandbox)) else {
+        return;
+    };
+    assert_eq!(summary["success_rate"], 1.0, "{summary} {lines:?}");
+    for l in &lines {
+        assert_eq!(l["reward"]["details"]["comparison"]["matches"], true, "{l}");
     }
 }

@@ -5,6 +5,7 @@ pub mod command;
 mod config;
 mod error;
 pub mod grade;
+pub mod r2e;
 mod sandbox;
 pub mod suite;
 pub mod swebench;

@@ -1,7 +1,8 @@
 //! Grading in fresh sandboxes on the host backend: the gold patch resolves, empty and wrong
 //! patches do not, infrastructure failures are errors, and no tampering raises a failing
-//! patch's score (test edits, sitecustomize, conftest, stdout and marker spoofing, PATH
-//! shadowing, killing the sandbox, replace objects, filters, hooks, deleting `.git`).
+//! patch's score (test edits, sitecustomize, conftest, pytest `addopts` in pyproject.toml,
+//! setup.cfg and tox.ini, stdout and marker spoofing, PATH shadowing, killing the sandbox,
+//! replace objects, filters, hooks, deleting `.git`).
 //!
 //! The "image" is a template repository on the host; the sandbox factory clones it to the
 //! instance's `repo_dir` and returns a fresh host sandbox, so every grade starts clean.
@@ -400,6 +401,87 @@ async fn conftest_cannot_rewrite_pytest_outcomes() {
         .grade(&instance, &fx.gold, &GradeOptions::default())
         .await;
     assert_eq!(gold.verdict, Verdict::Resolved, "{gold:?}\n{}", gold.log);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pytest_config_in_the_patch_cannot_load_a_plugin_that_rewrites_outcomes() {
+    let Some(venv) = std::env::var_os("UNIAGENT_SWEBENCH_VENV") else {
+        eprintln!("SKIPPED: UNIAGENT_SWEBENCH_VENV is unset (its venv has pytest)");
+        return;
+    };
+    let Some(fx) = fixture() else { return };
+    let fx = Arc::new(fx);
+    let python = PathBuf::from(venv).join("bin/python");
+    let instance = fx.instance(
+        "pytest-config",
+        &format!(
+            "{} -m pytest -rA -p no:cacheprovider test_calc.py",
+            python.display()
+        ),
+        Parser::Pytest,
+        &["test_calc.py::CalcTest::test_add"],
+        &["test_calc.py::CalcTest::test_sub"],
+    );
+    // A plugin module in the repository (not a conftest) that passes every test, loaded by
+    // `addopts` in each configuration file pytest reads options from.
+    const PLUGIN: &str = "import pytest\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n    outcome = yield\n    report = outcome.get_result()\n    report.outcome = 'passed'\n    report.longrepr = None\n";
+    let configs = [
+        (
+            "pyproject.toml",
+            "[project]\nname = \"calc\"\n\n[tool.pytest.ini_options]\naddopts = \"-p grade_helper\"\n",
+        ),
+        ("setup.cfg", "[metadata]\nname = calc\n\n[tool:pytest]\naddopts = -p grade_helper\n"),
+        ("tox.ini", "[tox]\nenvlist = py3\n\n[pytest]\naddopts = -p grade_helper\n"),
+    ];
+    let unprotected = GradeOptions {
+        protect_test_harness_files: false,
+        ..GradeOptions::default()
+    };
+    for (file, config) in configs {
+        let patch = fx.patch(&format!("cfg-{file}"), |d| {
+            std::fs::write(d.join("grade_helper.py"), PLUGIN).unwrap();
+            std::fs::write(d.join(file), config).unwrap();
+        });
+        let control = fx.grade(&instance, &patch, &unprotected).await;
+        assert_eq!(
+            control.verdict,
+            Verdict::Resolved,
+            "{file}: the attack must work unprotected: {control:?}\n{}",
+            control.log
+        );
+        let graded = fx.grade(&instance, &patch, &GradeOptions::default()).await;
+        assert_eq!(
+            graded.verdict,
+            Verdict::Unresolved,
+            "{file}: {graded:?}\n{}",
+            graded.log
+        );
+        assert_eq!(graded.pytest_config_restored, [file], "{graded:?}");
+        assert!(
+            graded
+                .log
+                .contains(&format!("Restored the pytest sections of {file}")),
+            "{}",
+            graded.log
+        );
+    }
+    // The gold patch plus an honest edit to the same files still resolves.
+    let honest = fx.patch("cfg-honest", |d| {
+        std::fs::write(d.join("calc.py"), FIXED).unwrap();
+        std::fs::write(
+            d.join("setup.cfg"),
+            "[metadata]\nname = calc\nversion = 2\n",
+        )
+        .unwrap();
+    });
+    let graded = fx.grade(&instance, &honest, &GradeOptions::default()).await;
+    assert_eq!(
+        graded.verdict,
+        Verdict::Resolved,
+        "{graded:?}\n{}",
+        graded.log
+    );
+    assert!(graded.pytest_config_restored.is_empty(), "{graded:?}");
 }
 
 /// Runs `script` in the agent's sandbox, in its repository.

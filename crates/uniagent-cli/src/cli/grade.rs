@@ -1,7 +1,8 @@
 //! `uniagent grade --dataset FILE --predictions FILE [--out DIR] [--concurrency N]`: grades
 //! model patches the way the SWE-bench harness does — only the patch enters a fresh sandbox of
 //! the task's image, the dataset's test patch is applied over it and the tests are run and
-//! parsed — and writes per-instance logs and the harness's report.
+//! parsed (R2E-Gym rows: the image's hidden tests, compared with `expected_output_json`) —
+//! and writes per-instance logs and the harness's report.
 
 use std::path::PathBuf;
 
@@ -18,8 +19,9 @@ use crate::error::{CliError, Result};
 /// Arguments of `grade`.
 #[derive(Debug, Args)]
 pub struct GradeArgs {
-    /// The dataset (JSON or JSONL rows in the SWE-bench or SWE-rebench layout; each row needs a
-    /// `test_cmd`, directly or in `install_config`).
+    /// The dataset (JSON or JSONL rows in the SWE-bench or SWE-rebench layout, each with a
+    /// `test_cmd`, directly or in `install_config`; or in R2E-Gym's layout, graded by its
+    /// image's hidden tests against `expected_output_json`).
     #[arg(long)]
     pub dataset: PathBuf,
     /// The predictions (`instance_id`, `model_patch`, `model_name_or_path`), as JSONL, a JSON

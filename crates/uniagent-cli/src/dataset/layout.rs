@@ -22,7 +22,8 @@ pub enum Layout {
     /// SWE-rebench: SWE-bench plus `install_config`, `FAIL_TO_FAIL`, `PASS_TO_FAIL`.
     SweRebench,
     /// R2E-Gym: `docker_image, problem_statement, repo_name, commit_hash,
-    /// expected_output_json`; the image's `/root/run_tests.sh` runs the tests.
+    /// expected_output_json`; the image's `/testbed/run_tests.sh` runs its hidden tests
+    /// (`/r2e_tests`), graded by `uniagent_rewards::r2e`.
     R2eGym,
     /// Search QA (NQ, HotpotQA, ...): `question`, `golden_answers` (list or string), `id`.
     SearchQa,

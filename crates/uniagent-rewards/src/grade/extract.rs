@@ -28,6 +28,22 @@ pub async fn extract_patch(
     repo: &str,
     base_commit: &str,
 ) -> Result<Vec<u8>, RewardError> {
+    extract_patch_excluding(deployment, repo, base_commit, &[]).await
+}
+
+/// [`extract_patch`] leaving out `exclude` (paths relative to the repository, with all they
+/// hold): an R2E-Gym image keeps its untracked virtualenv and test harness in the repository,
+/// and they are no part of the agent's work.
+pub async fn extract_patch_excluding(
+    deployment: &Arc<dyn Deployment>,
+    repo: &str,
+    base_commit: &str,
+    exclude: &[&str],
+) -> Result<Vec<u8>, RewardError> {
+    let pathspec: String = exclude
+        .iter()
+        .map(|p| format!(" {}", shell_quote(&format!(":(top,exclude,literal){p}"))))
+        .collect();
     let script = format!(
         r#"set -e
 {GIT_ENV}
@@ -41,12 +57,13 @@ echo "$repo/.git/objects" > "$t/g/objects/info/alternates"
 export GIT_DIR="$t/g" GIT_WORK_TREE="$repo" GIT_INDEX_FILE="$t/index"
 cd "$repo"
 {GIT} read-tree {base}
-{GIT} add -A
+{GIT} add -A -- .{pathspec}
 {GIT} diff --cached --binary --full-index --no-color --no-ext-diff --no-textconv {base} > "$t/patch"
 base64 < "$t/patch" | tr -d '\n'
 "#,
         repo = shell_quote(repo),
         base = shell_quote(base_commit),
+        pathspec = pathspec,
     );
     match run(deployment, &script, None, 300.0).await? {
         Run::Finished(r) if r.exit_code == Some(0) => {

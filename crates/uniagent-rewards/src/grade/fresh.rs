@@ -1,6 +1,8 @@
 //! Grading one patch in a fresh sandbox, as the SWE-bench harness does: clean repository,
 //! apply the patch, put the test files back to `base_commit`, apply the dataset's
-//! `test_patch`, run the tests, read the log with the package's rules.
+//! `test_patch`, run the tests, read the log with the package's rules. R2E-Gym instances run
+//! the image's hidden tests with its `run_tests.sh` instead and are judged by
+//! [`crate::r2e`].
 
 use std::sync::Arc;
 
@@ -8,8 +10,10 @@ use serde::{Deserialize, Serialize};
 use uniagent_core::{Deployment, DeploymentExt};
 
 use super::extract::{encode_base64, GIT, GIT_ENV};
-use super::instance::SweInstance;
+use super::instance::{SweInstance, TaskFormat};
+use super::test_config::{holds_pytest_sections, restore_pytest_sections};
 use crate::error::RewardError;
+use crate::r2e::{self, R2eComparison, R2eStatusMap, SummaryReading};
 use crate::sandbox::{run, shell_quote, Run};
 use crate::suite::patch_paths;
 use crate::swebench::{
@@ -32,14 +36,18 @@ pub struct GradeOptions {
     /// Bytes of test output kept from its end (where pytest's `-rA` summary is).
     pub log_tail_bytes: usize,
     /// Undo the patch's changes to files that steer the test run instead of the code under
-    /// test (`conftest.py`, `sitecustomize.py`, `usercustomize.py`, `*.pth`, `pytest.ini`).
-    /// The harness does not; an honest fix rarely touches them, and a reward that trains a
-    /// policy must not let it rewrite test outcomes.
+    /// test (`conftest.py`, `sitecustomize.py`, `usercustomize.py`, `*.pth`, `pytest.ini`,
+    /// `.pytest.ini`, `pytest.toml`), and to the pytest sections of `setup.cfg`, `tox.ini` and
+    /// `pyproject.toml` (their other sections keep the patch's edits). The harness does not;
+    /// an honest fix rarely touches them, and a reward that trains a policy must not let it
+    /// rewrite test outcomes (`addopts = -p plugin_in_repo`, `--deselect`).
     pub protect_test_harness_files: bool,
     /// Grade a test that some line reported `FAILED`/`ERROR` as failing even when a later line
     /// says it passed. The package keeps the last line; code under test can print a passing
     /// line after the runner's report. An honest run reports a test failing then passing only
-    /// with a rerun plugin, so this rarely differs from the harness.
+    /// with a rerun plugin, so this rarely differs from the harness. For R2E-Gym instances it
+    /// also reads every summary, not only the text up to a second summary header
+    /// ([`SummaryReading::Strict`]).
     pub fail_on_conflicting_lines: bool,
 }
 
@@ -86,6 +94,17 @@ pub enum InfraError {
     TestsTimedOut,
     /// The test command never ran tests (interpreter or runner missing, nothing collected).
     TestsNeverRan,
+    /// The image lacks R2E-Gym's hidden tests (`/r2e_tests`) or `run_tests.sh`.
+    R2eHarnessMissing,
+}
+
+/// How an R2E-Gym run compared with `expected_output_json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct R2eReport {
+    /// The parsed map (test name → status).
+    pub statuses: R2eStatusMap,
+    /// The comparison with the expected map.
+    pub comparison: R2eComparison,
 }
 
 /// The outcome of grading one instance.
@@ -97,14 +116,18 @@ pub struct InstanceGrade {
     pub verdict: Verdict,
     /// FULL / PARTIAL / NO, when the tests ran.
     pub resolution: Option<Resolution>,
-    /// The per-test report, when the tests ran.
+    /// The per-test report, when the tests ran (SWE-bench instances).
     pub tests_status: Option<TestsReport>,
+    /// The parsed map and its comparison, when the tests ran (R2E-Gym instances).
+    pub r2e: Option<R2eReport>,
     /// What kept the instance from being graded.
     pub error: Option<InfraError>,
     /// Details on the error or on an invalid run.
     pub message: Option<String>,
     /// Files of the patch that were put back to `base_commit` before the tests ran.
     pub reverted_paths: Vec<String>,
+    /// Configuration files whose pytest sections were put back to `base_commit`.
+    pub pytest_config_restored: Vec<String>,
     /// Tests reported failing and later passing (graded failing unless
     /// [`GradeOptions::fail_on_conflicting_lines`] is off).
     pub conflicting_ids: Vec<String>,
@@ -123,9 +146,11 @@ impl InstanceGrade {
             verdict,
             resolution: None,
             tests_status: None,
+            r2e: None,
             error: None,
             message: None,
             reverted_paths: Vec::new(),
+            pytest_config_restored: Vec::new(),
             conflicting_ids: Vec::new(),
             exit_code: None,
             log: String::new(),
@@ -156,7 +181,13 @@ fn steers_the_test_run(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
     matches!(
         name,
-        "conftest.py" | "sitecustomize.py" | "usercustomize.py" | "pytest.ini"
+        "conftest.py"
+            | "sitecustomize.py"
+            | "usercustomize.py"
+            | "pytest.ini"
+            | ".pytest.ini"
+            | "pytest.toml"
+            | ".pytest.toml"
     ) || name.ends_with(".pth")
 }
 
@@ -265,6 +296,14 @@ async fn grade_started(
                 log,
             ))
         }
+        Some(13) => {
+            return Ok(InstanceGrade::error(
+                id,
+                InfraError::R2eHarnessMissing,
+                "the image has no R2E-Gym run_tests.sh or /r2e_tests".into(),
+                log,
+            ))
+        }
         other => {
             return Ok(InstanceGrade::error(
                 id,
@@ -275,9 +314,31 @@ async fn grade_started(
         }
     }
 
+    let mut restored = Vec::new();
+    if options.protect_test_harness_files {
+        for path in patch_paths(&patch_text) {
+            if holds_pytest_sections(&path)
+                && !restore.contains(&path)
+                && restore_pytest_config(sandbox, instance, &path).await?
+            {
+                log.push_str(&format!(
+                    ">>>>> Restored the pytest sections of {path} to base_commit\n"
+                ));
+                restored.push(path);
+            }
+        }
+    }
+
+    let test_cmd = match instance.format {
+        TaskFormat::R2eGym { .. } => format!(
+            "bash {}",
+            shell_quote(&format!("{work}/hidden/run_tests.sh"))
+        ),
+        TaskFormat::SweBench => instance.test_cmd.clone(),
+    };
     let tests = run(
         sandbox,
-        &instance.test_cmd,
+        &test_cmd,
         Some(instance.repo_dir.as_str()),
         options.test_timeout_secs,
     )
@@ -299,6 +360,16 @@ async fn grade_started(
         options.log_head_bytes,
         options.log_tail_bytes,
     );
+    if let TaskFormat::R2eGym { expected } = &instance.format {
+        let mut grade = grade_r2e(id, &output, expected, options, log);
+        grade.exit_code = response.exit_code;
+        grade.reverted_paths = reverted;
+        grade.pytest_config_restored = restored;
+        if grade.verdict == Verdict::Error {
+            grade.message = Some(never_ran_reason(&response.stdout, response.exit_code));
+        }
+        return Ok(grade);
+    }
     log.push_str(START_TEST_OUTPUT);
     log.push('\n');
     log.push_str(&defuse_markers(&output));
@@ -315,6 +386,7 @@ async fn grade_started(
     let mut grade = InstanceGrade::new(id, Verdict::Unresolved);
     grade.exit_code = exit_code;
     grade.reverted_paths = reverted;
+    grade.pytest_config_restored = restored;
     match &eval.invalid {
         None => {}
         Some(InvalidRun::SuiteNeverRan) => {
@@ -368,12 +440,16 @@ export HOME={w} XDG_CONFIG_HOME={w}
 w={w}
 base64 -d < "$w/model.b64" > "$w/model.patch" || exit 12
 base64 -d < "$w/test.b64" > "$w/test.patch" || exit 12
-if ! {GIT} apply --verbose --binary "$w/model.patch"; then
+{hide}if ! {GIT} apply --verbose --binary "$w/model.patch"; then
     echo ">>>>> git apply failed, trying patch --fuzz=5"
     patch --batch --fuzz=5 -p1 -i "$w/model.patch" || {{ echo ">>>>> Patch Apply Failed"; exit 10; }}
 fi
 echo ">>>>> Applied Patch"
-"#
+"#,
+        hide = match instance.format {
+            TaskFormat::R2eGym { .. } => R2E_HIDE,
+            TaskFormat::SweBench => "",
+        }
     );
     for path in restore {
         let rev = shell_quote(&format!("{}:{path}", instance.base_commit));
@@ -387,7 +463,118 @@ echo ">>>>> Applied Patch"
             "{GIT} apply --verbose --binary \"$w/test.patch\" || {{ echo \">>>>> Test Patch Apply Failed\"; exit 11; }}\n"
         ));
     }
+    if matches!(instance.format, TaskFormat::R2eGym { .. }) {
+        script.push_str(R2E_UNHIDE);
+    }
     script
+}
+
+/// R2E-Gym, before the patch applies: its untracked harness in the repository (`.venv`, the
+/// hidden tests' link, `run_tests.sh`) moves out of the patch's reach, so a patch that adds or
+/// edits files there changes nothing that runs. `run_tests.sh` comes from the repository (as
+/// the image builds it) or `/root` (as R2E-Gym's runtime leaves it). Exit 13: no harness.
+const R2E_HIDE: &str = r#"mkdir -p "$w/hidden"
+for p in .venv r2e_tests; do
+    if [ -e "$p" ] || [ -L "$p" ]; then mv -- "$p" "$w/hidden/$p" || exit 12; fi
+done
+if [ -f run_tests.sh ]; then mv -- run_tests.sh "$w/hidden/run_tests.sh" || exit 12
+elif [ -f /root/run_tests.sh ]; then cp -- /root/run_tests.sh "$w/hidden/run_tests.sh" || exit 12
+else echo ">>>>> No run_tests.sh in the image"; exit 13; fi
+"#;
+
+/// R2E-Gym, after the patch: whatever the patch put at the harness's paths goes, the harness
+/// comes back, the hidden tests are linked in (from `/r2e_tests`, or `/root/r2e_tests` as
+/// R2E-Gym's runtime moves them) without stale bytecode, as R2E-Gym's runtime prepares them.
+const R2E_UNHIDE: &str = r#"rm -rf -- .venv r2e_tests run_tests.sh
+if [ -e "$w/hidden/.venv" ] || [ -L "$w/hidden/.venv" ]; then mv -- "$w/hidden/.venv" .venv || exit 12; fi
+if [ -d /r2e_tests ]; then t=/r2e_tests
+elif [ -d /root/r2e_tests ]; then t=/root/r2e_tests
+elif [ -d "$w/hidden/r2e_tests" ]; then t="$w/hidden/r2e_tests"
+else echo ">>>>> No /r2e_tests in the image"; exit 13; fi
+find "$t" -name '*.pyc' -delete 2>/dev/null
+find "$t" -name __pycache__ -prune -exec rm -rf {} + 2>/dev/null
+ln -s "$t" r2e_tests || exit 12
+echo ">>>>> Hidden tests linked from $t"
+"#;
+
+/// Puts the pytest sections of the configuration file `path` back to `base_commit`'s (see
+/// [`restore_pytest_sections`]); whether the file changed.
+async fn restore_pytest_config(
+    sandbox: &Arc<dyn Deployment>,
+    instance: &SweInstance,
+    path: &str,
+) -> Result<bool, RewardError> {
+    let rev = shell_quote(&format!("{}:{path}", instance.base_commit));
+    let file = shell_quote(path);
+    let read = |script: String| async move {
+        match run(sandbox, &script, Some(instance.repo_dir.as_str()), 60.0).await? {
+            Run::Finished(r) if r.exit_code == Some(0) => Ok(Some(r.stdout)),
+            Run::Finished(_) => Ok(None),
+            Run::TimedOut => Err(RewardError::SetupFailed {
+                step: format!("reading {path}"),
+                exit_code: None,
+                output: "timed out".into(),
+            }),
+        }
+    };
+    let Some(patched) = read(format!("cat -- {file}")).await? else {
+        // The patch deleted it: nothing of the agent's is read.
+        return Ok(false);
+    };
+    let base = read(format!("{GIT_ENV}\n{GIT} cat-file blob {rev}")).await?;
+    match restore_pytest_sections(base.as_deref(), &patched) {
+        None => Ok(false),
+        Some(text) => {
+            let target = format!("{}/{path}", instance.repo_dir.trim_end_matches('/'));
+            sandbox.write_text(&target, &text).await?;
+            Ok(true)
+        }
+    }
+}
+
+/// Judges an R2E-Gym run: the cleaned output parsed and compared with `expected`. No summary
+/// at all is a run that never ran its tests (an error, as for SWE-bench instances).
+fn grade_r2e(
+    id: &str,
+    output: &str,
+    expected: &R2eStatusMap,
+    options: &GradeOptions,
+    mut log: String,
+) -> InstanceGrade {
+    let output = r2e::clean_output(output);
+    log.push_str(">>>>> R2E-Gym test output\n");
+    log.push_str(&output);
+    if !log.ends_with('\n') {
+        log.push('\n');
+    }
+    let reading = if options.fail_on_conflicting_lines {
+        SummaryReading::Strict
+    } else {
+        SummaryReading::Faithful
+    };
+    let parse = r2e::parse_log(&output, reading);
+    if !parse.has_summary {
+        let mut grade = InstanceGrade::new(id, Verdict::Error);
+        grade.error = Some(InfraError::TestsNeverRan);
+        grade.log = log;
+        return grade;
+    }
+    let comparison = r2e::compare(&parse.statuses, expected);
+    let mut grade = InstanceGrade::new(
+        id,
+        if comparison.matches {
+            Verdict::Resolved
+        } else {
+            Verdict::Unresolved
+        },
+    );
+    grade.conflicting_ids = parse.conflicting;
+    grade.r2e = Some(R2eReport {
+        statuses: parse.statuses,
+        comparison,
+    });
+    grade.log = log;
+    grade
 }
 
 /// Test output with its middle cut when it is larger than `head + tail` bytes (on char

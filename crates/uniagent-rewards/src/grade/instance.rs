@@ -7,7 +7,23 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::RewardError;
-use crate::swebench::{EvalType, Parser, TestGroups};
+use crate::r2e::R2eStatusMap;
+use crate::swebench::{specs, EvalType, Parser, TestGroups};
+
+/// How an instance's test run is judged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "format")]
+pub enum TaskFormat {
+    /// SWE-bench (and SWE-rebench): `test_patch` applied, `test_cmd` run, its log parsed by
+    /// `parser`, `FAIL_TO_PASS` / `PASS_TO_PASS` graded ([`crate::swebench`]).
+    SweBench,
+    /// R2E-Gym: the image's hidden tests (`/r2e_tests`) run by its `run_tests.sh`; the parsed
+    /// map must equal `expected_output_json` ([`crate::r2e`]).
+    R2eGym {
+        /// `expected_output_json`: test name → status.
+        expected: R2eStatusMap,
+    },
+}
 
 /// One task instance to grade.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -35,11 +51,21 @@ pub struct SweInstance {
     pub image: Option<String>,
     /// `eval_type` (`pass_and_fail` unless the dataset says `fail_only`).
     pub eval_type: EvalType,
+    /// SWE-bench or R2E-Gym grading (a row with `expected_output_json` is R2E-Gym's).
+    pub format: TaskFormat,
 }
 
 impl SweInstance {
     /// Reads one dataset row. Test lists may be lists or JSON strings holding lists.
+    ///
+    /// A row with `expected_output_json` is an R2E-Gym row: `instance_id` defaults to the
+    /// image's tag, `repo` to `repo_name`, `base_commit` to `parsed_commit_content`'s
+    /// `old_commit_hash` (the commit the image's repository is at), and no `test_cmd` is
+    /// needed (the image's `run_tests.sh` is the test command).
     pub fn from_json(row: &Value) -> Result<Self, RewardError> {
+        if let Some(expected) = row.get("expected_output_json").filter(|v| !v.is_null()) {
+            return Self::from_r2e_gym(row, expected);
+        }
         let install = row.get("install_config").filter(|v| !v.is_null());
         let field = |name: &str| -> Result<Option<String>, RewardError> {
             match row.get(name).or_else(|| install.and_then(|i| i.get(name))) {
@@ -76,11 +102,18 @@ impl SweInstance {
                 })
                 .collect::<Result<Vec<_>, _>>()?
                 .join("\n"),
-            _ => {
-                return Err(RewardError::MissingMetadata {
-                    field: "test_cmd".into(),
-                })
-            }
+            // No command of its own: the harness's spec table for (repo, version).
+            _ => match version(row).and_then(|v| {
+                let test_patch = field("test_patch").ok().flatten().unwrap_or_default();
+                specs::test_script(&repo, &v, &test_patch)
+            }) {
+                Some(cmd) => cmd,
+                None => {
+                    return Err(RewardError::MissingMetadata {
+                        field: "test_cmd".into(),
+                    })
+                }
+            },
         };
         let eval_type = match field("eval_type")?.as_deref() {
             None | Some("pass_and_fail") => EvalType::PassAndFail,
@@ -110,7 +143,87 @@ impl SweInstance {
             },
             eval_type,
             instance_id,
+            format: TaskFormat::SweBench,
         })
+    }
+
+    fn from_r2e_gym(row: &Value, expected: &Value) -> Result<Self, RewardError> {
+        let string = |name: &str| -> Result<Option<String>, RewardError> {
+            match row.get(name) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(_) => Err(bad(name, "must be a string")),
+            }
+        };
+        let expected = json_object(expected, "expected_output_json")?;
+        let expected = expected
+            .iter()
+            .map(|(name, status)| match status {
+                Value::String(s) => Ok((name.clone(), s.clone())),
+                _ => Err(bad("expected_output_json", "statuses must be strings")),
+            })
+            .collect::<Result<R2eStatusMap, _>>()?;
+        let image = string("docker_image")?.or(string("image")?);
+        let instance_id = match (string("instance_id")?, &image) {
+            (Some(id), _) => id,
+            (None, Some(image)) => image.rsplit('/').next().unwrap_or(image).replace(':', "__"),
+            (None, None) => {
+                return Err(RewardError::MissingMetadata {
+                    field: "instance_id".into(),
+                })
+            }
+        };
+        let base_commit = match string("base_commit")? {
+            Some(commit) => commit,
+            None => match row.get("parsed_commit_content").filter(|v| !v.is_null()) {
+                Some(parsed) => json_object(parsed, "parsed_commit_content")?
+                    .get("old_commit_hash")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                    .ok_or_else(|| bad("parsed_commit_content", "has no `old_commit_hash`"))?,
+                None => {
+                    return Err(RewardError::MissingMetadata {
+                        field: "base_commit".into(),
+                    })
+                }
+            },
+        };
+        Ok(Self {
+            instance_id,
+            repo: string("repo_name")?.or(string("repo")?).unwrap_or_default(),
+            base_commit,
+            patch: string("patch")?.unwrap_or_default(),
+            test_patch: String::new(),
+            tests: TestGroups::default(),
+            parser: Parser::Pytest,
+            test_cmd: String::new(),
+            repo_dir: string("repo_dir")?.unwrap_or_else(|| "/testbed".into()),
+            image,
+            eval_type: EvalType::PassAndFail,
+            format: TaskFormat::R2eGym { expected },
+        })
+    }
+}
+
+/// A JSON object, or a string holding one (R2E-Gym stores its objects as JSON strings).
+fn json_object(value: &Value, field: &str) -> Result<serde_json::Map<String, Value>, RewardError> {
+    let parsed = match value {
+        Value::String(text) => serde_json::from_str::<Value>(text)
+            .map_err(|e| bad(field, &format!("not a JSON object: {e}")))?,
+        other => other.clone(),
+    };
+    match parsed {
+        Value::Object(map) => Ok(map),
+        _ => Err(bad(field, "must be a JSON object")),
+    }
+}
+
+/// `version` as the spec table keys it (a string; a number as written, `3.0` → `"3.0"`).
+fn version(row: &Value) -> Option<String> {
+    match row.get("version")? {
+        Value::String(v) => Some(v.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
     }
 }
 
@@ -235,5 +348,60 @@ mod tests {
         let err =
             SweInstance::from_json(&json!({"instance_id": "x", "base_commit": "a"})).unwrap_err();
         assert!(err.to_string().contains("test_cmd"), "{err}");
+    }
+
+    #[test]
+    fn rows_without_test_cmd_use_the_harness_spec_table() {
+        let row = json!({
+            "instance_id": "django__django-1", "repo": "django/django", "version": "3.0",
+            "base_commit": "abc", "FAIL_TO_PASS": [], "PASS_TO_PASS": [],
+            "test_patch": "diff --git a/tests/queries/test_q.py b/tests/queries/test_q.py\n"
+        });
+        let inst = SweInstance::from_json(&row).unwrap();
+        assert!(
+            inst.test_cmd
+                .ends_with("./tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1 queries.test_q"),
+            "{}",
+            inst.test_cmd
+        );
+        let mut unknown = row;
+        unknown["version"] = json!("0.0");
+        let err = SweInstance::from_json(&unknown).unwrap_err();
+        assert!(err.to_string().contains("test_cmd"), "{err}");
+    }
+
+    #[test]
+    fn r2e_gym_rows() {
+        let row = json!({
+            "docker_image": "namanjain12/orange3_final:abc123", "repo_name": "orange3",
+            "commit_hash": "abc123", "problem_statement": "p",
+            "parsed_commit_content": "{\"old_commit_hash\": \"old1\", \"new_commit_hash\": \"abc123\"}",
+            "expected_output_json": "{\"test_a\": \"PASSED\", \"TestX.test_b\": \"FAILED\"}"
+        });
+        let inst = SweInstance::from_json(&row).unwrap();
+        assert_eq!(inst.instance_id, "orange3_final__abc123");
+        assert_eq!(inst.base_commit, "old1");
+        assert_eq!(inst.repo, "orange3");
+        assert_eq!(
+            inst.image.as_deref(),
+            Some("namanjain12/orange3_final:abc123")
+        );
+        let TaskFormat::R2eGym { expected } = &inst.format else {
+            panic!("{inst:?}")
+        };
+        assert_eq!(
+            expected.get("TestX.test_b").map(String::as_str),
+            Some("FAILED")
+        );
+        let mut no_base = row.clone();
+        no_base
+            .as_object_mut()
+            .unwrap()
+            .remove("parsed_commit_content");
+        let err = SweInstance::from_json(&no_base).unwrap_err();
+        assert!(err.to_string().contains("base_commit"), "{err}");
+        let mut bad_status = row;
+        bad_status["expected_output_json"] = json!({"t": 1});
+        assert!(SweInstance::from_json(&bad_status).is_err());
     }
 }

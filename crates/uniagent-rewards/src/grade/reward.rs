@@ -8,15 +8,16 @@ use serde_json::{json, Value};
 use uniagent_core::runner::SandboxFactory;
 use uniagent_core::{Result, RewardContext, RewardOutcome, RewardSpec};
 
-use super::extract::extract_patch;
+use super::extract::extract_patch_excluding;
 use super::fresh::{grade_patch, GradeOptions, Verdict};
-use super::instance::SweInstance;
+use super::instance::{SweInstance, TaskFormat};
 use crate::error::RewardError;
 use crate::sandbox::sandbox;
 
-/// Scores a SWE-style rollout as the SWE-bench harness would: the agent's `git diff` against
-/// `base_commit` is taken from its sandbox ([`extract_patch`]) and graded in a fresh sandbox
-/// from `sandboxes` ([`grade_patch`]). Nothing else the agent did in its sandbox (test edits,
+/// Scores a SWE-style or R2E-Gym rollout as the SWE-bench harness would: the agent's
+/// `git diff` against `base_commit` is taken from its sandbox
+/// ([`extract_patch`](super::extract_patch)) and graded in a fresh sandbox from `sandboxes`
+/// ([`grade_patch`]). Nothing else the agent did in its sandbox (test edits,
 /// git tricks, planted files outside the repository, a dead sandbox) reaches the verdict.
 ///
 /// The task metadata is a dataset row ([`SweInstance::from_json`]; the task id stands in for a
@@ -33,6 +34,8 @@ pub struct FreshSandboxTests {
     pub options: GradeOptions,
     /// Where the repository is in the agent's sandbox, when not at the task's `repo_dir`.
     pub agent_repo_dir: Option<String>,
+    /// The test command run instead of each task's `test_cmd` (SWE-bench layout).
+    pub test_cmd: Option<String>,
 }
 
 impl fmt::Debug for FreshSandboxTests {
@@ -40,6 +43,7 @@ impl fmt::Debug for FreshSandboxTests {
         f.debug_struct("FreshSandboxTests")
             .field("options", &self.options)
             .field("agent_repo_dir", &self.agent_repo_dir)
+            .field("test_cmd", &self.test_cmd)
             .finish_non_exhaustive()
     }
 }
@@ -52,7 +56,14 @@ impl FreshSandboxTests {
             sandboxes,
             options: GradeOptions::default(),
             agent_repo_dir: None,
+            test_cmd: None,
         }
+    }
+
+    /// Runs `cmd` instead of each task's `test_cmd`.
+    pub fn with_test_cmd(mut self, cmd: impl Into<String>) -> Self {
+        self.test_cmd = Some(cmd.into());
+        self
     }
 
     /// Reads the agent's work from `dir` in its sandbox (the fresh sandbox still uses the
@@ -76,12 +87,24 @@ impl FreshSandboxTests {
         if row.get("instance_id").is_none() {
             row["instance_id"] = json!(ctx.task.id);
         }
+        if let Some(cmd) = &self.test_cmd {
+            row["test_cmd"] = json!(cmd);
+            if let Some(install) = row.get_mut("install_config").and_then(Value::as_object_mut) {
+                install.remove("test_cmd");
+            }
+        }
         let instance = SweInstance::from_json(&row)?;
         let agent = sandbox(ctx)?;
-        let patch = match extract_patch(
+        // R2E-Gym images keep their virtualenv and hidden harness untracked in the repository.
+        let exclude: &[&str] = match instance.format {
+            TaskFormat::R2eGym { .. } => &[".venv", "r2e_tests", "run_tests.sh", "install.sh"],
+            TaskFormat::SweBench => &[],
+        };
+        let patch = match extract_patch_excluding(
             agent,
             self.agent_repo_dir.as_deref().unwrap_or(&instance.repo_dir),
             &instance.base_commit,
+            exclude,
         )
         .await
         {

@@ -7,7 +7,8 @@
 
 mod grading;
 mod parsers;
-mod pytext;
+pub(crate) mod pytext;
+pub mod specs;
 mod status;
 
 pub use grading::{
