@@ -104,7 +104,11 @@ pub(crate) async fn lifecycle_errors(d: &dyn Deployment, caps: Capabilities) -> 
 /// Sessions run in parallel: eight are created and used at once, and a command blocked on a
 /// FIFO in one session is released by a command in another, which a server that handles one
 /// request at a time can never do.
-pub(crate) async fn concurrent_sessions(d: &dyn Deployment, caps: Capabilities, scratch: &str) -> Outcome {
+pub(crate) async fn concurrent_sessions(
+    d: &dyn Deployment,
+    caps: Capabilities,
+    scratch: &str,
+) -> Outcome {
     require(caps.sessions, "sessions")?;
     let names: Vec<String> = (0..8).map(|i| format!("conformance-par-{i}")).collect();
     let created = futures::future::join_all(names.iter().map(|n| open_session(d, n))).await;

@@ -469,10 +469,17 @@ mod tests {
     fn parse_body_validates_then_deserialises() {
         use uniagent_core::sandbox::Action;
 
-        let action: Action = parse_body(br#"{"action_type":"bash","command":"ls","timeout":"5"}"#, &ACTION).unwrap();
-        let Action::Bash(bash) = action else { unreachable!() };
+        let action: Action = parse_body(
+            br#"{"action_type":"bash","command":"ls","timeout":"5"}"#,
+            &ACTION,
+        )
+        .unwrap();
+        let Action::Bash(bash) = action else {
+            unreachable!()
+        };
         assert_eq!(bash.timeout, Some(5.0));
-        assert!(parse_body::<Action>(br#"{"command":"ls"}"#, &ACTION).is_err()); // tag missing
+        assert!(parse_body::<Action>(br#"{"command":"ls"}"#, &ACTION).is_err());
+        // tag missing
     }
 
     fn detail(e: ServerError) -> Vec<Value> {

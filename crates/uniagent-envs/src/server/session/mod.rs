@@ -15,11 +15,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub use output::{clean_output, truncation_note, ExpectSearch, OutputBuffer, PromptMarker};
 pub(crate) use output::shorten;
+pub use output::{clean_output, truncation_note, ExpectSearch, OutputBuffer, PromptMarker};
 pub(crate) use procs::signal_group;
-pub use shell::ShellOptions;
 pub(crate) use shell::BashSession;
+pub use shell::ShellOptions;
 use uniagent_core::sandbox::{
     Action, BashObservation, CloseSessionRequest, CloseSessionResponse, CreateSessionRequest,
     CreateSessionResponse, SessionType,

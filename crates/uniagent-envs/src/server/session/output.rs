@@ -285,7 +285,10 @@ mod tests {
 
     #[test]
     fn clean_output_strips_escapes_and_crlf() {
-        assert_eq!(clean_output(b"\x1b[1mbold\x1b[0m\r\nnext\r"), "bold\nnext\r");
+        assert_eq!(
+            clean_output(b"\x1b[1mbold\x1b[0m\r\nnext\r"),
+            "bold\nnext\r"
+        );
         assert_eq!(clean_output(b"bad \xff\n"), "bad \\xff\n");
     }
 
