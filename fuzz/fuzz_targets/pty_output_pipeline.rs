@@ -8,7 +8,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use regex::bytes::Regex;
-use uniagent_envs::server::session::{
+use uniagent_envs::fuzzing::{
     clean_output, truncation_note, ExpectSearch, OutputBuffer, PromptMarker,
 };
 

@@ -14,8 +14,8 @@ use libfuzzer_sys::fuzz_target;
 use uniagent_core::sandbox::{
     Action, CloseSessionRequest, Command, CommandLine, CreateSessionRequest,
 };
-use uniagent_envs::server::execute::execute;
-use uniagent_envs::server::validate::{parse_body, ACTION, CLOSE_SESSION, COMMAND, CREATE_SESSION};
+use uniagent_envs::fuzzing::execute;
+use uniagent_envs::fuzzing::{parse_body, ACTION, CLOSE_SESSION, COMMAND, CREATE_SESSION};
 use uniagent_envs::server::{SessionManager, ShellOptions};
 
 struct Live {

@@ -5,7 +5,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use uniagent_envs::server::unzip::{extract, UnzipLimits};
+use uniagent_envs::fuzzing::extract;
+use uniagent_envs::server::UnzipLimits;
 
 const LIMITS: UnzipLimits = UnzipLimits {
     max_entries: 64,

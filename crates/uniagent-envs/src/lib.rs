@@ -1,5 +1,7 @@
 #![doc = include_str!("../README.md")]
+#![warn(unreachable_pub)]
 
+#[cfg(feature = "client")]
 pub mod client;
 pub mod config;
 #[cfg(feature = "conformance")]
@@ -8,6 +10,9 @@ pub mod conformance;
 pub mod docker;
 #[cfg(feature = "faas")]
 pub mod faas;
+#[cfg(feature = "server")]
+#[doc(hidden)]
+pub mod fuzzing;
 #[cfg(feature = "host")]
 pub mod host;
 #[cfg(any(feature = "pool", feature = "faas"))]
@@ -24,6 +29,7 @@ pub mod secret;
 #[cfg(feature = "server")]
 pub mod server;
 
+#[cfg(feature = "client")]
 pub use client::{RemoteRuntime, RemoteRuntimeOptions};
 pub use config::{
     DeploymentConfig, DockerConfig, FaasConfig, HostConfig, NetworkMode, RemoteConfig,

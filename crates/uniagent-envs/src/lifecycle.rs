@@ -8,8 +8,9 @@ use uniagent_core::Error;
 pub(crate) enum Phase {
     /// `start` was not called yet.
     New,
-    /// Started and not stopped (the `faas` backend keeps its running state apart).
-    #[cfg_attr(not(any(feature = "host", feature = "remote")), allow(dead_code))]
+    /// Started and not stopped (only `remote` is in this phase: the `host` and `faas` backends
+    /// keep their running state apart).
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
     Running,
     /// `stop` ran.
     Stopped,

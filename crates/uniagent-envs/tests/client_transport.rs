@@ -4,6 +4,7 @@
 //! not retried) and which it does not (deadlines, 511, HTTP errors), and that a request's
 //! deadline outlasts the command timeout it carries.
 
+#![cfg(feature = "client")]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a panic is a test failure
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

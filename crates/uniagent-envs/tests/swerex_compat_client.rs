@@ -2,7 +2,7 @@
 //! through the shared scenario list `tests/swerex/scenarios.json`, and, as a control, our own
 //! `uniagent-sandbox` through the same list.
 
-#![cfg(feature = "server")]
+#![cfg(all(feature = "server", feature = "client"))]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a panic is a test failure
 mod swerex_common;
 

@@ -2,7 +2,7 @@
 //! `uniagent-sandbox` through the shared scenario list (`tests/swerex/drive_server.py` +
 //! `scenarios.json`), and, as a control that keeps the list honest, the real `swerex-remote`.
 
-#![cfg(feature = "server")]
+#![cfg(all(feature = "server", feature = "client"))]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a panic is a test failure
 mod swerex_common;
 

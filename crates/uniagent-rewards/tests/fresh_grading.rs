@@ -75,7 +75,7 @@ fn fixture() -> Option<Fixture> {
     let server = match uniagent_envs::host::find_server_binary(None) {
         Ok(path) => path,
         Err(e) if std::env::var_os("UNIAGENT_SWEREX_VENV").is_none() => {
-            eprintln!("SKIPPED: {e} (build it with `cargo build -p uniagent-envs --bin uniagent-sandbox`)");
+            eprintln!("SKIPPED: {e} (build it with `cargo build -p uniagent-envs --features server --bin uniagent-sandbox`)");
             return None;
         }
         Err(e) => {

@@ -19,7 +19,7 @@ async fn sandbox() -> Option<Arc<dyn Deployment>> {
         Ok(path) => path,
         // `cargo test --workspace` builds the server next to this test; `-p` alone may not.
         Err(e) if std::env::var_os("UNIAGENT_SWEREX_VENV").is_none() => {
-            eprintln!("SKIPPED: {e} (build it with `cargo build -p uniagent-envs --bin uniagent-sandbox`)");
+            eprintln!("SKIPPED: {e} (build it with `cargo build -p uniagent-envs --features server --bin uniagent-sandbox`)");
             return None;
         }
         Err(e) => {

@@ -34,7 +34,7 @@ async fn tools_pass_the_scenarios_on_a_docker_sandbox() {
     // may not, so say how.
     let server = uniagent_envs::docker::Payload::locate(None, None)
         .unwrap_or_else(|e| {
-            panic!("{e} (`cargo build -p uniagent-envs --bin uniagent-sandbox` builds it)")
+            panic!("{e} (`cargo build -p uniagent-envs --features server --bin uniagent-sandbox` builds it)")
         })
         .server;
     let run = format!("test-tools-{}-{:x}", std::process::id(), fastrand::u32(..));

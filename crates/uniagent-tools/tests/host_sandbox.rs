@@ -15,7 +15,7 @@ async fn tools_pass_the_scenarios_on_the_host_sandbox() {
         Ok(path) => path,
         // `cargo test --workspace` builds the server next to this test; `-p uniagent-tools` may not.
         Err(e) if std::env::var_os("UNIAGENT_SWEREX_VENV").is_none() => {
-            eprintln!("SKIPPED: {e} (build it with `cargo build -p uniagent-envs --bin uniagent-sandbox`)");
+            eprintln!("SKIPPED: {e} (build it with `cargo build -p uniagent-envs --features server --bin uniagent-sandbox`)");
             return;
         }
         Err(e) => {

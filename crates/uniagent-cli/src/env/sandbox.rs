@@ -184,7 +184,7 @@ impl TemplatedSandboxes {
         if let DeploymentConfig::Host(h) = &self.settings.sandbox {
             uniagent_envs::host::find_server_binary(h.server_binary.as_deref()).map_err(|e| {
                 CliError::preflight(format!(
-                    "{e}; build it with `cargo build --release -p uniagent-envs --bin uniagent-sandbox` or set environment.sandbox.server_binary"
+                    "{e}; build it with `cargo build --release -p uniagent-envs --features server --bin uniagent-sandbox` or set environment.sandbox.server_binary"
                 ))
             })?;
         }

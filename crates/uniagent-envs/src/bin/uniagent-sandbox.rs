@@ -23,8 +23,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use uniagent_envs::server::limits::seconds;
-use uniagent_envs::server::{serve, ServerConfig, ServerLimits, ShellOptions};
+use uniagent_envs::server::{seconds, serve, ServerConfig, ServerLimits, ShellOptions};
 
 /// The environment variable the token may come in.
 const TOKEN_ENV: &str = "UNIAGENT_SANDBOX_TOKEN";

@@ -12,7 +12,7 @@ use super::{
 
 /// `execute` runs shell strings and argv lists, honours `cwd`, and `env` replaces the
 /// environment.
-pub async fn execute_round_trip(d: &dyn Deployment, caps: Capabilities) -> Outcome {
+pub(crate) async fn execute_round_trip(d: &dyn Deployment, caps: Capabilities) -> Outcome {
     require(caps.execute, "execute")?;
     let out = d.execute(Command::shell("echo hi", Some(30.0))).await?;
     ensure!(
@@ -48,7 +48,7 @@ pub async fn execute_round_trip(d: &dyn Deployment, caps: Capabilities) -> Outco
 }
 
 /// Exit codes are data unless a check was asked for; missing programs are `FileNotFoundError`.
-pub async fn exit_codes(d: &dyn Deployment, caps: Capabilities) -> Outcome {
+pub(crate) async fn exit_codes(d: &dyn Deployment, caps: Capabilities) -> Outcome {
     if caps.execute {
         let out = d
             .execute(Command::argv(["sh", "-c", "exit 3"], Some(30.0)))
@@ -101,7 +101,7 @@ pub async fn exit_codes(d: &dyn Deployment, caps: Capabilities) -> Outcome {
 }
 
 /// `execute` keeps the streams apart unless merging was asked for; sessions interleave them.
-pub async fn stdout_and_stderr(d: &dyn Deployment, caps: Capabilities) -> Outcome {
+pub(crate) async fn stdout_and_stderr(d: &dyn Deployment, caps: Capabilities) -> Outcome {
     require(caps.execute && caps.sessions, "execute and sessions")?;
     let script = "echo out; echo err 1>&2";
     let out = d
@@ -137,7 +137,7 @@ pub async fn stdout_and_stderr(d: &dyn Deployment, caps: Capabilities) -> Outcom
 /// works again, both with a patient interrupt (5 s per attempt, as SWE-agent sends) and with
 /// SWE-ReX's defaults (0.2 s per attempt, 3 attempts) sent right after the timeout, for each
 /// check mode. `execute` kills its child on timeout.
-pub async fn timeouts_and_recovery(d: &dyn Deployment, caps: Capabilities) -> Outcome {
+pub(crate) async fn timeouts_and_recovery(d: &dyn Deployment, caps: Capabilities) -> Outcome {
     require(caps.sessions, "sessions")?;
     let s = "conformance-timeout";
     open_session(d, s).await?;
@@ -185,7 +185,7 @@ pub async fn timeouts_and_recovery(d: &dyn Deployment, caps: Capabilities) -> Ou
 
 /// Large outputs arrive complete and in order (`seq 1 100000`, 588 895 bytes, through `execute`;
 /// `seq 1 20000` through a session).
-pub async fn large_outputs(d: &dyn Deployment, caps: Capabilities) -> Outcome {
+pub(crate) async fn large_outputs(d: &dyn Deployment, caps: Capabilities) -> Outcome {
     require(caps.execute || caps.sessions, "execute or sessions")?;
     let expected = |n: u32| (1..=n).map(|i| format!("{i}\n")).collect::<String>();
     if caps.execute {

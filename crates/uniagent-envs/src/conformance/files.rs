@@ -11,7 +11,7 @@ use super::{ensure, expect_exception, require, Failure, Outcome};
 
 /// `write_file` creates parents and truncates; `read_file` returns the same text; a missing
 /// file is `FileNotFoundError`.
-pub async fn text_files(d: &dyn Deployment, caps: Capabilities, scratch: &str) -> Outcome {
+pub(crate) async fn text_files(d: &dyn Deployment, caps: Capabilities, scratch: &str) -> Outcome {
     require(caps.files, "files")?;
     let path = format!("{scratch}/text/deep/t.txt");
     let content = "héllo\n中文 ✓\n\ttabs and trailing spaces  \nno newline at end";
@@ -48,7 +48,7 @@ pub async fn text_files(d: &dyn Deployment, caps: Capabilities, scratch: &str) -
 
 /// Uploaded bytes arrive unchanged (all 256 byte values), zip archives are extracted into the
 /// target directory, and non-UTF-8 files read with `errors: backslashreplace` show `\xNN`.
-pub async fn binary_files_and_zip_upload(
+pub(crate) async fn binary_files_and_zip_upload(
     d: &dyn Deployment,
     caps: Capabilities,
     scratch: &str,

@@ -14,7 +14,7 @@ use super::{
 
 /// The working directory, variables and functions persist between commands of one session and
 /// do not leak into another; multi-line commands run whole.
-pub async fn state_persists(d: &dyn Deployment, caps: Capabilities) -> Outcome {
+pub(crate) async fn state_persists(d: &dyn Deployment, caps: Capabilities) -> Outcome {
     require(caps.sessions, "sessions")?;
     let (a, b) = ("conformance-state-a", "conformance-state-b");
     open_session(d, a).await?;
@@ -51,7 +51,7 @@ pub async fn state_persists(d: &dyn Deployment, caps: Capabilities) -> Outcome {
 }
 
 /// Duplicate and unknown session names, and syntax errors, raise SWE-ReX's exception classes.
-pub async fn lifecycle_errors(d: &dyn Deployment, caps: Capabilities) -> Outcome {
+pub(crate) async fn lifecycle_errors(d: &dyn Deployment, caps: Capabilities) -> Outcome {
     require(caps.sessions, "sessions")?;
     let s = "conformance-lifecycle";
     open_session(d, s).await?;
@@ -104,7 +104,11 @@ pub async fn lifecycle_errors(d: &dyn Deployment, caps: Capabilities) -> Outcome
 /// Sessions run in parallel: eight are created and used at once, and a command blocked on a
 /// FIFO in one session is released by a command in another, which a server that handles one
 /// request at a time can never do.
-pub async fn concurrent_sessions(d: &dyn Deployment, caps: Capabilities, scratch: &str) -> Outcome {
+pub(crate) async fn concurrent_sessions(
+    d: &dyn Deployment,
+    caps: Capabilities,
+    scratch: &str,
+) -> Outcome {
     require(caps.sessions, "sessions")?;
     let names: Vec<String> = (0..8).map(|i| format!("conformance-par-{i}")).collect();
     let created = futures::future::join_all(names.iter().map(|n| open_session(d, n))).await;
@@ -159,7 +163,7 @@ pub async fn concurrent_sessions(d: &dyn Deployment, caps: Capabilities, scratch
 }
 
 /// Closing a session ends the background jobs it started.
-pub async fn no_leaked_processes(d: &dyn Deployment, caps: Capabilities) -> Outcome {
+pub(crate) async fn no_leaked_processes(d: &dyn Deployment, caps: Capabilities) -> Outcome {
     require(caps.sessions && caps.execute, "sessions and execute")?;
     let s = "conformance-leak";
     open_session(d, s).await?;

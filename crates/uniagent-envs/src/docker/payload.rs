@@ -8,9 +8,9 @@ use uniagent_core::{Error, Result};
 /// Where the binaries live inside the container.
 pub const BIN_DIR: &str = "/opt/uniagent/bin";
 /// The server binary's file name.
-pub const SERVER_NAME: &str = "uniagent-sandbox";
+pub(crate) const SERVER_NAME: &str = "uniagent-sandbox";
 /// The toolbox binary's file name.
-pub const TOOLBOX_NAME: &str = "uniagent-toolbox";
+pub(crate) const TOOLBOX_NAME: &str = "uniagent-toolbox";
 /// Environment variable naming the server binary when the configuration does not.
 pub const SERVER_BINARY_ENV: &str = "UNIAGENT_SANDBOX_BINARY";
 

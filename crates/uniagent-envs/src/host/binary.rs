@@ -44,7 +44,7 @@ pub fn find_server_binary(configured: Option<&Path>) -> Result<PathBuf> {
     }
     Err(config_error(format!(
         "cannot find the `{SERVER_BINARY_NAME}` binary next to the current executable or on PATH; \
-         build it (`cargo build -p uniagent-envs --bin {SERVER_BINARY_NAME}`) or set host.server_binary"
+         build it (`cargo build -p uniagent-envs --features server --bin {SERVER_BINARY_NAME}`) or set host.server_binary"
     )))
 }
 

@@ -11,40 +11,38 @@ use super::pyfmt::py_repr;
 
 /// The status SWE-ReX uses for exceptions raised by the runtime ("Network Authentication
 /// Required", re-used as a private code).
-pub const EXCEPTION_STATUS: u16 = 511;
+pub(crate) const EXCEPTION_STATUS: u16 = 511;
 
 /// Python class paths the server raises, as SWE-ReX 1.4 names them.
-pub mod class {
+pub(crate) mod class {
     /// Session command or `execute` ran past its timeout.
-    pub const COMMAND_TIMEOUT: &str = "swerex.exceptions.CommandTimeoutError";
+    pub(crate) const COMMAND_TIMEOUT: &str = "swerex.exceptions.CommandTimeoutError";
     /// Non-zero exit code with `check`.
-    pub const NON_ZERO_EXIT: &str = "swerex.exceptions.NonZeroExitCodeError";
+    pub(crate) const NON_ZERO_EXIT: &str = "swerex.exceptions.NonZeroExitCodeError";
     /// `bash -n` rejected the command.
-    pub const BASH_SYNTAX: &str = "swerex.exceptions.BashIncorrectSyntaxError";
+    pub(crate) const BASH_SYNTAX: &str = "swerex.exceptions.BashIncorrectSyntaxError";
     /// `create_session` with a name that is taken.
-    pub const SESSION_EXISTS: &str = "swerex.exceptions.SessionExistsError";
+    pub(crate) const SESSION_EXISTS: &str = "swerex.exceptions.SessionExistsError";
     /// A session name that is not registered.
-    pub const SESSION_MISSING: &str = "swerex.exceptions.SessionDoesNotExistError";
+    pub(crate) const SESSION_MISSING: &str = "swerex.exceptions.SessionDoesNotExistError";
     /// No prompt within the allowed time (session start, interrupt).
-    pub const PEXPECT_TIMEOUT: &str = "pexpect.exceptions.TIMEOUT";
+    pub(crate) const PEXPECT_TIMEOUT: &str = "pexpect.exceptions.TIMEOUT";
     /// The session's shell exited.
-    pub const PEXPECT_EOF: &str = "pexpect.exceptions.EOF";
+    pub(crate) const PEXPECT_EOF: &str = "pexpect.exceptions.EOF";
     /// A session whose shell was closed by `/close`.
-    pub const RUNTIME_ERROR: &str = "builtins.RuntimeError";
-    /// A bad argument (unknown encoding or error handler, empty argv).
-    pub const VALUE_ERROR: &str = "builtins.ValueError";
+    pub(crate) const RUNTIME_ERROR: &str = "builtins.RuntimeError";
     /// An unknown text encoding.
-    pub const LOOKUP_ERROR: &str = "builtins.LookupError";
+    pub(crate) const LOOKUP_ERROR: &str = "builtins.LookupError";
     /// Text that is not valid in the requested encoding.
-    pub const UNICODE_DECODE: &str = "builtins.UnicodeDecodeError";
+    pub(crate) const UNICODE_DECODE: &str = "builtins.UnicodeDecodeError";
     /// `/upload` with `unzip` and a body that is not a zip archive.
-    pub const BAD_ZIP: &str = "zipfile.BadZipFile";
+    pub(crate) const BAD_ZIP: &str = "zipfile.BadZipFile";
     /// `/upload` with `unzip` and an archive beyond the extraction budgets.
-    pub const LARGE_ZIP: &str = "zipfile.LargeZipFile";
+    pub(crate) const LARGE_ZIP: &str = "zipfile.LargeZipFile";
     /// An `expect` pattern that is not a valid regular expression.
-    pub const REGEX_ERROR: &str = "re.error";
+    pub(crate) const REGEX_ERROR: &str = "re.error";
     /// Any other operating-system error.
-    pub const OS_ERROR: &str = "builtins.OSError";
+    pub(crate) const OS_ERROR: &str = "builtins.OSError";
 }
 
 /// A failure while handling one request.
@@ -172,7 +170,7 @@ impl IntoResponse for ServerError {
 }
 
 /// The most bytes of a request that a 422 answer echoes back.
-pub const MAX_ECHO_BYTES: usize = 4096;
+pub(crate) const MAX_ECHO_BYTES: usize = 4096;
 
 /// Shrinks an echoed input to about [`MAX_ECHO_BYTES`]: FastAPI echoes the whole input, which
 /// for a 60 MB body means a 60 MB error. Small inputs are echoed unchanged.
@@ -185,10 +183,10 @@ fn cap_echo(input: &mut Value) {
 
 /// Marks a response that must not enter the replay cache (exceptions, auth failures).
 #[derive(Debug, Clone, Copy)]
-pub struct NotCacheable;
+pub(crate) struct NotCacheable;
 
 /// The 401 answers of SWE-ReX's `X-API-Key` check.
-pub fn unauthorized(missing: bool) -> Response {
+pub(crate) fn unauthorized(missing: bool) -> Response {
     let detail = if missing {
         "Not authenticated"
     } else {

@@ -152,7 +152,7 @@ pub async fn execute(
 
 /// The argv Python's `subprocess` would run: `shell` prepends `/bin/sh -c`; a string without
 /// `shell` is one program name.
-pub fn argv_of(command: &Command) -> Result<Vec<String>, ServerError> {
+pub(crate) fn argv_of(command: &Command) -> Result<Vec<String>, ServerError> {
     let mut argv = match &command.command {
         CommandLine::Text(s) => vec![s.clone()],
         CommandLine::Argv(v) => v.clone(),
@@ -171,7 +171,7 @@ pub fn argv_of(command: &Command) -> Result<Vec<String>, ServerError> {
 
 /// Finds `program` the way Python's `subprocess` does: a name with `/` is a path; otherwise the
 /// `PATH` of `env` (or `os.defpath` when `env` has none), or the server's own `PATH`.
-pub fn resolve_program(
+pub(crate) fn resolve_program(
     program: &str,
     env: Option<&BTreeMap<String, String>>,
 ) -> Result<PathBuf, ServerError> {

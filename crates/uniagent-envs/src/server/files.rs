@@ -15,7 +15,7 @@ use super::pyfmt::{decode_backslashreplace, py_repr};
 /// Only regular files of at most `max_bytes` are read: a FIFO, a device such as `/dev/zero` or
 /// a huge file would block the request or exhaust memory. They give `OSError` (`EINVAL`,
 /// `EFBIG`) instead.
-pub async fn read_file(
+pub(crate) async fn read_file(
     request: &ReadFileRequest,
     max_bytes: u64,
 ) -> Result<ReadFileResponse, ServerError> {
@@ -86,7 +86,7 @@ fn read_regular(path: &str, max_bytes: u64) -> Result<Vec<u8>, ServerError> {
 }
 
 /// Writes a file as UTF-8 text, creating parent directories and truncating the file.
-pub async fn write_file(request: &WriteFileRequest) -> Result<(), ServerError> {
+pub(crate) async fn write_file(request: &WriteFileRequest) -> Result<(), ServerError> {
     let path = Path::new(&request.path);
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         tokio::fs::create_dir_all(parent)
@@ -99,7 +99,7 @@ pub async fn write_file(request: &WriteFileRequest) -> Result<(), ServerError> {
 }
 
 /// Python's universal-newline translation: `\r\n` and lone `\r` become `\n`.
-pub fn universal_newlines(text: &str) -> String {
+pub(crate) fn universal_newlines(text: &str) -> String {
     if !text.contains('\r') {
         return text.to_owned();
     }
@@ -107,7 +107,7 @@ pub fn universal_newlines(text: &str) -> String {
 }
 
 /// Decodes bytes with a Python encoding name and error handler.
-pub fn decode(
+pub(crate) fn decode(
     bytes: &[u8],
     encoding: Option<&str>,
     errors: Option<&str>,

@@ -48,13 +48,13 @@ impl Default for ServerLimits {
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(10_000_000);
 
 /// The most `bash_interrupt` retries honoured; `n_retry` is clamped to it.
-pub const MAX_INTERRUPT_RETRIES: u32 = 64;
+pub(crate) const MAX_INTERRUPT_RETRIES: u32 = 64;
 
 /// A timeout in seconds from a request, clamped to `[0, MAX_TIMEOUT]` (NaN counts as 0).
 ///
 /// ```
 /// use std::time::Duration;
-/// use uniagent_envs::server::limits::{seconds, MAX_TIMEOUT};
+/// use uniagent_envs::server::{seconds, MAX_TIMEOUT};
 /// assert_eq!(seconds(1.5), Duration::from_millis(1500));
 /// assert_eq!(seconds(1e300), MAX_TIMEOUT);
 /// assert_eq!(seconds(f64::INFINITY), MAX_TIMEOUT);
@@ -69,7 +69,7 @@ pub fn seconds(t: f64) -> Duration {
 }
 
 /// The instant `after` from now, saturating far in the future instead of overflowing.
-pub fn deadline_after(after: Duration) -> Instant {
+pub(crate) fn deadline_after(after: Duration) -> Instant {
     let now = Instant::now();
     now.checked_add(after.min(MAX_TIMEOUT))
         .unwrap_or(now + Duration::from_secs(86_400))

@@ -3,7 +3,7 @@
 //! Every endpoint of `swerex-remote` with the same JSON shapes, `X-API-Key` authentication
 //! (constant-time compare), HTTP 511 exception payloads with SWE-ReX's Python class paths,
 //! FastAPI-shaped 422 validation errors, an `X-Request-ID` replay cache and multipart upload with
-//! unzip. Bash sessions are event-driven ([`session`]); requests on different sessions run in
+//! unzip. Bash sessions are event-driven ([`SessionManager`]); requests on different sessions run in
 //! parallel. `SERVER.md` in this crate lists every deviation from SWE-ReX.
 //!
 //! ```no_run
@@ -16,17 +16,19 @@
 //! # }
 //! ```
 
+// Private: the public API is re-exported below; `crate::fuzzing` exposes what the fuzz targets
+// drive directly.
 mod app;
-pub mod errors;
-pub mod execute;
-pub mod files;
-pub mod limits;
-pub mod pyfmt;
-pub mod replay;
-pub mod session;
-pub mod unzip;
-pub mod upload;
-pub mod validate;
+mod errors;
+mod execute;
+mod files;
+mod limits;
+mod pyfmt;
+mod replay;
+mod session;
+mod unzip;
+mod upload;
+mod validate;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -35,8 +37,9 @@ use tokio::sync::Semaphore;
 
 pub use app::{router, AppState};
 pub use errors::ServerError;
-pub use limits::ServerLimits;
+pub use limits::{seconds, ServerLimits, MAX_TIMEOUT};
 pub use session::{SessionManager, ShellOptions};
+pub use unzip::UnzipLimits;
 
 /// Server settings.
 #[derive(Debug, Clone)]
@@ -175,4 +178,17 @@ pub async fn serve(
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), graceful.shutdown()).await;
     state.sessions.shutdown().await;
     Ok(())
+}
+
+/// What [`crate::fuzzing`] re-exports.
+pub(crate) mod fuzzing {
+    pub use super::execute::execute;
+    pub use super::session::{
+        clean_output, truncation_note, ExpectSearch, OutputBuffer, PromptMarker,
+    };
+    pub use super::unzip::extract;
+    pub use super::upload::read_form;
+    pub use super::validate::{
+        parse_body, ACTION, CLOSE_SESSION, COMMAND, CREATE_SESSION, READ_FILE, WRITE_FILE,
+    };
 }

@@ -5,13 +5,7 @@ use std::fmt::Write as _;
 
 /// Decodes `bytes` as UTF-8 the way Python's `bytes.decode("utf-8", errors="backslashreplace")`
 /// does: every byte of an invalid sequence becomes the four characters `\xNN` (lower-case hex).
-///
-/// ```
-/// use uniagent_envs::server::pyfmt::decode_backslashreplace;
-/// assert_eq!(decode_backslashreplace(b"ok\xff\xfe\n"), "ok\\xff\\xfe\n");
-/// assert_eq!(decode_backslashreplace("é".as_bytes()), "é");
-/// ```
-pub fn decode_backslashreplace(bytes: &[u8]) -> String {
+pub(crate) fn decode_backslashreplace(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len());
     for chunk in bytes.utf8_chunks() {
         out.push_str(chunk.valid());
@@ -23,7 +17,7 @@ pub fn decode_backslashreplace(bytes: &[u8]) -> String {
 }
 
 /// Python's `str(x)` / `repr(x)` for a float: `1.0`, `0.5`, `1e-05`, `inf`.
-pub fn py_float(x: f64) -> String {
+pub(crate) fn py_float(x: f64) -> String {
     if x.is_nan() {
         return "nan".into();
     }
@@ -48,14 +42,7 @@ pub fn py_float(x: f64) -> String {
 }
 
 /// Python's `repr(s)` for a `str`.
-///
-/// ```
-/// use uniagent_envs::server::pyfmt::py_repr;
-/// assert_eq!(py_repr("echo hi"), "'echo hi'");
-/// assert_eq!(py_repr("it's"), "\"it's\"");
-/// assert_eq!(py_repr("a\nb\t\x01"), "'a\\nb\\t\\x01'");
-/// ```
-pub fn py_repr(s: &str) -> String {
+pub(crate) fn py_repr(s: &str) -> String {
     let quote = if s.contains('\'') && !s.contains('"') {
         '"'
     } else {
@@ -91,7 +78,7 @@ pub fn py_repr(s: &str) -> String {
 }
 
 /// Python's `repr` of a list of strings: `['sh', '-c', 'exit 3']`.
-pub fn py_repr_list(items: &[String]) -> String {
+pub(crate) fn py_repr_list(items: &[String]) -> String {
     let inner: Vec<String> = items.iter().map(|s| py_repr(s)).collect();
     format!("[{}]", inner.join(", "))
 }
@@ -112,6 +99,19 @@ fn is_printable(c: char) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn backslashreplace_escapes_invalid_bytes() {
+        assert_eq!(decode_backslashreplace(b"ok\xff\xfe\n"), "ok\\xff\\xfe\n");
+        assert_eq!(decode_backslashreplace("é".as_bytes()), "é");
+    }
+
+    #[test]
+    fn repr_quotes_like_python() {
+        assert_eq!(py_repr("echo hi"), "'echo hi'");
+        assert_eq!(py_repr("it's"), "\"it's\"");
+        assert_eq!(py_repr("a\nb\t\x01"), "'a\\nb\\t\\x01'");
+    }
 
     #[test]
     fn floats_print_like_python() {

@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 /// One stored answer.
 #[derive(Debug, Clone)]
-pub struct StoredResponse {
+pub(crate) struct StoredResponse {
     /// HTTP status.
     pub status: StatusCode,
     /// Body bytes (JSON).
@@ -18,7 +18,7 @@ pub struct StoredResponse {
 
 /// A bounded map from request ID to answer; the oldest entries go first.
 #[derive(Debug)]
-pub struct ReplayCache {
+pub(crate) struct ReplayCache {
     entries: HashMap<String, StoredResponse>,
     order: VecDeque<String>,
     max_entries: usize,
@@ -28,7 +28,7 @@ pub struct ReplayCache {
 
 impl ReplayCache {
     /// A cache holding at most `max_entries` answers and `max_bytes` body bytes.
-    pub fn new(max_entries: usize, max_bytes: usize) -> Self {
+    pub(crate) fn new(max_entries: usize, max_bytes: usize) -> Self {
         Self {
             entries: HashMap::new(),
             order: VecDeque::new(),
@@ -39,12 +39,12 @@ impl ReplayCache {
     }
 
     /// The stored answer for `id`.
-    pub fn get(&self, id: &str) -> Option<StoredResponse> {
+    pub(crate) fn get(&self, id: &str) -> Option<StoredResponse> {
         self.entries.get(id).cloned()
     }
 
     /// Stores an answer (a body larger than the byte budget is not stored).
-    pub fn insert(&mut self, id: String, response: StoredResponse) {
+    pub(crate) fn insert(&mut self, id: String, response: StoredResponse) {
         if response.body.len() > self.max_bytes {
             return;
         }
@@ -66,13 +66,9 @@ impl ReplayCache {
     }
 
     /// Number of stored answers.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.entries.len()
-    }
-
-    /// Whether nothing is stored.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
     }
 }
 

@@ -154,7 +154,7 @@ async fn read_fields(
 
 /// Moves the staged file to `target_path` (into it, as `temp_file_transfer`, when it is an
 /// existing directory), or extracts it as a zip archive into `target_path` with `unzip`.
-pub fn place(form: &UploadForm, limits: &UnzipLimits) -> Result<(), ServerError> {
+pub(crate) fn place(form: &UploadForm, limits: &UnzipLimits) -> Result<(), ServerError> {
     let result = place_inner(form, limits);
     let _ = std::fs::remove_file(&form.staged);
     result

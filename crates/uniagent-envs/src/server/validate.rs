@@ -64,7 +64,7 @@ const fn req(name: &'static str, kind: Kind) -> Field {
 }
 
 /// The variants of a tagged model: `(tag value, fields)`.
-pub type Variants = &'static [(&'static str, &'static [Field])];
+pub(crate) type Variants = &'static [(&'static str, &'static [Field])];
 
 /// A model: its fields, and the discriminator it must carry, if any (`(field, allowed tags)`).
 #[derive(Debug, Clone, Copy)]
@@ -149,16 +149,6 @@ pub const WRITE_FILE: Model = Model {
 };
 
 /// Parses and validates a JSON request body against `model`, then deserialises it into `T`.
-///
-/// ```
-/// use uniagent_core::sandbox::Action;
-/// use uniagent_envs::server::validate::{parse_body, ACTION};
-///
-/// let action: Action = parse_body(br#"{"action_type":"bash","command":"ls","timeout":"5"}"#, &ACTION).unwrap();
-/// let Action::Bash(bash) = action else { unreachable!() };
-/// assert_eq!(bash.timeout, Some(5.0));
-/// assert!(parse_body::<Action>(br#"{"command":"ls"}"#, &ACTION).is_err()); // tag missing
-/// ```
 pub fn parse_body<T: DeserializeOwned>(body: &[u8], model: &Model) -> Result<T, ServerError> {
     let value = parse_json(body)?;
     let normalised = validate(&value, model)?;
@@ -170,7 +160,7 @@ pub fn parse_body<T: DeserializeOwned>(body: &[u8], model: &Model) -> Result<T, 
 }
 
 /// Parses a body as JSON with FastAPI's errors for a missing body and for invalid JSON.
-pub fn parse_json(body: &[u8]) -> Result<Value, ServerError> {
+pub(crate) fn parse_json(body: &[u8]) -> Result<Value, ServerError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ServerError::invalid(
             json!({"type": "missing", "loc": ["body"], "msg": "Field required", "input": null}),
@@ -197,7 +187,7 @@ fn byte_offset(body: &[u8], line: usize, column: usize) -> usize {
 }
 
 /// Validates `value` against `model`; returns the normalised object or all errors found.
-pub fn validate(value: &Value, model: &Model) -> Result<Value, ServerError> {
+pub(crate) fn validate(value: &Value, model: &Model) -> Result<Value, ServerError> {
     let Some(object) = value.as_object() else {
         return Err(ServerError::invalid(json!({
             "type": "model_attributes_type", "loc": ["body"],
@@ -447,7 +437,7 @@ fn coerce(v: &Value, kind: Kind, loc: &[Value]) -> Result<Value, Vec<Value>> {
 }
 
 /// pydantic's lax boolean parsing.
-pub fn coerce_bool(v: &Value) -> Option<bool> {
+pub(crate) fn coerce_bool(v: &Value) -> Option<bool> {
     match v {
         Value::Bool(b) => Some(*b),
         Value::Number(n) => match n.as_f64() {
@@ -461,7 +451,7 @@ pub fn coerce_bool(v: &Value) -> Option<bool> {
 }
 
 /// The strings pydantic accepts as booleans (case-insensitive).
-pub fn parse_bool_str(s: &str) -> Option<bool> {
+pub(crate) fn parse_bool_str(s: &str) -> Option<bool> {
     match s.trim().to_ascii_lowercase().as_str() {
         "0" | "off" | "f" | "false" | "n" | "no" => Some(false),
         "1" | "on" | "t" | "true" | "y" | "yes" => Some(true),
@@ -474,6 +464,23 @@ mod tests {
     use uniagent_core::sandbox::{Command, CreateSessionRequest};
 
     use super::*;
+
+    #[test]
+    fn parse_body_validates_then_deserialises() {
+        use uniagent_core::sandbox::Action;
+
+        let action: Action = parse_body(
+            br#"{"action_type":"bash","command":"ls","timeout":"5"}"#,
+            &ACTION,
+        )
+        .unwrap();
+        let Action::Bash(bash) = action else {
+            unreachable!()
+        };
+        assert_eq!(bash.timeout, Some(5.0));
+        assert!(parse_body::<Action>(br#"{"command":"ls"}"#, &ACTION).is_err());
+        // tag missing
+    }
 
     fn detail(e: ServerError) -> Vec<Value> {
         match e {

@@ -15,13 +15,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub use output::{
-    clean_output, shorten, truncation_note, ExpectSearch, OutputBuffer, Prompt, PromptMarker,
-    EXPECT_LOOKBACK,
-};
-pub use procs::{kill_session, processes_in_session, signal_group, signal_process, stat_session};
-pub use shell::{BashSession, ShellOptions, PROMPT_EXPECT_STRING};
-pub use syntax::{check_syntax, is_trivially_valid};
+pub(crate) use output::shorten;
+pub use output::{clean_output, truncation_note, ExpectSearch, OutputBuffer, PromptMarker};
+pub(crate) use procs::signal_group;
+pub(crate) use shell::BashSession;
+pub use shell::ShellOptions;
 use uniagent_core::sandbox::{
     Action, BashObservation, CloseSessionRequest, CloseSessionResponse, CreateSessionRequest,
     CreateSessionResponse, SessionType,
@@ -32,7 +30,7 @@ use super::limits::seconds;
 use super::pyfmt::py_repr;
 
 /// The least time a session start is given, whatever `startup_timeout` says.
-pub const MIN_STARTUP_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const MIN_STARTUP_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone)]
 enum Slot {

@@ -87,12 +87,6 @@ impl PromptMarker {
 
 /// Turns raw pty bytes into SWE-ReX's output text: escape sequences removed, CRLF → LF (a lone
 /// CR stays), invalid UTF-8 bytes as `\xNN`. Nothing is trimmed and no newline is added.
-///
-/// ```
-/// use uniagent_envs::server::session::clean_output;
-/// assert_eq!(clean_output(b"\x1b[1mbold\x1b[0m\r\nnext\r"), "bold\nnext\r");
-/// assert_eq!(clean_output(b"bad \xff\n"), "bad \\xff\n");
-/// ```
 pub fn clean_output(raw: &[u8]) -> String {
     let stripped = match ANSI_ESCAPE.as_ref() {
         Some(re) => re.replace_all(raw, &b""[..]),
@@ -216,7 +210,7 @@ impl OutputBuffer {
 /// scans only the new bytes plus this window, never the whole buffer again (a command printing
 /// 30 MB would otherwise be rescanned from the start after every 64 KiB read). Only a match
 /// longer than this that arrives in pieces can be missed.
-pub const EXPECT_LOOKBACK: usize = 64 << 10;
+pub(crate) const EXPECT_LOOKBACK: usize = 64 << 10;
 
 /// Incremental search for `expect` patterns in a growing buffer.
 #[derive(Debug)]
@@ -263,15 +257,7 @@ pub fn truncation_note(omitted: usize) -> String {
 /// `text` cut to about `max` bytes: its head and tail around a [`truncation_note`]. The one
 /// truncation used for everything the server echoes back (commands in error messages, inputs
 /// in 422 answers), so no answer grows with a hostile input.
-///
-/// ```
-/// use uniagent_envs::server::session::shorten;
-/// assert_eq!(shorten("short", 100), "short");
-/// let long = "x".repeat(10_000);
-/// let cut = shorten(&long, 100);
-/// assert!(cut.len() < 200 && cut.contains("9900 bytes omitted"));
-/// ```
-pub fn shorten(text: &str, max: usize) -> String {
+pub(crate) fn shorten(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_owned();
     }
@@ -296,6 +282,23 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn clean_output_strips_escapes_and_crlf() {
+        assert_eq!(
+            clean_output(b"\x1b[1mbold\x1b[0m\r\nnext\r"),
+            "bold\nnext\r"
+        );
+        assert_eq!(clean_output(b"bad \xff\n"), "bad \\xff\n");
+    }
+
+    #[test]
+    fn shorten_keeps_head_and_tail() {
+        assert_eq!(shorten("short", 100), "short");
+        let long = "x".repeat(10_000);
+        let cut = shorten(&long, 100);
+        assert!(cut.len() < 200 && cut.contains("9900 bytes omitted"));
+    }
 
     #[test]
     fn expect_search_is_incremental() {

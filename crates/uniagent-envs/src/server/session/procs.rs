@@ -5,21 +5,21 @@ use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 
 /// Sends `signal` to process group `pgid`; a group that no longer exists is not an error.
-pub fn signal_group(pgid: i32, signal: Signal) {
+pub(crate) fn signal_group(pgid: i32, signal: Signal) {
     if pgid > 1 {
         let _ = killpg(Pid::from_raw(pgid), signal);
     }
 }
 
 /// Sends `signal` to process `pid`; a process that no longer exists is not an error.
-pub fn signal_process(pid: i32, signal: Signal) {
+pub(crate) fn signal_process(pid: i32, signal: Signal) {
     if pid > 1 {
         let _ = kill(Pid::from_raw(pid), signal);
     }
 }
 
 /// The ids of live processes whose session id is `sid` (read from `/proc/<pid>/stat`).
-pub fn processes_in_session(sid: i32) -> Vec<i32> {
+pub(crate) fn processes_in_session(sid: i32) -> Vec<i32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -44,14 +44,14 @@ pub fn processes_in_session(sid: i32) -> Vec<i32> {
 
 /// The session id (field 6) of a `/proc/<pid>/stat` line. The command name (field 2) may hold
 /// spaces and parentheses, so fields are counted after its last `)`.
-pub fn stat_session(stat: &str) -> Option<i32> {
+pub(crate) fn stat_session(stat: &str) -> Option<i32> {
     let after = &stat[stat.rfind(')')? + 1..];
     // Fields after the name: state, ppid, pgrp, session.
     after.split_whitespace().nth(3)?.parse().ok()
 }
 
 /// Kills (SIGKILL) every process of session `sid`, the leader included.
-pub fn kill_session(sid: i32) {
+pub(crate) fn kill_session(sid: i32) {
     for pid in processes_in_session(sid) {
         signal_process(pid, Signal::SIGKILL);
     }

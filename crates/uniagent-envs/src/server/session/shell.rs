@@ -36,7 +36,7 @@ use crate::server::limits::{deadline_after, seconds, MAX_INTERRUPT_RETRIES, MAX_
 use crate::server::pyfmt::{py_float, py_repr};
 
 /// What SWE-ReX reports in `expect_string` when the normal prompt ended the wait.
-pub const PROMPT_EXPECT_STRING: &str = "SHELLPS1PREFIX";
+pub(crate) const PROMPT_EXPECT_STRING: &str = "SHELLPS1PREFIX";
 
 /// Settings shared by all sessions of a server.
 #[derive(Debug, Clone)]

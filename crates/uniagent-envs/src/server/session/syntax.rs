@@ -20,14 +20,7 @@ const RESERVED: &[&str] = &[
 ];
 
 /// Whether `command` is a single simple command of plain words, which `bash -n` always accepts.
-///
-/// ```
-/// use uniagent_envs::server::session::is_trivially_valid;
-/// assert!(is_trivially_valid("echo hi"));
-/// assert!(!is_trivially_valid("echo $(date)"));
-/// assert!(!is_trivially_valid("fi"));
-/// ```
-pub fn is_trivially_valid(command: &str) -> bool {
+pub(crate) fn is_trivially_valid(command: &str) -> bool {
     let plain = command.bytes().all(|b| {
         b.is_ascii_alphanumeric()
             || matches!(
@@ -40,7 +33,7 @@ pub fn is_trivially_valid(command: &str) -> bool {
 
 /// Runs `bash -n` on `command`; `Err` is SWE-ReX's `BashIncorrectSyntaxError` (with
 /// `extra_info.bash_stdout` / `bash_stderr`) or an OS error starting bash.
-pub async fn check_syntax(bash: &str, command: &str) -> Result<(), ServerError> {
+pub(crate) async fn check_syntax(bash: &str, command: &str) -> Result<(), ServerError> {
     if is_trivially_valid(command) {
         return Ok(());
     }
@@ -87,6 +80,13 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn plain_words_are_trivially_valid() {
+        assert!(is_trivially_valid("echo hi"));
+        assert!(!is_trivially_valid("echo $(date)"));
+        assert!(!is_trivially_valid("fi"));
+    }
 
     fn bash_accepts(command: &str) -> bool {
         let mut child = match std::process::Command::new("bash")

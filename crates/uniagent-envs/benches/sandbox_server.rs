@@ -1,14 +1,15 @@
-//! `sandbox-bench`: runs `uniagent-sandbox` and SWE-ReX's `swerex-remote` side by side on this
-//! machine, drives both with the same HTTP client (one TCP connection per request, as SWE-ReX's
-//! `RemoteRuntime` does) and prints the figures of issue 4 with ratios measured in the same run.
+//! Our `uniagent-sandbox` against SWE-ReX's `swerex-remote` (not part of the test suite): runs
+//! both side by side on this machine, drives both with the same HTTP client (one TCP connection
+//! per request, as SWE-ReX's `RemoteRuntime` does) and prints the figures of issue 4 with ratios
+//! measured in the same run.
 //!
 //! ```text
-//! sandbox-bench [--quick] [--ours PATH] [--swerex PATH] [--no-swerex]
+//! cargo bench -p uniagent-envs --features server --bench sandbox_server -- [--quick] [--ours PATH] [--swerex PATH] [--no-swerex]
 //! ```
 //!
 //! `--swerex` defaults to `$UNIAGENT_SWEREX_VENV/bin/swerex-remote` (see `scripts/env/swerex.sh`);
-//! `--ours` to the `uniagent-sandbox` next to this binary. Both servers start with `TERM` unset,
-//! an empty `HOME` and an empty working directory.
+//! `--ours` to the `uniagent-sandbox` cargo built with this bench (same profile). Both servers
+//! start with `TERM` unset, an empty `HOME` and an empty working directory.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -19,7 +20,7 @@ use clap::Parser;
 use serde_json::{json, Value};
 
 #[derive(Debug, Parser)]
-#[command(name = "sandbox-bench", about = "uniagent-sandbox vs swerex-remote")]
+#[command(name = "sandbox_server", about = "uniagent-sandbox vs swerex-remote")]
 struct Args {
     /// Fewer iterations and a smaller concurrency run (seconds instead of minutes for SWE-ReX).
     #[arg(long)]
@@ -33,6 +34,9 @@ struct Args {
     /// Measure only our server.
     #[arg(long)]
     no_swerex: bool,
+    /// Passed by `cargo bench` to every bench binary; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
 }
 
 const TOKEN: &str = "bench-token";
@@ -343,9 +347,7 @@ fn print_report(ours: &Figures, theirs: Option<&Figures>, quick: bool) {
 async fn run(args: Args) -> Result<(), String> {
     let ours_path = match args.ours {
         Some(p) => p,
-        None => std::env::current_exe()
-            .map_err(|e| e.to_string())?
-            .with_file_name("uniagent-sandbox"),
+        None => PathBuf::from(env!("CARGO_BIN_EXE_uniagent-sandbox")),
     };
     let swerex_path = args.swerex.or_else(|| {
         std::env::var_os("UNIAGENT_SWEREX_VENV")
@@ -363,7 +365,7 @@ async fn run(args: Args) -> Result<(), String> {
     let theirs = match (args.no_swerex, swerex_path) {
         (true, _) => None,
         (false, None) => {
-            eprintln!("sandbox-bench: no swerex-remote (set UNIAGENT_SWEREX_VENV or --swerex); measuring only ours");
+            eprintln!("sandbox_server: no swerex-remote (set UNIAGENT_SWEREX_VENV or --swerex); measuring only ours");
             None
         }
         (false, Some(path)) => {
@@ -384,14 +386,14 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("sandbox-bench: {e}");
+            eprintln!("sandbox_server: {e}");
             return ExitCode::FAILURE;
         }
     };
     match runtime.block_on(run(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("sandbox-bench: {e}");
+            eprintln!("sandbox_server: {e}");
             ExitCode::FAILURE
         }
     }
