@@ -58,7 +58,7 @@ use bollard::Docker;
 use futures::StreamExt;
 use tokio::sync::Mutex;
 use uniagent_core::sandbox::*;
-use uniagent_core::{Capabilities, Error, Result, RetryConfig};
+use uniagent_core::{Capabilities, Error, Result};
 
 pub use engine::{daemon_reachable, engine};
 pub use image::{prune_payload_images, LABEL_PAYLOAD_FILES, LABEL_PAYLOAD_STAMP, PAYLOAD_REPO};
@@ -74,9 +74,7 @@ use engine::{docker_error, is_not_found, sandbox_error, BACKEND};
 use guard::ContainerGuard;
 use relay::Relay;
 use spec::{Reach, SERVER_PORT};
-use startup::{
-    free_loopback_port, server_url, start_slots, wait_until_alive, wait_until_listening,
-};
+use startup::{free_loopback_port, server_url, start_slots, wait_ready};
 use watch::Watch;
 
 /// A sandbox in a local container.
@@ -286,32 +284,13 @@ impl DockerDeployment {
             }
             _ => (server_url(&docker, &created.id, reach).await?, None),
         };
-        let probe_runtime = RemoteRuntime::new(
+        wait_ready(
             &url,
-            Some(token.clone()),
-            RemoteRuntimeOptions {
-                backend: BACKEND.into(),
-                retry: RetryConfig::none(),
-                ..RemoteRuntimeOptions::default()
-            },
-        )?;
-        let probe_timeout = match reach {
-            Reach::Relay => {
-                // Listening first (no exec), then one probe through the relay: its exec may
-                // take seconds to start on a busy daemon, so the probe waits that long.
-                let started = std::time::Instant::now();
-                wait_until_listening(&docker, &created.id, config.startup_timeout).await?;
-                let left = config.startup_timeout.saturating_sub(started.elapsed());
-                (left / 2).max(Duration::from_secs(5))
-            }
-            _ => Duration::from_millis(500),
-        };
-        wait_until_alive(
-            &probe_runtime,
+            &token,
+            reach,
             &docker,
             &created.id,
             config.startup_timeout,
-            probe_timeout,
         )
         .await?;
         let runtime = RemoteRuntime::new(

@@ -8,11 +8,11 @@ use bollard::Docker;
 use futures::StreamExt;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
-use uniagent_core::{Error, Result};
+use uniagent_core::{Error, Result, RetryConfig};
 
-use super::engine::{docker_error, is_not_found, sandbox_error};
+use super::engine::{docker_error, is_not_found, sandbox_error, BACKEND};
 use super::spec::{Reach, SERVER_PORT};
-use crate::client::RemoteRuntime;
+use crate::client::{RemoteRuntime, RemoteRuntimeOptions};
 
 /// The process-wide semaphore bounding concurrent container starts; sized by the first
 /// configuration that starts a container.
@@ -57,6 +57,39 @@ pub(crate) async fn server_url(docker: &Docker, id: &str, reach: Reach) -> Resul
     Ok(format!("http://127.0.0.1:{port}"))
 }
 
+/// Waits until the server at `url` answers, within `timeout` in all.
+///
+/// A relayed server (`network: none`) is first awaited in its log, then probed once through
+/// the relay with a deadline of seconds (its `docker exec` may take that long on a busy
+/// daemon); a directly reachable one is probed with short deadlines.
+pub(crate) async fn wait_ready(
+    url: &str,
+    token: &str,
+    reach: Reach,
+    docker: &Docker,
+    id: &str,
+    timeout: Duration,
+) -> Result<()> {
+    let runtime = RemoteRuntime::new(
+        url,
+        Some(token.to_owned()),
+        RemoteRuntimeOptions {
+            backend: BACKEND.into(),
+            retry: RetryConfig::none(),
+            ..RemoteRuntimeOptions::default()
+        },
+    )?;
+    let start = Instant::now();
+    let probe_timeout = if reach == Reach::Relay {
+        wait_until_listening(docker, id, timeout).await?;
+        (timeout.saturating_sub(start.elapsed()) / 2).max(Duration::from_secs(5))
+    } else {
+        Duration::from_millis(500)
+    };
+    let left = timeout.saturating_sub(start.elapsed());
+    wait_until_alive(&runtime, docker, id, left, probe_timeout).await
+}
+
 /// What the server prints once it listens (see the `uniagent-sandbox` binary).
 const LISTENING: &[u8] = b"uniagent-sandbox listening on ";
 
@@ -70,11 +103,7 @@ const KEPT_OUTPUT: usize = 2048;
 /// connection, and each connection costs a `docker exec`. Under load a probe times out before
 /// its exec even starts, the next probe adds another exec, and a few dozen starting sandboxes
 /// keep the daemon too busy for any of them to start. Following the log is one request.
-pub(crate) async fn wait_until_listening(
-    docker: &Docker,
-    id: &str,
-    timeout: Duration,
-) -> Result<()> {
+async fn wait_until_listening(docker: &Docker, id: &str, timeout: Duration) -> Result<()> {
     let options = bollard::query_parameters::LogsOptionsBuilder::new()
         .follow(true)
         .stdout(true)
@@ -120,7 +149,7 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 
 /// Probes `is_alive` (1 ms doubling to 50 ms between probes, each waiting at most
 /// `probe_timeout`) until it answers, the container stops, or `timeout` passes.
-pub(crate) async fn wait_until_alive(
+async fn wait_until_alive(
     runtime: &RemoteRuntime,
     docker: &Docker,
     id: &str,
