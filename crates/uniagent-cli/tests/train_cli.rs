@@ -173,10 +173,39 @@ fn the_exported_policy_is_evaluated_by_run_with_the_same_environment() {
     assert!(summary["success_rate"].as_f64().unwrap() > 0.0, "{summary}");
 }
 
+/// The same seed gives the same numbers, also through a kill: the second run is SIGKILLed
+/// once its step-5 checkpoint is complete, and rerunning the same command resumes it.
 #[test]
-fn the_same_seed_gives_the_same_numbers() {
+fn a_killed_run_resumed_gives_the_numbers_of_an_uninterrupted_one() {
     let (first_out, first) = quick_run();
     let second_out = tempfile::tempdir().unwrap();
+    let out_arg = second_out.path().display().to_string();
+    let mut child = common::uniagent()
+        .current_dir(repo_root())
+        .args([
+            "train",
+            TRAIN,
+            "--out",
+            &out_arg,
+            "--set",
+            "trainer.quick=true",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let latest = second_out.path().join("checkpoints/latest");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1800);
+    while !std::fs::read_to_string(&latest).is_ok_and(|s| s.trim() == "step-000005") {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "train ended before step 5"
+        );
+        assert!(std::time::Instant::now() < deadline, "no step-5 checkpoint");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
     let second = train(second_out.path(), &[]);
     let strip = |v: &Value| {
         let mut v = v.clone();

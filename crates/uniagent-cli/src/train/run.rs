@@ -177,9 +177,13 @@ pub async fn train(prepared: &Prepared, section: &TrainerSection) -> Result<Trai
     let phases = split_tasks(prepared, section)?;
     let demos = demonstrations(prepared, &phases.sft)?;
     let out = OutputDir::create(&prepared.out)?;
-    if prepared.out.join("metrics.jsonl").exists() {
+    // Rerunning with the same --out resumes from the run's latest checkpoint; a run that
+    // stopped before its first one is left alone rather than overwritten.
+    let resume_step = Pipeline::checkpoint_step(&prepared.out)
+        .map_err(|e| CliError::preflight(format!("reading the run's checkpoints: {e}")))?;
+    if resume_step.is_none() && prepared.out.join("metrics.jsonl").exists() {
         return Err(CliError::preflight(format!(
-            "{} already holds a training run (metrics.jsonl); train does not resume: choose another --out or remove it",
+            "{} already holds a training run with no checkpoint to resume from (it stopped before its first): choose another --out or remove it",
             prepared.out.display()
         )));
     }
@@ -209,8 +213,17 @@ pub async fn train(prepared: &Prepared, section: &TrainerSection) -> Result<Trai
         progress: Some(progress_printer(64)),
     };
     let seed = section.pipeline.seed;
-    let mut pipeline = Pipeline::new(model, spec, section.pipeline.clone(), &prepared.out)
-        .map_err(|e| prepared.doc.error_at(&["trainer".into()], e))?;
+    let mut pipeline = match resume_step {
+        Some(step) => {
+            eprintln!(
+                "train: resuming {} from its checkpoint after RL step {step}",
+                prepared.out.display()
+            );
+            Pipeline::resume(model, spec, section.pipeline.clone(), &prepared.out)
+        }
+        None => Pipeline::new(model, spec, section.pipeline.clone(), &prepared.out),
+    }
+    .map_err(|e| prepared.doc.error_at(&["trainer".into()], e))?;
     let demonstrator: Arc<dyn TokenGenerator> = Arc::new(Demonstrator::new(
         codec,
         move |task_id: &str, turn: usize| demos.get(&(task_id.to_owned(), turn)).cloned(),

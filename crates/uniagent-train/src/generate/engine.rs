@@ -93,6 +93,12 @@ impl TchEngine {
         self.version.load(Ordering::SeqCst)
     }
 
+    /// Sets the version reported from now on, e.g. to continue the numbering of a resumed
+    /// run whose weights were loaded from a checkpoint.
+    pub fn set_weight_version(&self, version: u64) {
+        self.version.store(version, Ordering::SeqCst);
+    }
+
     /// Copies the parameters of `source` (same architecture) into the engine's model, waiting
     /// for the running batch to finish, and returns the new weight version.
     pub fn update_weights(&self, source: &Qwen2ForCausalLM) -> Result<u64> {

@@ -7,11 +7,6 @@ use tch::{Kind, Tensor};
 
 use super::config::Qwen2Config;
 
-/// Variable group of weights that get weight decay.
-pub(crate) const DECAY_GROUP: usize = 0;
-/// Variable group of norms and biases (no weight decay).
-pub(crate) const NO_DECAY_GROUP: usize = 1;
-
 /// `y = x W^T (+ b)`.
 #[derive(Debug)]
 pub(crate) struct Linear {
@@ -21,13 +16,8 @@ pub(crate) struct Linear {
 
 impl Linear {
     pub(crate) fn new(path: &Path<'_>, in_dim: usize, out_dim: usize, bias: bool) -> Self {
-        let weight = path
-            .set_group(DECAY_GROUP)
-            .zeros("weight", &[out_dim as i64, in_dim as i64]);
-        let bias = bias.then(|| {
-            path.set_group(NO_DECAY_GROUP)
-                .zeros("bias", &[out_dim as i64])
-        });
+        let weight = path.zeros("weight", &[out_dim as i64, in_dim as i64]);
+        let bias = bias.then(|| path.zeros("bias", &[out_dim as i64]));
         Self { weight, bias }
     }
 
@@ -46,7 +36,7 @@ pub(crate) struct RmsNorm {
 impl RmsNorm {
     pub(crate) fn new(path: &Path<'_>, dim: usize, eps: f64) -> Self {
         Self {
-            weight: path.set_group(NO_DECAY_GROUP).ones("weight", &[dim as i64]),
+            weight: path.ones("weight", &[dim as i64]),
             eps,
         }
     }

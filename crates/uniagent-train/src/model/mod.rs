@@ -7,7 +7,6 @@ mod qwen2;
 mod weights;
 
 pub use config::Qwen2Config;
-pub(crate) use layers::{DECAY_GROUP, NO_DECAY_GROUP};
 pub use qwen2::{KvCache, Qwen2ForCausalLM};
 
 use serde::{Deserialize, Serialize};

@@ -7,7 +7,7 @@ use tch::{Device, Kind, Tensor};
 use uniagent_core::{Error, Result};
 
 use super::config::Qwen2Config;
-use super::layers::{rope_tables, DecoderLayer, LayerCache, RmsNorm, DECAY_GROUP};
+use super::layers::{rope_tables, DecoderLayer, LayerCache, RmsNorm};
 use super::{weights, ModelDtype};
 
 /// Keys and values of every layer for the tokens processed so far, for incremental decoding.
@@ -73,9 +73,7 @@ impl Qwen2ForCausalLM {
         let root = vs.root();
         let model = &root / "model";
         let (v, h) = (config.vocab_size as i64, config.hidden_size as i64);
-        let embed_tokens = (&model / "embed_tokens")
-            .set_group(DECAY_GROUP)
-            .zeros("weight", &[v, h]);
+        let embed_tokens = (&model / "embed_tokens").zeros("weight", &[v, h]);
         let layers = (0..config.num_hidden_layers)
             .map(|i| DecoderLayer::new(&(&model / "layers" / i), &config))
             .collect();
@@ -83,9 +81,7 @@ impl Qwen2ForCausalLM {
         let lm_head = if config.tie_word_embeddings {
             embed_tokens.shallow_clone()
         } else {
-            (&root / "lm_head")
-                .set_group(DECAY_GROUP)
-                .zeros("weight", &[v, h])
+            (&root / "lm_head").zeros("weight", &[v, h])
         };
         let mut this = Self {
             config,

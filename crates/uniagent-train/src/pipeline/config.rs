@@ -32,6 +32,8 @@ pub struct PipelineConfig {
     pub engine_batch: usize,
     /// libtorch intra-op threads (fixed, so that a seed gives the same numbers).
     pub torch_threads: usize,
+    /// Run checkpoints of the RL phase, to resume a killed run.
+    pub checkpoint: CheckpointConfig,
 }
 
 impl Default for PipelineConfig {
@@ -43,6 +45,7 @@ impl Default for PipelineConfig {
             max_concurrent_rollouts: 8,
             engine_batch: 64,
             torch_threads: 1,
+            checkpoint: CheckpointConfig::default(),
         }
     }
 }
@@ -74,6 +77,7 @@ impl PipelineConfig {
             ("max_concurrent_rollouts", self.max_concurrent_rollouts),
             ("engine_batch", self.engine_batch),
             ("torch_threads", self.torch_threads),
+            ("checkpoint.keep", self.checkpoint.keep),
         ];
         for (name, v) in positive {
             if v == 0 {
@@ -119,6 +123,24 @@ impl PipelineConfig {
             return Err(config_error("rl.temperature must be > 0".into()));
         }
         Ok(())
+    }
+}
+
+/// When the RL phase writes a run checkpoint (`checkpoints/step-N/` in the run folder: policy,
+/// optimizer moments, step, task cursor, weight version and the records so far) that
+/// [`Pipeline::resume`](super::Pipeline::resume) continues from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CheckpointConfig {
+    /// Every this many RL steps, and after the last (0: never).
+    pub every: usize,
+    /// Checkpoints kept (the newest; older ones are deleted once a newer one is complete).
+    pub keep: usize,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        Self { every: 5, keep: 2 }
     }
 }
 

@@ -3,13 +3,14 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::Write;
+use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use uniagent_core::agent::Trajectory;
 use uniagent_core::{Error, Result};
 
+use super::checkpoint::RecordOffsets;
 use super::config::{AsyncConfig, LossName, Mode};
 
 /// What one RL step measured.
@@ -146,6 +147,52 @@ impl Records {
                 .map_err(io("creating trajectories.jsonl"))?,
             metrics: File::create(out.join("metrics.jsonl"))
                 .map_err(io("creating metrics.jsonl"))?,
+        })
+    }
+
+    /// Opens the records of an interrupted run for appending, cut to `offsets` (what the
+    /// checkpoint saw: later lines, maybe half a line from the kill, are dropped).
+    pub(crate) fn reopen(out: &Path, offsets: RecordOffsets) -> Result<Self> {
+        let open = |name: &str, len: u64| -> Result<File> {
+            let path = out.join(name);
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+            let have = file
+                .metadata()
+                .map_err(|e| Error::io(format!("reading {}", path.display()), e))?
+                .len();
+            if have < len {
+                return Err(Error::invalid_input(format!(
+                    "{} has {have} bytes, fewer than the {len} its checkpoint recorded",
+                    path.display()
+                )));
+            }
+            file.set_len(len)
+                .map_err(|e| Error::io(format!("truncating {}", path.display()), e))?;
+            let mut file = file;
+            file.seek(SeekFrom::End(0))
+                .map_err(|e| Error::io(format!("seeking {}", path.display()), e))?;
+            Ok(file)
+        };
+        Ok(Self {
+            trajectories: open("trajectories.jsonl", offsets.trajectories)?,
+            metrics: open("metrics.jsonl", offsets.metrics)?,
+        })
+    }
+
+    /// The byte lengths written so far (records are unbuffered: every line is on disk).
+    pub(crate) fn offsets(&mut self) -> Result<RecordOffsets> {
+        Ok(RecordOffsets {
+            trajectories: self
+                .trajectories
+                .stream_position()
+                .map_err(io("locating trajectories.jsonl"))?,
+            metrics: self
+                .metrics
+                .stream_position()
+                .map_err(io("locating metrics.jsonl"))?,
         })
     }
 

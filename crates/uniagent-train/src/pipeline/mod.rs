@@ -59,6 +59,7 @@
 //! ```
 
 mod artifacts;
+mod checkpoint;
 mod config;
 mod diagnostics;
 mod metrics;
@@ -72,7 +73,9 @@ mod tasks;
 mod weight_sync;
 
 pub use artifacts::export_hf;
-pub use config::{AsyncConfig, LossName, Mode, PipelineConfig, RlConfig, SftConfig, SftTarget};
+pub use config::{
+    AsyncConfig, CheckpointConfig, LossName, Mode, PipelineConfig, RlConfig, SftConfig, SftTarget,
+};
 pub use diagnostics::{mixed_groups, ratio_stats, staleness_histogram, RatioStats};
 pub use metrics::{StepRecord, Summary};
 pub use plot::plot_learning_curve;

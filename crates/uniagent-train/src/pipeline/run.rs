@@ -8,6 +8,7 @@ use std::time::Instant;
 use uniagent_core::agent::{TrainingUse, Trajectory};
 use uniagent_core::{AgentLoopOutput, Error, Result, Task, TokenGenerator};
 
+use super::checkpoint::{self, Checkpoint, RunState};
 use super::config::{Mode, PipelineConfig};
 use super::diagnostics::{mixed_groups, ratio_stats, staleness_histogram};
 use super::metrics::{Records, StepRecord, Summary};
@@ -31,7 +32,7 @@ pub(super) fn blocking<T>(f: impl FnOnce() -> T) -> T {
 }
 
 /// Held-out success and mean reward of one evaluation.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Evaluation {
     /// Share of episodes the reward calls solved.
     pub success: f64,
@@ -52,6 +53,8 @@ pub struct Pipeline {
     records: Records,
     pub(super) sft_losses: Vec<f64>,
     pub(super) sft_probes: Vec<(usize, f64)>,
+    /// The checkpoint a resumed pipeline continues from (taken by the RL phase).
+    resume: Option<Checkpoint>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -65,7 +68,9 @@ impl std::fmt::Debug for Pipeline {
 
 impl Pipeline {
     /// A pipeline training `policy` on the environment of `spec`, writing to `out`
-    /// (`trajectories.jsonl`, `metrics.jsonl`, `summary.json`, `learning_curve.png`).
+    /// (`trajectories.jsonl`, `metrics.jsonl`, `summary.json`, `learning_curve.png`, and run
+    /// checkpoints under `checkpoints/`). Starts afresh: records and checkpoints of an earlier
+    /// run in `out` are replaced (see [`Self::resume`] to continue one instead).
     /// Seeds torch and fixes its thread count from `config`.
     pub fn new(
         policy: Qwen2ForCausalLM,
@@ -74,6 +79,71 @@ impl Pipeline {
         out: &Path,
     ) -> Result<Self> {
         config.validate()?;
+        checkpoint::clear(out)?;
+        let records = Records::create(out)?;
+        Self::build(policy, spec, config, out, records)
+    }
+
+    /// Continues the run in `out` from its latest checkpoint: the policy's weights, the
+    /// optimizer, the RL step, the task cursor and the generator's weight version are
+    /// restored, the records are cut back to what the checkpoint saw, and [`Self::run`] (or
+    /// [`Self::rl`]) goes on with the next RL step, skipping SFT and the first evaluation.
+    /// `policy` must have the architecture of the checkpointed one; `config` must equal the
+    /// run's, except `rl.steps`, which may grow. A sync run resumed this way gives the metrics
+    /// of an uninterrupted one: every random choice is derived from the seed and the data
+    /// (shuffling from the epoch, sampling from the session), none from a global generator.
+    /// An async run restarts its rollout workers at the saved cursor: groups that were in
+    /// flight are not trained on.
+    ///
+    /// ```no_run
+    /// # use uniagent_train::pipeline::{Pipeline, PipelineConfig, RolloutSpec};
+    /// # fn demo(policy: uniagent_train::model::Qwen2ForCausalLM, spec: RolloutSpec,
+    /// #         config: PipelineConfig) -> uniagent_core::Result<()> {
+    /// let out = std::path::Path::new("runs/a");
+    /// let pipeline = match Pipeline::checkpoint_step(out)? {
+    ///     Some(_) => Pipeline::resume(policy, spec, config, out)?,
+    ///     None => Pipeline::new(policy, spec, config, out)?,
+    /// };
+    /// # Ok(()) }
+    /// ```
+    pub fn resume(
+        policy: Qwen2ForCausalLM,
+        spec: RolloutSpec,
+        config: PipelineConfig,
+        out: &Path,
+    ) -> Result<Self> {
+        config.validate()?;
+        let cp = checkpoint::latest(out)?.ok_or_else(|| {
+            Error::invalid_input(format!(
+                "{} holds no run checkpoint ({}/latest): nothing to resume",
+                out.display(),
+                checkpoint::CHECKPOINTS
+            ))
+        })?;
+        checkpoint::check_compatible(&cp.state, &config)?;
+        policy.load_weights(&cp.dir)?;
+        let records = Records::reopen(out, cp.state.records)?;
+        let mut pipeline = Self::build(policy, spec, config, out, records)?;
+        pipeline.engine.set_weight_version(cp.state.weight_version);
+        pipeline.sft_losses = cp.state.sft_losses.clone();
+        pipeline.sft_probes = cp.state.sft_probes.clone();
+        tracing::info!(step = cp.state.step, dir = %cp.dir.display(), "resuming");
+        pipeline.resume = Some(cp);
+        Ok(pipeline)
+    }
+
+    /// The RL step of the latest checkpoint in `out`, if it holds one.
+    pub fn checkpoint_step(out: &Path) -> Result<Option<usize>> {
+        Ok(checkpoint::latest(out)?.map(|cp| cp.state.step))
+    }
+
+    fn build(
+        policy: Qwen2ForCausalLM,
+        spec: RolloutSpec,
+        config: PipelineConfig,
+        out: &Path,
+        records: Records,
+    ) -> Result<Self> {
         tch::set_num_threads(config.torch_threads as i32);
         tch::manual_seed(config.seed as i64);
         let engine = Arc::new(TchEngine::new(
@@ -89,7 +159,7 @@ impl Pipeline {
         ));
         let generator: Arc<dyn TokenGenerator> = Arc::new(Seeded::new(engine.clone(), config.seed));
         Ok(Self {
-            records: Records::create(out)?,
+            records,
             out: out.to_path_buf(),
             config,
             spec,
@@ -98,6 +168,7 @@ impl Pipeline {
             generator,
             sft_losses: Vec::new(),
             sft_probes: Vec::new(),
+            resume: None,
         })
     }
 
@@ -202,8 +273,19 @@ impl Pipeline {
 
     /// The RL phase: `rl.steps` trainer steps on groups of tasks from `source`, synchronous
     /// or fully async per `rl.mode`, evaluating `held_out` every `rl.eval_every` steps and
-    /// after the last. Returns the step records and the held-out curve.
+    /// after the last, and writing a run checkpoint every `checkpoint.every` steps. A resumed
+    /// pipeline ([`Self::resume`]) starts after the checkpoint's step. Returns the step records
+    /// and the held-out curve (of the whole run when resumed).
     pub async fn rl(&mut self, source: TaskSource, held_out: &[Task]) -> Result<RlOutcome> {
+        self.rl_phase(source, held_out, None).await
+    }
+
+    async fn rl_phase(
+        &mut self,
+        source: TaskSource,
+        held_out: &[Task],
+        before: Option<Evaluation>,
+    ) -> Result<RlOutcome> {
         let c = self.config.rl.clone();
         let config = TrainerConfig {
             mode: TrainMode::Rl(RlObjective {
@@ -221,7 +303,25 @@ impl Pipeline {
         };
         let mut trainer = Trainer::new(self.take_policy()?, None, config)?
             .with_rollout_correction(c.correction.clone());
-        let result = self.rl_loop(&mut trainer, source, held_out).await;
+        let mut source = source;
+        let resume = self.resume.take();
+        if let Some(cp) = &resume {
+            if let Err(e) = blocking(|| trainer.resume_from(&cp.dir)) {
+                self.policy = Some(trainer.into_policy());
+                return Err(e);
+            }
+            source.seek(cp.state.cursor);
+        }
+        let before = resume.as_ref().and_then(|cp| cp.state.before).or(before);
+        let result = self
+            .rl_loop(
+                &mut trainer,
+                source,
+                held_out,
+                before,
+                resume.map(|cp| cp.state),
+            )
+            .await;
         self.policy = Some(trainer.into_policy());
         result
     }
@@ -231,9 +331,12 @@ impl Pipeline {
         trainer: &mut Trainer,
         source: TaskSource,
         held_out: &[Task],
+        before: Option<Evaluation>,
+        resumed: Option<RunState>,
     ) -> Result<RlOutcome> {
         let c = self.config.rl.clone();
         let started = Instant::now();
+        let first = resumed.as_ref().map_or(1, |s| s.step + 1);
         let (is_async, batches) = match c.mode {
             Mode::Sync => (false, 1),
             Mode::Async => (true, c.r#async.require_batches),
@@ -257,10 +360,13 @@ impl Pipeline {
         } else {
             None
         };
-        let mut out = RlOutcome::default();
-        let (mut trainer_idle, mut train_total) = (0.0f64, 0.0f64);
+        let (mut out, mut trainer_idle, mut train_total) = match resumed {
+            Some(s) => (s.outcome, s.trainer_idle_s, s.train_s),
+            None => (RlOutcome::default(), 0.0, 0.0),
+        };
+        let prior_wall = out.wall_s;
         let result: Result<()> = async {
-            for step in 1..=c.steps {
+            for step in first..=c.steps {
                 let t0 = Instant::now();
                 let ts = match &mut rollouter {
                     None => {
@@ -313,7 +419,7 @@ impl Pipeline {
                     self.engine.commit().await?;
                     drop(paused);
                     if let Some((r, _)) = &rollouter {
-                        r.release(step * groups_per_step);
+                        r.release((step + 1 - first) * groups_per_step);
                     }
                     record.sync_s = ts0.elapsed().as_secs_f64();
                 }
@@ -329,11 +435,35 @@ impl Pipeline {
                 }
                 self.records.step(&record)?;
                 out.steps.push(record);
+                let every = self.config.checkpoint.every;
+                if every > 0 && (step % every == 0 || step == c.steps) {
+                    out.wall_s = prior_wall + started.elapsed().as_secs_f64();
+                    let state = RunState {
+                        format: checkpoint::FORMAT,
+                        config: self.config.clone(),
+                        step,
+                        cursor: source
+                            .lock()
+                            .map_err(|_| Error::internal("task source lock poisoned"))?
+                            .cursor(),
+                        weight_version: self.engine.weight_version(),
+                        before,
+                        sft_losses: self.sft_losses.clone(),
+                        sft_probes: self.sft_probes.clone(),
+                        outcome: out.clone(),
+                        trainer_idle_s: trainer_idle,
+                        train_s: train_total,
+                        records: self.records.offsets()?,
+                    };
+                    let keep = self.config.checkpoint.keep;
+                    let dir = blocking(|| checkpoint::save(&self.out, &*trainer, &state, keep))?;
+                    tracing::info!(step, dir = %dir.display(), "run checkpoint");
+                }
             }
             Ok(())
         }
         .await;
-        let wall = started.elapsed().as_secs_f64();
+        let wall = prior_wall + started.elapsed().as_secs_f64();
         out.rollout_idle_ratio = match rollouter {
             Some((r, _)) => r.stop().await,
             None => train_total / wall.max(1e-9),
@@ -467,25 +597,18 @@ impl Pipeline {
         held_out: &[Task],
     ) -> Result<Summary> {
         let started = Instant::now();
-        if !sft_tasks.is_empty() && self.config.sft.steps > 0 {
-            // Probed on tasks SFT does not train on (a policy solves the demonstrated ones from
-            // memory long before it generalizes) and that are not held out: the RL tasks that
-            // were not demonstrated.
-            let demonstrated: std::collections::HashSet<&str> =
-                sft_tasks.iter().map(|t| t.id.as_str()).collect();
-            let probe: Vec<Task> = source
-                .tasks()
-                .iter()
-                .filter(|t| !demonstrated.contains(t.id.as_str()))
-                .cloned()
-                .collect();
-            let demos = self.demonstrations(demonstrator, sft_tasks).await?;
-            let rows: Vec<AgentLoopOutput> = demos.into_iter().map(|t| t.output).collect();
-            self.sft_to_target(&rows, &probe).await?;
-        }
-        let before = self.evaluate(held_out, 0).await?;
+        let resumed = self.resume.as_ref().map(|cp| cp.state.before);
+        let before = match resumed {
+            Some(Some(before)) => before,
+            Some(None) => {
+                return Err(Error::invalid_input(
+                    "the checkpoint was written by Pipeline::rl without a held-out evaluation before RL: resume it with Pipeline::rl",
+                ))
+            }
+            None => self.sft_and_evaluate(demonstrator, sft_tasks, &source, held_out).await?,
+        };
         let rl = if self.config.rl.steps > 0 {
-            self.rl(source, held_out).await?
+            self.rl_phase(source, held_out, Some(before)).await?
         } else {
             RlOutcome::default()
         };
@@ -529,6 +652,34 @@ impl Pipeline {
         Ok(summary)
     }
 
+    /// Demonstrations and SFT (when there are SFT tasks and steps), then the held-out
+    /// evaluation before RL.
+    async fn sft_and_evaluate(
+        &mut self,
+        demonstrator: Arc<dyn TokenGenerator>,
+        sft_tasks: Vec<Task>,
+        source: &TaskSource,
+        held_out: &[Task],
+    ) -> Result<Evaluation> {
+        if !sft_tasks.is_empty() && self.config.sft.steps > 0 {
+            // Probed on tasks SFT does not train on (a policy solves the demonstrated ones from
+            // memory long before it generalizes) and that are not held out: the RL tasks that
+            // were not demonstrated.
+            let demonstrated: std::collections::HashSet<&str> =
+                sft_tasks.iter().map(|t| t.id.as_str()).collect();
+            let probe: Vec<Task> = source
+                .tasks()
+                .iter()
+                .filter(|t| !demonstrated.contains(t.id.as_str()))
+                .cloned()
+                .collect();
+            let demos = self.demonstrations(demonstrator, sft_tasks).await?;
+            let rows: Vec<AgentLoopOutput> = demos.into_iter().map(|t| t.output).collect();
+            self.sft_to_target(&rows, &probe).await?;
+        }
+        self.evaluate(held_out, 0).await
+    }
+
     /// Writes the policy as a Hugging Face folder (see [`super::export_hf`]), with the
     /// codec's end-of-turn token as `eos_token_id` and the tokenizer files of
     /// `tokenizer_dir`.
@@ -543,7 +694,7 @@ impl Pipeline {
 }
 
 /// What the RL phase produced.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct RlOutcome {
     /// One record per trainer step.
     pub steps: Vec<StepRecord>,

@@ -6,6 +6,7 @@
 mod batch;
 mod config;
 mod logprob;
+mod optim;
 mod schedule;
 mod step;
 

@@ -2,13 +2,13 @@
 
 use std::path::Path;
 
-use tch::nn::{self, OptimizerConfig};
 use tch::{Kind, Tensor};
 use uniagent_core::{Error, Result};
 
 use super::batch::{rl_error, PaddedBatch, TrainBatch};
 use super::config::{OldLogProbSource, RlObjective, TrainMode, TrainerConfig};
 use super::logprob::{response_logits, token_logprobs};
+use super::optim::AdamW;
 use crate::model::{tch_error, Qwen2ForCausalLM};
 use crate::rl::{
     agg_loss, entropy_from_logits, kl_penalty, policy_loss_weighted, rollout_correction,
@@ -61,7 +61,7 @@ pub struct Trainer {
     correction: RolloutCorrection,
     policy: Qwen2ForCausalLM,
     reference: Option<Qwen2ForCausalLM>,
-    optimizer: nn::Optimizer,
+    optimizer: AdamW,
     config: TrainerConfig,
     steps_done: u64,
 }
@@ -98,18 +98,10 @@ impl Trainer {
             r.var_store_mut().freeze();
             r
         });
-        let o = &config.optim;
-        let mut optimizer = nn::AdamW {
-            beta1: o.beta1,
-            beta2: o.beta2,
-            wd: o.weight_decay,
-            eps: o.eps,
-            amsgrad: false,
-        }
-        .build(policy.var_store(), o.lr * o.schedule.multiplier(0))
-        .map_err(tch_error("building AdamW"))?;
-        optimizer.set_weight_decay_group(crate::model::DECAY_GROUP, o.weight_decay);
-        optimizer.set_weight_decay_group(crate::model::NO_DECAY_GROUP, 0.0);
+        let optimizer = AdamW::new(
+            config.optim,
+            config.optim.lr * config.optim.schedule.multiplier(0),
+        );
         Ok(Self {
             correction: RolloutCorrection::default(),
             policy,
@@ -158,8 +150,8 @@ impl Trainer {
         metrics.grad_norm = self.clip_gradients();
         metrics.lr = self.current_lr();
         self.optimizer.set_lr(metrics.lr);
-        self.optimizer.step();
-        self.optimizer.zero_grad();
+        self.optimizer.step(self.policy.var_store());
+        AdamW::zero_grad(self.policy.var_store());
         self.steps_done += 1;
         Ok(metrics)
     }
@@ -167,7 +159,7 @@ impl Trainer {
     /// Zeroes the gradients and accumulates those of `batch` over its micro-batches, without
     /// stepping (exposed so that gradients can be inspected).
     pub fn accumulate_gradients(&mut self, batch: &TrainBatch) -> Result<StepMetrics> {
-        self.optimizer.zero_grad();
+        AdamW::zero_grad(self.policy.var_store());
         if matches!(self.config.mode, TrainMode::Rl(_))
             && self.config.old_log_prob == OldLogProbSource::Rollout
         {
@@ -379,15 +371,40 @@ impl Trainer {
         out
     }
 
-    /// Writes the policy as a Hugging Face checkpoint (`config.json` + `model.safetensors`)
-    /// plus `trainer_state.json` (steps done, next learning rate). Optimizer moments are not
-    /// saved.
+    /// Writes the policy as a Hugging Face checkpoint (`config.json` + `model.safetensors`),
+    /// the optimizer's moments (`optimizer.safetensors`) and `trainer_state.json` (steps done,
+    /// next learning rate): everything [`Self::resume_from`] needs to continue exactly.
     pub fn save_checkpoint(&self, dir: &Path) -> Result<()> {
         self.policy.save_pretrained(dir)?;
+        self.optimizer.save(&dir.join(OPTIMIZER_FILE))?;
         let state =
             serde_json::json!({ "steps_done": self.steps_done, "next_lr": self.current_lr() });
-        let path = dir.join("trainer_state.json");
+        let path = dir.join(TRAINER_STATE_FILE);
         std::fs::write(&path, state.to_string())
             .map_err(|e| Error::io(format!("writing {}", path.display()), e))
     }
+
+    /// Continues from a checkpoint of [`Self::save_checkpoint`]: the policy's weights, the
+    /// optimizer's moments and the step count (so the schedule goes on where it stopped).
+    pub fn resume_from(&mut self, dir: &Path) -> Result<()> {
+        let path = dir.join(TRAINER_STATE_FILE);
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        let state: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| Error::invalid_input(format!("{}: {e}", path.display())))?;
+        let steps_done = state["steps_done"].as_u64().ok_or_else(|| {
+            Error::invalid_input(format!("{}: no integer `steps_done`", path.display()))
+        })?;
+        self.policy.load_weights(dir)?;
+        self.optimizer
+            .load(&dir.join(OPTIMIZER_FILE), self.policy.var_store())?;
+        self.steps_done = steps_done;
+        self.optimizer.set_lr(self.current_lr());
+        Ok(())
+    }
 }
+
+/// The optimizer's moments in a trainer checkpoint.
+const OPTIMIZER_FILE: &str = "optimizer.safetensors";
+/// Steps done and the next learning rate in a trainer checkpoint.
+const TRAINER_STATE_FILE: &str = "trainer_state.json";
