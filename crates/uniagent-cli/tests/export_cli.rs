@@ -181,7 +181,7 @@ fn bad_input_exits_2_and_writes_nothing() {
         d,
         &export("mixed.jsonl"),
         &[
-            "mixed.jsonl",
+            "mixed.jsonl:2",
             "row a:0 has response_logprobs and row a:1 has none",
         ],
     );

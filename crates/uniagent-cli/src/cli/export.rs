@@ -88,7 +88,7 @@ fn verl(args: &ExportArgs) -> Result<()> {
                 .push(&line.trajectory, line.step)
                 .map_err(|e| match e.kind() {
                     ErrorKind::InvalidInput => {
-                        CliError::preflight(format!("{}: {e}", file.display()))
+                        CliError::preflight(format!("{}:{}: {e}", file.display(), line.line))
                     }
                     _ => CliError::runtime(e),
                 })?;

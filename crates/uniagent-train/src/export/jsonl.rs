@@ -18,6 +18,8 @@ pub struct JsonlLine {
     pub phase: Option<String>,
     /// The training step (`uniagent train`); `None` in `uniagent run` files.
     pub step: Option<u64>,
+    /// The 1-based line number, for messages.
+    pub line: usize,
 }
 
 /// The tags next to the trajectory's own fields.
@@ -94,6 +96,7 @@ impl JsonlLines {
             trajectory,
             phase: tags.phase,
             step: tags.step,
+            line: self.line,
         })
     }
 }
