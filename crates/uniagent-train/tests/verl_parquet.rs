@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 use uniagent_core::agent::{ExitReason, Trajectory};
 use uniagent_core::{ErrorKind, Message};
 use uniagent_train::export::verl::{
-    DroppedRows, ExportSummary, MixedLogprobs, Pushed, VerlOptions, VerlWriter,
+    DroppedRows, ExportSummary, MixedLogprobs, Pushed, VerlOptions, VerlRow, VerlWriter,
 };
 
 /// A trajectory with token data; `tools` tool calls were executed.
@@ -388,6 +388,36 @@ fn an_empty_export_is_a_valid_file() {
             .num_columns(),
         11
     );
+}
+
+#[test]
+fn push_row_writes_what_it_is_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rows.parquet");
+    let (t, _, _) = homogeneous().remove(0);
+    let mut writer = VerlWriter::create(&path, VerlOptions::default()).unwrap();
+    writer
+        .push_row(VerlRow {
+            uid: "group-1",
+            id: "custom",
+            exit_reason: "finished",
+            output: &t.output,
+            reward_score: None,
+            step: Some(3),
+        })
+        .unwrap();
+    assert_eq!(writer.finish().unwrap().rows, 1);
+    let (got, _) = read_back(&path);
+    assert_eq!(
+        got[0]["reward_score"],
+        Value::Null,
+        "left to verl's reward workers"
+    );
+    assert_eq!(
+        (&got[0]["uid"], &got[0]["step"]),
+        (&json!("group-1"), &json!(3))
+    );
+    assert_eq!(got[0]["prompt_ids"], json!(t.output.prompt_ids));
 }
 
 #[test]

@@ -10,7 +10,7 @@
 //! | `response_ids` | `list<int64>` | `response_ids` (sampled, template and tool tokens) |
 //! | `response_mask` | `list<int64>` | `response_mask` (1 = sampled by the policy) |
 //! | `response_logprobs` | `list<float>`, nullable | the engine's logprobs; **null** when the backend gave none (never zeros) |
-//! | `reward_score` | `double`, nullable | the reward trained on: [`Trajectory::training_use`] (0 for failures the agent could cause) |
+//! | `reward_score` | `double`, nullable | the reward trained on: [`Trajectory::training_use`] (0 for failures the agent could cause); null only from [`VerlWriter::push_row`] without one (verl's reward workers then score the row, and its batch gets `rm_scores` only when every row has a score) |
 //! | `num_turns` | `int64` | `num_turns` |
 //! | `uid` | `string` | the task id: verl's GRPO groups `non_tensor_batch["uid"]` |
 //! | `id` | `string` | the rollout id `<task id>:<sample>` |

@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use uniagent_train::model::{ModelDtype, Qwen2ForCausalLM};
 
 mod venv;
+// Not every test binary that includes these helpers calls it.
+#[allow(unused_imports)]
 pub use venv::torch_python;
 
 /// The tiny Qwen2 fixture copied into this crate.
