@@ -27,6 +27,10 @@
 //! [`ExportSummary::max_response_len`]. `tests/verl_parquet.rs` runs verl 0.9.1's own code on
 //! such a file.
 //!
+//! `uid` is the task id, so a file spanning several training steps (`uniagent train` samples a
+//! task again in later epochs) holds one group per task *and step* under the same `uid`:
+//! batch by `step`, as verl does (one step, one batch), or those groups merge in GRPO.
+//!
 //! # What is written
 //!
 //! [`Trajectory::training_use`] decides, as for uniagent's own trainer: [`TrainingUse::Drop`]
