@@ -17,6 +17,9 @@ pub mod pipeline;
 #[cfg(feature = "tch")]
 pub mod scratch;
 
+#[cfg(feature = "parquet")]
+pub mod export;
+
 /// The `tch` crate this crate is built against, so that dependents use the same version.
 #[cfg(feature = "tch")]
 pub use tch;

@@ -1,6 +1,7 @@
 //! The `uniagent` binary: one module per subcommand. Exit codes: 0 success, 2 bad usage or
 //! bad input (one line `error: ...` on stderr), 1 a failure while running.
 
+mod export;
 mod gateway;
 mod grade;
 mod parse_log;
@@ -48,6 +49,9 @@ pub enum Command {
     /// Rebuild recorded rollouts (a run's `cassettes.jsonl`) token for token, with recorded
     /// or live tools, and report the first divergence of each.
     Replay(replay::ReplayArgs),
+    /// Write trajectories (`trajectories.jsonl` of run/train outputs) as a Parquet file with
+    /// verl's columns, for training with verl on Ray.
+    Export(export::ExportArgs),
 }
 
 /// Parses the process arguments and runs; returns the exit code.
@@ -77,6 +81,7 @@ pub fn main_with(
         Command::View(args) => view::main(args),
         Command::Gateway(args) => gateway::main(args),
         Command::Replay(args) => replay::main(args, registry),
+        Command::Export(args) => export::main(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

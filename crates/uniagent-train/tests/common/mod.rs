@@ -5,6 +5,11 @@ use std::path::PathBuf;
 
 use uniagent_train::model::{ModelDtype, Qwen2ForCausalLM};
 
+mod venv;
+// Not every test binary that includes these helpers calls it.
+#[allow(unused_imports)]
+pub use venv::torch_python;
+
 /// The tiny Qwen2 fixture copied into this crate.
 pub fn tiny_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-qwen2")
@@ -35,24 +40,4 @@ pub fn floats_of(value: &serde_json::Value) -> Vec<f64> {
         .iter()
         .map(|v| v.as_f64().unwrap())
         .collect()
-}
-
-/// The Python of `.venv-torch` when `UNIAGENT_TORCH_VENV` is set (it must then exist); `None`
-/// (with a printed reason) outside `scripts/test`.
-pub fn torch_python() -> Option<PathBuf> {
-    match std::env::var_os("UNIAGENT_TORCH_VENV") {
-        None => {
-            eprintln!("skipped: UNIAGENT_TORCH_VENV is not set (run through scripts/test or source scripts/env/torch.sh)");
-            None
-        }
-        Some(venv) => {
-            let python = PathBuf::from(venv).join("bin/python");
-            assert!(
-                python.is_file(),
-                "UNIAGENT_TORCH_VENV is set but {} does not exist: run scripts/setup/30-torch.sh",
-                python.display()
-            );
-            Some(python)
-        }
-    }
 }
