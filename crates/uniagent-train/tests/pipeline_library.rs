@@ -8,47 +8,13 @@
 #![cfg(feature = "tch")]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers
 
-use std::sync::Arc;
+mod word_tasks;
 
-use async_trait::async_trait;
 use serde_json::{json, Value};
-use uniagent_core::agent::LoopConfig;
-use uniagent_core::{
-    EpisodeSignal, LengthLimits, Message, Result, RewardContext, RewardOutcome, RewardSpec,
-    SamplingParams, Task,
-};
+use uniagent_core::Task;
 use uniagent_train::model::{ModelDtype, Qwen2ForCausalLM};
-use uniagent_train::pipeline::{
-    Demonstrator, Mode, Pipeline, PipelineConfig, RolloutSpec, StepRecord, TaskSource,
-};
-use uniagent_train::scratch::{scratch_codec, scratch_model, train_tokenizer, TinyModel};
-
-const WORDS: [&str; 6] = ["amber", "basil", "coral", "delta", "ember", "fjord"];
-
-fn task(id: String, word: &str) -> Task {
-    Task::new(id, vec![Message::user(format!("Repeat the word {word}."))])
-        .with_metadata("word", json!(word))
-}
-
-fn answer(word: &str) -> String {
-    format!("<tool_call>\n{{\"name\": \"finish\", \"arguments\": {{\"answer\": \"{word}\"}}}}\n</tool_call>")
-}
-
-/// 1.0 when the `finish` answer is the task's word.
-#[derive(Debug)]
-struct SameWord;
-
-#[async_trait]
-impl RewardSpec for SameWord {
-    fn name(&self) -> &str {
-        "same-word"
-    }
-    async fn score(&self, ctx: &RewardContext<'_>) -> Result<RewardOutcome> {
-        let ok = matches!(ctx.signal, Some(EpisodeSignal::Finish { answer })
-            if Some(answer.trim()) == ctx.task.metadata["word"].as_str());
-        Ok(RewardOutcome::binary(ok))
-    }
-}
+use uniagent_train::pipeline::{Mode, Pipeline, PipelineConfig, StepRecord, TaskSource};
+use word_tasks::{task, WORDS};
 
 fn metrics(out: &std::path::Path) -> Vec<StepRecord> {
     std::fs::read_to_string(out.join("metrics.jsonl"))
@@ -61,39 +27,8 @@ fn metrics(out: &std::path::Path) -> Vec<StepRecord> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_trains_a_policy_on_their_own_task_family() {
     tokenizers::utils::parallelism::set_parallelism(false);
-    let corpus: Vec<String> = WORDS
-        .iter()
-        .flat_map(|w| {
-            [
-                format!("<|im_start|>user\nRepeat the word {w}.<|im_end|>\n"),
-                format!("<|im_start|>assistant\n{}<|im_end|>\n", answer(w)),
-            ]
-        })
-        .collect();
-    let tokenizer = train_tokenizer(&corpus, 300).unwrap();
-    let vocab = tokenizer.get_vocab_size(true);
-    let codec = Arc::new(scratch_codec(tokenizer).unwrap());
-    let policy = scratch_model(&TinyModel::default(), vocab, 3).unwrap();
-    let spec = RolloutSpec {
-        tools: vec![Arc::new(uniagent_tools::Finish)],
-        reward: Arc::new(SameWord),
-        loop_config: LoopConfig {
-            max_turns: 1,
-            sampling: SamplingParams {
-                max_tokens: Some(96),
-                ..SamplingParams::default()
-            },
-            limits: LengthLimits {
-                max_model_len: Some(512),
-                ..LengthLimits::default()
-            },
-            create_session: false,
-            ..LoopConfig::default()
-        },
-        sandboxes: None,
-        codec: codec.clone(),
-        progress: None,
-    };
+    let (codec, vocab, policy) = word_tasks::codec_and_policy(3);
+    let spec = word_tasks::spec(codec.clone());
     let yaml = "seed: 3\nsft:\n  steps: 80\n  batch_size: 12\n  lr: 0.003\n\
                 rl:\n  steps: 2\n  tasks_per_step: 3\n  group_size: 4\n  lr: 0.0005\n  eval_every: 0\n";
     let mut config = PipelineConfig::from_yaml_str(yaml).unwrap();
@@ -103,16 +38,11 @@ async fn a_user_trains_a_policy_on_their_own_task_family() {
     let held_out: Vec<Task> = WORDS.iter().map(|w| task(format!("eval-{w}"), w)).collect();
     let before = pipeline.evaluate(&held_out, 0).await.unwrap();
     // Demonstrations through the real loop (the reward says they succeed), then SFT.
-    let sft_tasks: Vec<Task> = (0..12)
-        .map(|i| task(format!("sft-{i}"), WORDS[i % 6]))
-        .collect();
-    let words: Vec<String> = (0..12).map(|i| WORDS[i % 6].to_owned()).collect();
-    let demonstrator = Arc::new(Demonstrator::new(codec.clone(), move |id, turn| {
-        let i: usize = id.strip_prefix("sft-")?.parse().ok()?;
-        (turn == 0).then(|| answer(&words[i]))
-    }));
     let demos = pipeline
-        .demonstrations(demonstrator, sft_tasks)
+        .demonstrations(
+            word_tasks::demonstrator(codec.clone(), 12),
+            word_tasks::tasks("sft", 12),
+        )
         .await
         .unwrap();
     let rows: Vec<_> = demos.into_iter().map(|t| t.output).collect();
@@ -128,9 +58,7 @@ async fn a_user_trains_a_policy_on_their_own_task_family() {
     );
 
     // RL, synchronous: one metrics line per step, fresh samples, ratio 1.
-    let rl_tasks: Vec<Task> = (0..30)
-        .map(|i| task(format!("rl-{i}"), WORDS[i % 6]))
-        .collect();
+    let rl_tasks = word_tasks::tasks("rl", 30);
     let rl = pipeline
         .rl(TaskSource::new(rl_tasks.clone(), 5), &held_out)
         .await
