@@ -109,6 +109,18 @@ impl TchEngine {
         model.copy_weights_from(source)?;
         Ok(self.version.fetch_add(1, Ordering::SeqCst) + 1)
     }
+
+    /// As [`update_weights`](Self::update_weights), but the outputs generated from now on
+    /// report `version` (an inference server told the version by its trainer).
+    pub fn update_weights_to(&self, source: &Qwen2ForCausalLM, version: u64) -> Result<()> {
+        let mut model = self
+            .model
+            .lock()
+            .map_err(|_| Error::internal("engine model lock poisoned"))?;
+        model.copy_weights_from(source)?;
+        self.version.store(version, Ordering::SeqCst);
+        Ok(())
+    }
 }
 
 fn run_worker(

@@ -62,6 +62,8 @@ mod artifacts;
 mod checkpoint;
 mod config;
 mod diagnostics;
+#[cfg(feature = "http-sync")]
+mod http_sync;
 mod metrics;
 mod plot;
 mod rollout;
@@ -77,6 +79,8 @@ pub use config::{
     AsyncConfig, CheckpointConfig, LossName, Mode, PipelineConfig, RlConfig, SftConfig, SftTarget,
 };
 pub use diagnostics::{mixed_groups, ratio_stats, staleness_histogram, RatioStats};
+#[cfg(feature = "http-sync")]
+pub use http_sync::{HttpSyncConfig, HttpWeightSync, ServerFlavour};
 pub use metrics::{StepRecord, Summary};
 pub use plot::plot_learning_curve;
 pub use rollout::{Demonstrator, RolloutProgress, RolloutSpec, Script, Seeded};

@@ -40,15 +40,20 @@ pub struct Evaluation {
     pub reward: f64,
 }
 
-/// The training pipeline over one Qwen2 policy, its in-process generation engine and a
-/// rollout side ([`RolloutSpec`]). Needs a tokio runtime; with a multi-threaded one, training
-/// steps leave the other workers free for rollouts.
+/// The training pipeline over one Qwen2 policy, its generation side (the in-process engine, or
+/// any generator with a [`WeightSync`] that brings it the weights: [`Self::with_generation`])
+/// and a rollout side ([`RolloutSpec`]). Needs a tokio runtime; with a multi-threaded one,
+/// training steps leave the other workers free for rollouts.
 pub struct Pipeline {
     pub(super) config: PipelineConfig,
     pub(super) spec: RolloutSpec,
     pub(super) policy: Option<Qwen2ForCausalLM>,
-    pub(super) engine: Arc<TchEngine>,
+    pub(super) engine: Option<Arc<TchEngine>>,
     generator: Arc<dyn TokenGenerator>,
+    /// Brings the trained weights to `generator`.
+    pub(super) sync: Arc<dyn WeightSync>,
+    /// Weights staged (after SFT) that the generator does not use yet.
+    pub(super) sync_pending: bool,
     out: PathBuf,
     records: Records,
     pub(super) sft_losses: Vec<f64>,
@@ -124,7 +129,9 @@ impl Pipeline {
         policy.load_weights(&cp.dir)?;
         let records = Records::reopen(out, cp.state.records)?;
         let mut pipeline = Self::build(policy, spec, config, out, records)?;
-        pipeline.engine.set_weight_version(cp.state.weight_version);
+        if let Some(engine) = &pipeline.engine {
+            engine.set_weight_version(cp.state.weight_version);
+        }
         pipeline.sft_losses = cp.state.sft_losses.clone();
         pipeline.sft_probes = cp.state.sft_probes.clone();
         tracing::info!(step = cp.state.step, dir = %cp.dir.display(), "resuming");
@@ -164,8 +171,44 @@ impl Pipeline {
             config,
             spec,
             policy: Some(policy),
-            engine,
+            sync: engine.clone(),
+            engine: Some(engine),
             generator,
+            sync_pending: false,
+            sft_losses: Vec::new(),
+            sft_probes: Vec::new(),
+            resume: None,
+        })
+    }
+
+    /// A pipeline as [`Self::new`] whose rollouts come from `generator` (e.g. an SGLang or
+    /// vLLM server), which `sync` brings the trained weights to (e.g. `HttpWeightSync`, feature
+    /// `http-sync`). Requests get seeds as with the in-process engine. The generator's
+    /// logprobs must be those the run compares with: processed at the rollout temperature
+    /// when `rl.correction` is set, raw otherwise. Run checkpoints are written as with
+    /// [`Self::new`]; [`Self::resume`] continues them with the in-process engine.
+    pub fn with_generation(
+        policy: Qwen2ForCausalLM,
+        spec: RolloutSpec,
+        config: PipelineConfig,
+        out: &Path,
+        generator: Arc<dyn TokenGenerator>,
+        sync: Arc<dyn WeightSync>,
+    ) -> Result<Self> {
+        config.validate()?;
+        tch::set_num_threads(config.torch_threads as i32);
+        tch::manual_seed(config.seed as i64);
+        checkpoint::clear(out)?;
+        Ok(Self {
+            records: Records::create(out)?,
+            out: out.to_path_buf(),
+            generator: Arc::new(Seeded::new(generator, config.seed)),
+            config,
+            spec,
+            policy: Some(policy),
+            engine: None,
+            sync,
+            sync_pending: false,
             sft_losses: Vec::new(),
             sft_probes: Vec::new(),
             resume: None,
@@ -179,9 +222,15 @@ impl Pipeline {
             .ok_or_else(|| Error::internal("the policy is inside a failed phase"))
     }
 
-    /// The generation engine holding the rollout weights.
-    pub fn engine(&self) -> &Arc<TchEngine> {
-        &self.engine
+    /// The in-process generation engine holding the rollout weights (`None` with
+    /// [`Self::with_generation`]).
+    pub fn engine(&self) -> Option<&Arc<TchEngine>> {
+        self.engine.as_ref()
+    }
+
+    /// What brings the trained weights to the generator.
+    pub fn weight_sync(&self) -> &Arc<dyn WeightSync> {
+        &self.sync
     }
 
     /// The seeded generator the rollouts use.
@@ -249,6 +298,7 @@ impl Pipeline {
         tasks: &[Task],
         step: usize,
     ) -> Result<Evaluation> {
+        self.commit_pending().await?;
         let ts = self
             .spec
             .run(
@@ -301,6 +351,7 @@ impl Pipeline {
             temperature: c.temperature,
             ..TrainerConfig::default()
         };
+        self.commit_pending().await?;
         let mut trainer = Trainer::new(self.take_policy()?, None, config)?
             .with_rollout_correction(c.correction.clone());
         let mut source = source;
@@ -415,15 +466,15 @@ impl Pipeline {
                         Some((r, _)) => r.pause().await,
                         None => None,
                     };
-                    self.engine.stage(trainer.policy())?;
-                    self.engine.commit().await?;
+                    self.sync.stage(trainer.policy())?;
+                    self.sync.commit().await?;
                     drop(paused);
                     if let Some((r, _)) = &rollouter {
                         r.release((step + 1 - first) * groups_per_step);
                     }
                     record.sync_s = ts0.elapsed().as_secs_f64();
                 }
-                record.weight_version = self.engine.weight_version();
+                record.weight_version = self.sync.version();
                 record.train_s = t1.elapsed().as_secs_f64();
                 train_total += record.train_s;
                 let eval_now = (c.eval_every > 0 && step % c.eval_every == 0) || step == c.steps;
@@ -446,7 +497,7 @@ impl Pipeline {
                             .lock()
                             .map_err(|_| Error::internal("task source lock poisoned"))?
                             .cursor(),
-                        weight_version: self.engine.weight_version(),
+                        weight_version: self.sync.version(),
                         before,
                         sft_losses: self.sft_losses.clone(),
                         sft_probes: self.sft_probes.clone(),
@@ -506,7 +557,7 @@ impl Pipeline {
         }
         record.mean_reward = kept.iter().map(|(_, r)| r).sum::<f64>() / kept.len().max(1) as f64;
         let refs: Vec<&Trajectory> = kept.iter().map(|(t, _)| t).collect();
-        let current = self.engine.weight_version();
+        let current = self.sync.version();
         record.staleness_hist = staleness_histogram(&refs, current);
         record.staleness = record.staleness_hist.keys().max().copied().unwrap_or(0);
         let pairs: Vec<(&str, f64)> = kept.iter().map(|(t, r)| (t.task_id.as_str(), *r)).collect();

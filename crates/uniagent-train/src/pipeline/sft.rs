@@ -70,10 +70,12 @@ impl Pipeline {
         })
     }
 
-    /// Puts the trained policy back and gives the engine its weights; then `result`.
+    /// Puts the trained policy back and stages its weights (the in-process engine takes them
+    /// at once; a server at the next [`Self::commit_pending`]); then `result`.
     fn sft_finish(&mut self, run: SftRun, result: Result<()>, losses: &[f64]) -> Result<()> {
         let policy = run.trainer.into_policy();
-        let synced = self.engine.update_weights(&policy);
+        let synced = self.sync.stage(&policy);
+        self.sync_pending = synced.is_ok();
         self.policy = Some(policy);
         result?;
         synced?;
@@ -87,7 +89,8 @@ impl Pipeline {
     }
 
     /// SFT on `rows` (masked NLL of the sampled tokens): `sft.steps` steps of `sft.batch_size`
-    /// rows drawn epoch by epoch in a seeded order; then the engine gets the weights. Ignores
+    /// rows drawn epoch by epoch in a seeded order; then the weights are staged for the
+    /// generator (which uses them from the next evaluation or RL phase on). Ignores
     /// `sft.target` (see [`Self::sft_to_target`]). Returns the loss of every step.
     pub fn sft(&mut self, rows: &[AgentLoopOutput]) -> Result<Vec<f64>> {
         let steps = self.config.sft.steps;
@@ -135,7 +138,8 @@ impl Pipeline {
                 if probe_tasks.is_empty() {
                     return Ok(());
                 }
-                self.engine.update_weights(run.trainer.policy())?;
+                self.sync.stage(run.trainer.policy())?;
+                self.sync.commit().await?;
                 let done = losses.len();
                 let probe = self.evaluate_as("sft_probe", probe_tasks, done).await?;
                 tracing::info!(
@@ -154,6 +158,18 @@ impl Pipeline {
         .await;
         self.sft_probes.clone_from(&probes);
         self.sft_finish(run, result, &losses)?;
+        self.commit_pending().await?;
         Ok(SftOutcome { losses, probes })
+    }
+
+    /// Makes the generator use weights staged by SFT, if any (a no-op for the in-process
+    /// engine, a reload for an inference server).
+    pub(super) async fn commit_pending(&mut self) -> Result<()> {
+        if self.sync_pending {
+            let version = self.sync.commit().await?;
+            self.sync_pending = false;
+            tracing::info!(version, sync = self.sync.name(), "sft weights committed");
+        }
+        Ok(())
     }
 }
