@@ -73,10 +73,11 @@ impl GenerateRequest {
 pub struct GenerateOutput {
     /// The sampled ids, stop id included when generation stopped on one.
     pub token_ids: Vec<u32>,
-    /// One logprob per sampled id (same length as `token_ids`), as the backend reports it. For
-    /// the tch engine and vLLM's default: the log-probability under the model's unmodified
-    /// distribution (before temperature, top-p and top-k).
-    pub logprobs: Vec<f32>,
+    /// One logprob per sampled id (same length as `token_ids`), as the backend reports it, or
+    /// `None` when it reports none (a scripted demonstrator, a server asked without logprobs):
+    /// never made-up values. For the tch engine and vLLM's default: the log-probability under
+    /// the model's unmodified distribution (before temperature, top-p and top-k).
+    pub logprobs: Option<Vec<f32>>,
     /// [`FinishReason::Stop`] on a stop id, [`FinishReason::Length`] when `max_new_tokens` (or
     /// the model's context) ran out, [`FinishReason::Abort`] when the backend aborted it.
     pub finish_reason: FinishReason,

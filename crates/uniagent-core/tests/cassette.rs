@@ -68,7 +68,7 @@ impl TokenGenerator for Policy {
         ids.push(request.stop_token_ids[0]);
         let salt = session.len() as f32 + turn as f32;
         Ok(GenerateOutput {
-            logprobs: (0..ids.len()).map(|i| -0.001 * (i as f32 + salt)).collect(),
+            logprobs: Some((0..ids.len()).map(|i| -0.001 * (i as f32 + salt)).collect()),
             token_ids: ids,
             finish_reason: FinishReason::Stop,
             weight_version: Some(3),

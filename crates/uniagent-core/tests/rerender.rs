@@ -55,7 +55,7 @@ impl TokenGenerator for Script {
         let mut ids = self.codec.encode(&self.texts[turn])?;
         ids.push(request.stop_token_ids[0]);
         Ok(GenerateOutput {
-            logprobs: vec![-0.25; ids.len()],
+            logprobs: Some(vec![-0.25; ids.len()]),
             token_ids: ids,
             finish_reason: FinishReason::Stop,
             weight_version: Some(1),

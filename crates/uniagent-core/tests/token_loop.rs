@@ -66,7 +66,7 @@ impl TokenGenerator for ScriptedGenerator {
         } else {
             FinishReason::Stop
         };
-        let logprobs = (0..ids.len()).map(|i| -0.01 * (i as f32 + 1.0)).collect();
+        let logprobs = Some((0..ids.len()).map(|i| -0.01 * (i as f32 + 1.0)).collect());
         Ok(GenerateOutput {
             token_ids: ids,
             logprobs,

@@ -192,7 +192,7 @@ async fn vllm_sends_token_ids_and_reads_exact_tokens_back() {
     let generator = VllmGenerator::new(&config(vec![url])).unwrap();
     let out = generator.generate(request("traj-1")).await.unwrap();
     assert_eq!(out.token_ids, vec![9707, 0, 151645]);
-    assert_eq!(out.logprobs, vec![-0.0123f32, -0.5, -0.001]);
+    assert_eq!(out.logprobs, Some(vec![-0.0123f32, -0.5, -0.001]));
     assert_eq!(out.finish_reason, FinishReason::Stop);
     let seen = server.seen();
     assert_eq!(seen.len(), 1);
@@ -246,7 +246,7 @@ async fn sglang_sends_input_ids_and_reads_logprob_triples() {
     let out = generator.generate(request("traj-1")).await.unwrap();
     assert_eq!(
         (out.token_ids, out.logprobs),
-        (vec![9707, 11], vec![-0.25f32, -1.5])
+        (vec![9707, 11], Some(vec![-0.25f32, -1.5]))
     );
     assert_eq!(
         (out.finish_reason, out.weight_version),

@@ -44,7 +44,7 @@ impl TokenGenerator for Instant_ {
     async fn generate(&self, _: GenerateRequest) -> uniagent_core::Result<GenerateOutput> {
         Ok(GenerateOutput {
             token_ids: self.ids.clone(),
-            logprobs: vec![-0.5; self.ids.len()],
+            logprobs: Some(vec![-0.5; self.ids.len()]),
             finish_reason: FinishReason::Stop,
             weight_version: Some(1),
         })

@@ -140,12 +140,16 @@ impl Gateway {
             .await
             .map_err(GatewayError::from_model)?;
         let seconds = started.elapsed().as_secs_f64();
-        let logprobs_given = match (out.logprobs.len(), out.token_ids.len()) {
-            (a, b) if a == b => true,
-            (0, _) => false,
-            (a, b) => {
+        let logprobs_given = match &out.logprobs {
+            None => false,
+            Some(l) if l.len() == out.token_ids.len() => true,
+            Some(l) => {
                 return Err(GatewayError::from_model(CoreError::Protocol {
-                    message: format!("the generator returned {b} tokens with {a} logprobs"),
+                    message: format!(
+                        "the generator returned {} tokens with {} logprobs",
+                        out.token_ids.len(),
+                        l.len()
+                    ),
                 }))
             }
         };
@@ -153,10 +157,9 @@ impl Gateway {
         // checked stop strings while decoding would have stopped there.
         let (kept, stop_hit) = self.cut_at_stop(&out.token_ids, &req.stop)?;
         let ids = &out.token_ids[..kept];
-        let lps: Vec<f32> = if logprobs_given {
-            out.logprobs[..kept].to_vec()
-        } else {
-            vec![0.0; kept]
+        let lps: Vec<f32> = match &out.logprobs {
+            Some(l) => l[..kept].to_vec(),
+            None => vec![0.0; kept],
         };
         let turn = self
             .codec

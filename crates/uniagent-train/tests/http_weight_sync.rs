@@ -211,12 +211,13 @@ async fn a_pipeline_trains_through_an_sglang_server_and_its_weights_arrive() {
     let served = server.generator().generate(probe.clone()).await.unwrap();
     assert_eq!(served.token_ids, trained.token_ids);
     assert_eq!(served.weight_version, Some(3));
-    for (a, b) in served.logprobs.iter().zip(&trained.logprobs) {
+    let (served_lps, trained_lps) = (served.logprobs.unwrap(), trained.logprobs.unwrap());
+    for (a, b) in served_lps.iter().zip(&trained_lps) {
         assert!(
             (a - b).abs() < 1e-4,
             "{:?} vs {:?}",
-            served.logprobs,
-            trained.logprobs
+            served_lps,
+            trained_lps
         );
     }
     // Only the committed checkpoint is kept.

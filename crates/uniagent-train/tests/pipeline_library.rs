@@ -37,6 +37,20 @@ async fn a_user_trains_a_policy_on_their_own_task_family() {
         .await
         .unwrap();
     let rows: Vec<_> = demos.into_iter().map(|t| t.output).collect();
+    // A script has no distribution: its sampled tokens carry no logprobs (absent, not zeros),
+    // in memory and in trajectories.jsonl.
+    for r in &rows {
+        assert!(
+            r.response_mask.contains(&1) && r.response_logprobs.is_none(),
+            "{r:?}"
+        );
+    }
+    let written = std::fs::read_to_string(out.path().join("trajectories.jsonl")).unwrap();
+    for line in written.lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["phase"], "demonstration");
+        assert!(v.get("response_logprobs").is_none(), "{line}");
+    }
     let losses = pipeline.sft(&rows).unwrap();
     assert!(
         losses.last().unwrap() < &(losses[0] * 0.5),

@@ -45,7 +45,7 @@ fn rollouts(model: &Qwen2ForCausalLM) -> (Vec<AgentLoopOutput>, Vec<String>) {
             .remove(0);
             let mut ids = out.token_ids.clone();
             let mut mask = vec![1u8; ids.len()];
-            let mut logprobs = out.logprobs.clone();
+            let mut logprobs = out.logprobs.clone().unwrap();
             ids.insert(3, 198);
             mask.insert(3, 0);
             logprobs.insert(3, 0.0);

@@ -116,9 +116,21 @@ impl ChatModel for TokenChatModel {
                 source: None,
             });
         }
+        // A backend without logprobs: placeholders in the cache, none in the trajectory.
+        let placeholders;
+        let logprobs = match &out.logprobs {
+            Some(l) => l.as_slice(),
+            None => {
+                placeholders = vec![0.0; out.token_ids.len()];
+                &placeholders
+            }
+        };
         let turn =
             self.codec
-                .append_sampled(cache, &out.token_ids, &out.logprobs, out.weight_version)?;
+                .append_sampled(cache, &out.token_ids, logprobs, out.weight_version)?;
+        if out.logprobs.is_none() {
+            cache.mark_logprobs_missing();
+        }
         let finish_reason = match (out.finish_reason, turn.stopped) {
             (FinishReason::Stop, false) => FinishReason::Length,
             (reason, _) => reason,

@@ -116,7 +116,9 @@ impl Cassette {
     /// Logprobs are finite (a number beyond `f32` would not survive re-encoding).
     fn check_logprobs(&self) -> Result<()> {
         let recorded = self.trajectory.response_logprobs.iter().flatten();
-        let sampled = self.generations().flat_map(|(_, o)| o.logprobs.iter());
+        let sampled = self
+            .generations()
+            .flat_map(|(_, o)| o.logprobs.iter().flatten());
         match recorded.chain(sampled).find(|lp| !lp.is_finite()) {
             Some(lp) => Err(Error::invalid_input(format!(
                 "malformed cassette: logprob {lp} is not a finite 32-bit float"

@@ -46,7 +46,7 @@ fn step_strategy() -> impl Strategy<Value = Step> {
             .with_session_id("t:0"),
             output: GenerateOutput {
                 token_ids: sampled.iter().map(|(i, _)| *i).collect(),
-                logprobs: sampled.iter().map(|(_, l)| *l).collect(),
+                logprobs: Some(sampled.iter().map(|(_, l)| *l).collect()),
                 finish_reason: FinishReason::Stop,
                 weight_version: version,
             },

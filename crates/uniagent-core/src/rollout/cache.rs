@@ -60,6 +60,10 @@ pub struct TokenTrace {
     pub response_logprobs: Vec<f32>,
     /// Turn, source and weight version per response token.
     pub provenance: Vec<Provenance>,
+    /// Some sampled tokens came without logprobs (the backend gave none): their entries in
+    /// `response_logprobs` are placeholders, and the output carries no logprobs at all.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub logprobs_missing: bool,
 }
 
 impl TokenTrace {
@@ -375,6 +379,28 @@ impl RolloutCache {
         Ok(())
     }
 
+    /// Records that some sampled tokens came without logprobs (the backend reported none;
+    /// append them with placeholder values): the trajectory's `response_logprobs` becomes
+    /// absent (`None`) rather than holding made-up values that a trainer would mistake for the
+    /// behaviour policy. A no-op on a message-level cache.
+    ///
+    /// ```
+    /// use uniagent_core::{LengthLimits, RolloutCache};
+    /// let mut cache =
+    ///     RolloutCache::with_tokens("s", vec![], vec![], vec![1, 2], LengthLimits::default()).unwrap();
+    /// cache.append_sampled(&[5], &[-0.5], Some(0)).unwrap();
+    /// cache.append_sampled(&[7, 8], &[0.0, 0.0], Some(0)).unwrap();
+    /// cache.mark_logprobs_missing();
+    /// let out = cache.to_agent_loop_output();
+    /// assert_eq!(out.response_mask, vec![1, 1, 1]);
+    /// assert_eq!(out.response_logprobs, None);
+    /// ```
+    pub fn mark_logprobs_missing(&mut self) {
+        if let Some(t) = self.tokens.as_mut() {
+            t.logprobs_missing = true;
+        }
+    }
+
     /// Appends tokens the policy did not sample (mask 0, logprob 0.0). Fails with
     /// [`Error::LengthLimit`] when they do not fit, leaving the cache unchanged.
     pub fn append_inserted(&mut self, ids: &[u32], source: TokenSource) -> Result<()> {
@@ -519,7 +545,8 @@ impl RolloutCache {
             prompt_ids: t.prompt_ids,
             response_ids: t.response_ids,
             response_mask: t.response_mask,
-            response_logprobs: self.tokens.as_ref().map(|_| t.response_logprobs),
+            response_logprobs: (self.tokens.is_some() && !t.logprobs_missing)
+                .then_some(t.response_logprobs),
             weight_versions: self.tokens.as_ref().map(|_| versions),
             reward_score: None,
             num_turns: user_turns + self.assistant_turns + 1,

@@ -275,7 +275,7 @@ impl HttpClient {
         if request.max_new_tokens == 0 {
             return Ok(uniagent_core::GenerateOutput {
                 token_ids: Vec::new(),
-                logprobs: Vec::new(),
+                logprobs: Some(Vec::new()),
                 finish_reason: uniagent_core::FinishReason::Length,
                 weight_version: None,
             });

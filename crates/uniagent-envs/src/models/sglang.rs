@@ -105,7 +105,7 @@ pub fn parse_generate(body: &Value) -> Result<GenerateOutput> {
     };
     Ok(GenerateOutput {
         token_ids,
-        logprobs,
+        logprobs: Some(logprobs),
         finish_reason,
         weight_version,
     })

@@ -120,7 +120,7 @@ pub fn parse_completion(body: &Value) -> Result<GenerateOutput> {
     }
     Ok(GenerateOutput {
         token_ids,
-        logprobs,
+        logprobs: Some(logprobs),
         finish_reason: finish_reason(choice["finish_reason"].as_str()),
         weight_version: None,
     })
@@ -203,7 +203,7 @@ mod tests {
             }]});
             let out = parse_completion(&body).unwrap();
             prop_assert_eq!(out.token_ids, toks.iter().map(|(i, _)| *i).collect::<Vec<_>>());
-            prop_assert_eq!(out.logprobs, toks.iter().map(|(_, lp)| *lp as f32).collect::<Vec<_>>());
+            prop_assert_eq!(out.logprobs.unwrap(), toks.iter().map(|(_, lp)| *lp as f32).collect::<Vec<_>>());
         }
     }
 }

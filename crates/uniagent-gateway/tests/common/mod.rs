@@ -107,10 +107,7 @@ impl TokenGenerator for Script {
                 break;
             }
         }
-        let logprobs = reply
-            .logprobs
-            .map(|l| l[..ids.len()].to_vec())
-            .unwrap_or_default();
+        let logprobs = reply.logprobs.map(|l| l[..ids.len()].to_vec());
         Ok(GenerateOutput {
             token_ids: ids,
             logprobs,

@@ -101,7 +101,7 @@ pub fn generate_batch_with(
         .into_iter()
         .map(|row| GenerateOutput {
             token_ids: row.tokens,
-            logprobs: row.logprobs,
+            logprobs: Some(row.logprobs),
             finish_reason: row.finish.unwrap_or(FinishReason::Length),
             weight_version,
         })

@@ -191,7 +191,8 @@ impl TokenGenerator for Demonstrator {
         ids.truncate(request.max_new_tokens);
         Ok(GenerateOutput {
             // A script has no distribution; SFT does not read these.
-            logprobs: vec![0.0; ids.len()],
+            // A script has no distribution: no logprobs, not zeros.
+            logprobs: None,
             token_ids: ids,
             finish_reason: FinishReason::Stop,
             weight_version: None,

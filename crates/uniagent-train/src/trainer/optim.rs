@@ -122,8 +122,9 @@ impl AdamW {
         let tensors = Tensor::read_safetensors(path)
             .map_err(tch_error(&format!("reading {}", path.display())))?;
         let params: BTreeMap<String, Tensor> = Self::parameters(vs).into_iter().collect();
-        let mut parts: BTreeMap<String, (Option<Tensor>, Option<Tensor>, Option<i64>)> =
-            BTreeMap::new();
+        // Per parameter: (exp_avg, exp_avg_sq, step), as found.
+        type Parts = (Option<Tensor>, Option<Tensor>, Option<i64>);
+        let mut parts: BTreeMap<String, Parts> = BTreeMap::new();
         for (key, t) in tensors {
             let (what, name) = key.split_once('.').ok_or_else(|| {
                 Error::invalid_input(format!("{}: unexpected tensor `{key}`", path.display()))
@@ -206,8 +207,8 @@ mod tests {
         let mut w = root.zeros("w", &[4, 3]);
         let mut b = root.zeros("b", &[3]);
         tch::no_grad(|| {
-            let _ = w.copy_(&values(seed, &[4, 3]));
-            let _ = b.copy_(&values(seed + 1, &[3]));
+            w.copy_(&values(seed, &[4, 3]));
+            b.copy_(&values(seed + 1, &[3]));
         });
         vs
     }
@@ -218,7 +219,7 @@ mod tests {
             let mut grad = p.grad();
             if grad.defined() {
                 tch::no_grad(|| {
-                    let _ = grad.copy_(&g);
+                    grad.copy_(&g);
                 });
             } else {
                 // Creates the .grad tensor through a backward pass of a linear function.
