@@ -221,8 +221,15 @@ async fn generate(State(server): State<Shared>, Json(body): Json<Value>) -> Resp
         FinishReason::ToolCalls => json!({"type": "tool_calls"}),
         FinishReason::Other(o) => json!({"type": o}),
     };
-    let logprobs: Vec<Value> = out
-        .logprobs
+    // The tch engine always reports logprobs; a missing list would fail the length check of
+    // every SGLang client, so it is an error here rather than an empty list.
+    let Some(lps) = out.logprobs.as_ref() else {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the engine returned no logprobs".to_owned(),
+        );
+    };
+    let logprobs: Vec<Value> = lps
         .iter()
         .zip(&out.token_ids)
         .map(|(lp, id)| json!([lp, id, null]))
