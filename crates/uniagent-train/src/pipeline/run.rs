@@ -489,26 +489,18 @@ impl Pipeline {
                 let every = self.config.checkpoint.every;
                 if every > 0 && (step % every == 0 || step == c.steps) {
                     out.wall_s = prior_wall + started.elapsed().as_secs_f64();
-                    let state = RunState {
-                        format: checkpoint::FORMAT,
-                        config: self.config.clone(),
+                    let cursor = source
+                        .lock()
+                        .map_err(|_| Error::internal("task source lock poisoned"))?
+                        .cursor();
+                    self.checkpoint(
+                        trainer,
                         step,
-                        cursor: source
-                            .lock()
-                            .map_err(|_| Error::internal("task source lock poisoned"))?
-                            .cursor(),
-                        weight_version: self.sync.version(),
+                        cursor,
                         before,
-                        sft_losses: self.sft_losses.clone(),
-                        sft_probes: self.sft_probes.clone(),
-                        outcome: out.clone(),
-                        trainer_idle_s: trainer_idle,
-                        train_s: train_total,
-                        records: self.records.offsets()?,
-                    };
-                    let keep = self.config.checkpoint.keep;
-                    let dir = blocking(|| checkpoint::save(&self.out, &*trainer, &state, keep))?;
-                    tracing::info!(step, dir = %dir.display(), "run checkpoint");
+                        &out,
+                        (trainer_idle, train_total),
+                    )?;
                 }
             }
             Ok(())
@@ -522,6 +514,37 @@ impl Pipeline {
         out.trainer_idle_ratio = trainer_idle / wall.max(1e-9);
         out.wall_s = wall;
         result.map(|()| out)
+    }
+
+    /// Writes the run checkpoint after RL step `step` (see [`checkpoint`]); the last argument
+    /// is the seconds waited for rollouts and spent training so far.
+    fn checkpoint(
+        &mut self,
+        trainer: &Trainer,
+        step: usize,
+        cursor: super::tasks::TaskCursor,
+        before: Option<Evaluation>,
+        outcome: &RlOutcome,
+        (trainer_idle_s, train_s): (f64, f64),
+    ) -> Result<()> {
+        let state = RunState {
+            format: checkpoint::FORMAT,
+            config: self.config.clone(),
+            step,
+            cursor,
+            weight_version: self.sync.version(),
+            before,
+            sft_losses: self.sft_losses.clone(),
+            sft_probes: self.sft_probes.clone(),
+            outcome: outcome.clone(),
+            trainer_idle_s,
+            train_s,
+            records: self.records.offsets()?,
+        };
+        let keep = self.config.checkpoint.keep;
+        let dir = blocking(|| checkpoint::save(&self.out, trainer, &state, keep))?;
+        tracing::info!(step, dir = %dir.display(), "run checkpoint");
+        Ok(())
     }
 
     /// Applies the training policy to `ts`, then takes `batches` optimizer steps (one per
