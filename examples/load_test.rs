@@ -18,7 +18,9 @@ use std::time::Instant;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
-use uniagent_core::agent::{AgentInteraction, CancelToken, ExitReason, LoopConfig, Trajectory};
+use uniagent_core::agent::{
+    AgentInteraction, CancellationToken, ExitReason, LoopConfig, Trajectory,
+};
 use uniagent_core::runner::{ProgressEvent, Runner, RunnerConfig, TrajectorySink};
 use uniagent_core::testing::{
     RecordingTool, ScriptedChatModel, ScriptedTokenChatModel, ScriptedTurn,
@@ -206,7 +208,7 @@ async fn main() -> Result<()> {
         }
     });
 
-    let cancel = CancelToken::new();
+    let cancel = CancellationToken::new();
     let on_ctrl_c = cancel.clone();
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {

@@ -25,7 +25,7 @@ use serde_json::json;
 use tokio::sync::Notify;
 use uniagent_cli::env::EnvironmentRegistry;
 use uniagent_cli::run::{execute, prepare, RunOptions};
-use uniagent_core::agent::{AgentInteraction, CancelToken};
+use uniagent_core::agent::{AgentInteraction, CancellationToken};
 use uniagent_core::runner::{Runner, RunnerConfig};
 use uniagent_core::{
     AssistantTurn, ChatModel, FinishReason, Message, ModelCapabilities, Result, Role, RolloutCache,
@@ -231,7 +231,7 @@ runner:\n  max_concurrent_rollouts: {n}\n  max_concurrent_model_calls: {n}\n  ma
     let t0 = Instant::now();
     let mut sink = Vec::new();
     let base_summary = rt
-        .block_on(runner.run(baseline_tasks, &CancelToken::new(), &mut sink))
+        .block_on(runner.run(baseline_tasks, &CancellationToken::new(), &mut sink))
         .unwrap();
     let base_secs = t0.elapsed().as_secs_f64();
     *stop.lock().unwrap() = true;
@@ -247,7 +247,7 @@ runner:\n  max_concurrent_rollouts: {n}\n  max_concurrent_model_calls: {n}\n  ma
         .block_on(execute(
             &prepared,
             Some(model.clone() as Arc<dyn ChatModel>),
-            &CancelToken::new(),
+            &CancellationToken::new(),
             &options,
         ))
         .unwrap();

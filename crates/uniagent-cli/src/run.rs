@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use uniagent_core::agent::{AgentInteraction, CancelToken, ExitReason, LoopConfig};
+use uniagent_core::agent::{AgentInteraction, CancellationToken, ExitReason, LoopConfig};
 use uniagent_core::cassette::{RecordTool, Recorder};
 use uniagent_core::runner::{ProgressEvent, Runner, RunnerConfig};
 use uniagent_core::{ChatModel, Task};
@@ -178,7 +178,7 @@ impl Plan {
 pub async fn execute(
     prepared: &Prepared,
     model: Option<Arc<dyn ChatModel>>,
-    cancel: &CancelToken,
+    cancel: &CancellationToken,
     options: &RunOptions,
 ) -> Result<RunSummary> {
     let started = Instant::now();
@@ -306,7 +306,7 @@ fn cassette_context(prepared: &Prepared) -> Result<serde_json::Value> {
 async fn run_batch(
     runner: &Runner,
     tasks: Vec<Task>,
-    cancel: &CancelToken,
+    cancel: &CancellationToken,
     sink: &mut TrajectoryFile,
 ) -> Result<()> {
     runner

@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use common::*;
 use serde_json::json;
 use uniagent_core::agent::{
-    AgentInteraction, CancelToken, ExitReason, LoopConfig, MaskPolicy, RolloutControl,
+    AgentInteraction, CancellationToken, ExitReason, LoopConfig, MaskPolicy, RolloutControl,
     NO_FUNCTION_CALL, SKIPPED_SANDBOX, SKIPPED_TIMEOUT_BUDGET,
 };
 use uniagent_core::testing::{
@@ -555,7 +555,7 @@ async fn cancellation_ends_a_running_episode() {
     let model = ScriptedChatModel::new(vec![ScriptedTurn::Hang]);
     let agent = AgentInteraction::new(Arc::new(model), vec![], LoopConfig::default()).unwrap();
     let control = RolloutControl {
-        cancel: CancelToken::new(),
+        cancel: CancellationToken::new(),
         model_permits: None,
     };
     let cancel = control.cancel.clone();

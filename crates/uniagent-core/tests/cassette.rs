@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde_json::{json, Value};
-use uniagent_core::agent::{CancelToken, ExitReason, LoopConfig, TokenChatModel, Trajectory};
+use uniagent_core::agent::{CancellationToken, ExitReason, LoopConfig, TokenChatModel, Trajectory};
 use uniagent_core::cassette::{
     replay, Cassette, Divergence, RecordGenerator, RecordTool, Recorder, ReplaySetup, Step,
     ToolMode, ToolOutcome,
@@ -130,7 +130,7 @@ async fn record(counting: bool) -> (HashMap<String, Cassette>, Vec<Trajectory>) 
         .collect();
     let mut out: Vec<Trajectory> = Vec::new();
     runner
-        .run(tasks.clone(), &CancelToken::new(), &mut out)
+        .run(tasks.clone(), &CancellationToken::new(), &mut out)
         .await
         .unwrap();
     let mut cassettes = HashMap::new();

@@ -13,7 +13,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use common::*;
 use serde_json::json;
-use uniagent_core::agent::{AgentInteraction, CancelToken, ExitReason, LoopConfig, Trajectory};
+use uniagent_core::agent::{
+    AgentInteraction, CancellationToken, ExitReason, LoopConfig, Trajectory,
+};
 use uniagent_core::runner::{JsonlSink, ProgressEvent, Runner, RunnerConfig, TrajectorySink};
 use uniagent_core::testing::{ScriptedChatModel, ScriptedDeployment, ScriptedTurn};
 use uniagent_core::{
@@ -101,7 +103,7 @@ async fn every_rollout_gets_a_sandbox_scored_before_it_stops() {
     .with_progress(move |e| ev.lock().unwrap().push(e.clone()));
     let mut sink = JsonlSink::new(Vec::new());
     let summary = runner
-        .run(tasks(4), &CancelToken::new(), &mut sink)
+        .run(tasks(4), &CancellationToken::new(), &mut sink)
         .await
         .unwrap();
     assert_eq!(summary.rollouts, 12);
@@ -214,7 +216,7 @@ async fn model_calls_respect_their_permit_count() {
     let runner = Runner::new(agent, cfg).unwrap();
     let mut out = Vec::new();
     let summary = runner
-        .run(tasks(4), &CancelToken::new(), &mut out)
+        .run(tasks(4), &CancellationToken::new(), &mut out)
         .await
         .unwrap();
     assert_eq!(summary.exit_reasons[&ExitReason::Finished], 20);
@@ -271,7 +273,7 @@ async fn a_panic_or_failed_start_stays_in_its_rollout() {
         .with_sandboxes(factory);
     let mut out: Vec<Trajectory> = Vec::new();
     let summary = runner
-        .run(tasks(4), &CancelToken::new(), &mut out)
+        .run(tasks(4), &CancellationToken::new(), &mut out)
         .await
         .unwrap();
     assert_eq!(summary.rollouts, 4);
@@ -312,7 +314,7 @@ async fn cancel_stops_running_rollouts_and_records_queued_ones() {
     let runner = Runner::new(agent, cfg)
         .unwrap()
         .with_sandboxes(sandboxes.factory(ScriptedDeployment::new));
-    let cancel = CancelToken::new();
+    let cancel = CancellationToken::new();
     let c = cancel.clone();
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -364,7 +366,7 @@ async fn sink_failure_cancels_drains_and_reports() {
     .unwrap()
     .with_sandboxes(sandboxes.factory(ScriptedDeployment::new));
     let err = runner
-        .run(tasks(20), &CancelToken::new(), &mut FailingSink(0))
+        .run(tasks(20), &CancellationToken::new(), &mut FailingSink(0))
         .await
         .unwrap_err();
     assert!(err.to_string().contains("disk full"));

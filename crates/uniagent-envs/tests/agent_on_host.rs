@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{json, Value};
-use uniagent_core::agent::{AgentInteraction, CancelToken, ExitReason, LoopConfig, Trajectory};
+use uniagent_core::agent::{
+    AgentInteraction, CancellationToken, ExitReason, LoopConfig, Trajectory,
+};
 use uniagent_core::runner::{Runner, RunnerConfig};
 use uniagent_core::sandbox::ExceptionClass;
 use uniagent_core::testing::{RecordingTool, ScriptedChatModel, ScriptedTurn};
@@ -148,7 +150,7 @@ async fn rollouts_run_commands_in_their_own_sandbox_and_are_scored_before_stop()
         .collect();
     let mut out: Vec<Trajectory> = Vec::new();
     let summary = runner
-        .run(tasks, &CancelToken::new(), &mut out)
+        .run(tasks, &CancellationToken::new(), &mut out)
         .await
         .unwrap();
     assert_eq!(summary.exit_reasons[&ExitReason::Finished], 3, "{out:#?}");
@@ -268,7 +270,7 @@ async fn a_hanging_command_is_cut_by_the_tool_timeout_and_ends_the_budget() {
     let summary = runner
         .run(
             vec![Task::new("hang", vec![Message::user("wait")])],
-            &CancelToken::new(),
+            &CancellationToken::new(),
             &mut out,
         )
         .await

@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{json, Value};
-use uniagent_core::agent::{AgentInteraction, CancelToken, ExitReason, LoopConfig, Trajectory};
+use uniagent_core::agent::{
+    AgentInteraction, CancellationToken, ExitReason, LoopConfig, Trajectory,
+};
 use uniagent_core::runner::{Runner, RunnerConfig};
 use uniagent_core::testing::{RecordingTool, ScriptedChatModel, ScriptedTurn};
 use uniagent_core::{
@@ -99,7 +101,7 @@ async fn batch(config: &FaasConfig, n: usize) -> (Vec<Trajectory>, Vec<Arc<FaasD
         .collect();
     let mut out = Vec::new();
     runner
-        .run(tasks, &CancelToken::new(), &mut out)
+        .run(tasks, &CancellationToken::new(), &mut out)
         .await
         .unwrap();
     let leased = leased.lock().unwrap().clone();

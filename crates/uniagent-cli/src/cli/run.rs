@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use uniagent_core::agent::CancelToken;
+use uniagent_core::agent::CancellationToken;
 
 use crate::env::EnvironmentRegistry;
 use crate::error::{CliError, Result};
@@ -65,7 +65,7 @@ pub fn main(args: RunArgs, registry: &EnvironmentRegistry) -> Result<()> {
     }
     let rt = super::runtime()?;
     let summary = rt.block_on(async {
-        let cancel = CancelToken::new();
+        let cancel = CancellationToken::new();
         let on_signal = cancel.clone();
         let watcher = tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {

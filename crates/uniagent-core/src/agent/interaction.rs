@@ -9,7 +9,6 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use super::cancel::CancelToken;
 use super::config::LoopConfig;
 use super::exit::ExitReason;
 use super::trajectory::{rollout_id, EpisodeCounts, PhaseTimings, Trajectory};
@@ -22,12 +21,13 @@ use crate::rollout::{AgentLoopMetrics, RolloutCache};
 use crate::sandbox::{CreateSessionRequest, Deployment};
 use crate::task::Task;
 use crate::tool::{EpisodeSignal, Tool};
+use tokio_util::sync::CancellationToken;
 
 /// Shared handles a rollout runs under: cancellation and the model-call permits of the run.
 #[derive(Debug, Clone, Default)]
 pub struct RolloutControl {
     /// Cancels the rollout (and every other rollout holding a clone).
-    pub cancel: CancelToken,
+    pub cancel: CancellationToken,
     /// At most this many model calls run at once across the rollouts sharing it.
     pub model_permits: Option<Arc<Semaphore>>,
 }
@@ -133,7 +133,7 @@ pub(crate) enum Raced<T> {
 pub(crate) async fn race<T>(
     fut: impl Future<Output = T>,
     deadline: Option<Instant>,
-    cancel: &CancelToken,
+    cancel: &CancellationToken,
 ) -> Raced<T> {
     let sleep = async {
         match deadline {

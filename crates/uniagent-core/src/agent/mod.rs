@@ -6,9 +6,9 @@
 //!   errors) and policies, as a serde struct with defaults;
 //! - [`Trajectory`]: verl's `AgentLoopOutput` fields plus messages, exit reason, reward and
 //!   per-phase timings — one JSONL line per rollout;
-//! - [`CancelToken`]: cooperative cancellation shared by every rollout of a run.
+//! - [`CancellationToken`] (tokio-util's): cooperative cancellation shared by every rollout of a
+//!   run.
 
-mod cancel;
 mod config;
 mod exit;
 mod feedback;
@@ -18,7 +18,6 @@ mod token_model;
 mod trajectory;
 mod turn;
 
-pub use cancel::CancelToken;
 pub use config::LoopConfig;
 pub use exit::{ExitReason, MaskPolicy};
 pub use feedback::{
@@ -28,4 +27,5 @@ pub use feedback::{
 pub use interaction::{AgentInteraction, RolloutControl};
 #[cfg(feature = "codec")]
 pub use token_model::TokenChatModel;
+pub use tokio_util::sync::CancellationToken;
 pub use trajectory::{rollout_id, EpisodeCounts, PhaseTimings, TrainingUse, Trajectory};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::divergence::Divergence;
 use super::tape::{replay_tool, ReplayGenerator, Tape};
 use super::{Cassette, RecordedTrajectory};
-use crate::agent::{AgentInteraction, CancelToken, TokenChatModel, Trajectory};
+use crate::agent::{AgentInteraction, CancellationToken, TokenChatModel, Trajectory};
 use crate::codec::Codec;
 use crate::error::{Error, Result};
 use crate::rollout::LengthLimits;
@@ -99,7 +99,11 @@ pub async fn replay(cassette: &Cassette, setup: ReplaySetup) -> Result<ReplayOut
     }
     let mut out: Vec<Trajectory> = Vec::new();
     runner
-        .run(vec![cassette.task.clone()], &CancelToken::new(), &mut out)
+        .run(
+            vec![cassette.task.clone()],
+            &CancellationToken::new(),
+            &mut out,
+        )
         .await?;
     let trajectory = out.pop().ok_or_else(|| Error::Internal {
         message: "the replay runner returned no trajectory".into(),

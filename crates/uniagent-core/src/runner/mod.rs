@@ -23,7 +23,7 @@ use tokio::time::Instant;
 pub use sink::{JsonlSink, TrajectorySink};
 pub use summary::{PhaseStats, Stat, Summary, SummaryBuilder};
 
-use crate::agent::{AgentInteraction, CancelToken, ExitReason, RolloutControl, Trajectory};
+use crate::agent::{AgentInteraction, CancellationToken, ExitReason, RolloutControl, Trajectory};
 use crate::error::{Error, Result};
 use crate::retry::duration_secs;
 use crate::sandbox::Deployment;
@@ -133,7 +133,7 @@ type ProgressFn = Arc<dyn Fn(&ProgressEvent) + Send + Sync>;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> uniagent_core::Result<()> {
 /// use std::sync::Arc;
-/// use uniagent_core::agent::{AgentInteraction, CancelToken, ExitReason, LoopConfig};
+/// use uniagent_core::agent::{AgentInteraction, CancellationToken, ExitReason, LoopConfig};
 /// use uniagent_core::runner::{Runner, RunnerConfig};
 /// use uniagent_core::testing::{ScriptedChatModel, ScriptedTurn};
 /// use uniagent_core::{Message, Task};
@@ -144,7 +144,7 @@ type ProgressFn = Arc<dyn Fn(&ProgressEvent) + Send + Sync>;
 /// let runner = Runner::new(agent, RunnerConfig { samples_per_task: 3, ..RunnerConfig::default() })?;
 /// let mut out = Vec::new();
 /// let tasks = vec![Task::new("a", vec![Message::user("hello")])];
-/// let summary = runner.run(tasks, &CancelToken::new(), &mut out).await?;
+/// let summary = runner.run(tasks, &CancellationToken::new(), &mut out).await?;
 /// assert_eq!(summary.exit_reasons[&ExitReason::Finished], 3);
 /// assert_eq!(out.len(), 3);
 /// # Ok(()) }
@@ -214,7 +214,7 @@ impl Runner {
     pub async fn run(
         &self,
         tasks: Vec<Task>,
-        cancel: &CancelToken,
+        cancel: &CancellationToken,
         sink: &mut dyn TrajectorySink,
     ) -> Result<Summary> {
         let started = Instant::now();

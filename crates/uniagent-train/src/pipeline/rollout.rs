@@ -7,7 +7,9 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use uniagent_core::agent::{AgentInteraction, CancelToken, LoopConfig, TokenChatModel, Trajectory};
+use uniagent_core::agent::{
+    AgentInteraction, CancellationToken, LoopConfig, TokenChatModel, Trajectory,
+};
 use uniagent_core::codec::Codec;
 use uniagent_core::runner::{ProgressEvent, Runner, RunnerConfig, SandboxFactory};
 use uniagent_core::{
@@ -96,7 +98,9 @@ impl RolloutSpec {
             runner = runner.with_progress(move |e| progress(e));
         }
         let mut sink = Collect(Vec::new());
-        runner.run(tasks, &CancelToken::new(), &mut sink).await?;
+        runner
+            .run(tasks, &CancellationToken::new(), &mut sink)
+            .await?;
         let mut out = sink.0;
         out.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(out)
