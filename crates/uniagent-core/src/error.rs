@@ -1,12 +1,34 @@
 //! The one error type of `uniagent-core`, shared by the four core traits.
 //!
 //! Backends keep their own error enums (with richer context) and convert into [`Error`] at the
-//! trait boundary. Whether an error is worth retrying is decided here, in [`Error::kind`] and
-//! [`Error::is_retryable`], and nowhere else.
+//! trait boundary. Whether an error is worth retrying is decided here, in [`Error::kind`],
+//! [`Error::is_retryable`] and, for HTTP answers, [`retryable_http_status`], and nowhere else.
 
 use std::time::Duration;
 
 use crate::sandbox::ExceptionClass;
+
+/// Whether a request answered with HTTP `status` may succeed if sent again.
+///
+/// `429`, `502` and `503` say the request was refused before it ran: always worth a retry.
+/// `408`, `500` and `504` leave open whether it ran, so they are retried only when running it
+/// twice is harmless (`idempotent`: a model generation is, a sandbox command is not). Anything
+/// else answers the same again.
+///
+/// ```
+/// use uniagent_core::retryable_http_status;
+/// assert!(retryable_http_status(503, false));
+/// assert!(retryable_http_status(504, true));
+/// assert!(!retryable_http_status(504, false));
+/// assert!(!retryable_http_status(501, true));
+/// ```
+pub fn retryable_http_status(status: u16, idempotent: bool) -> bool {
+    match status {
+        429 | 502 | 503 => true,
+        408 | 500 | 504 => idempotent,
+        _ => false,
+    }
+}
 
 /// Convenience alias used throughout the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -23,7 +23,7 @@ mod task;
 pub mod testing;
 mod tool;
 
-pub use error::{BoxError, Error, ErrorKind, LengthLimitKind, Result};
+pub use error::{retryable_http_status, BoxError, Error, ErrorKind, LengthLimitKind, Result};
 pub use generator::{GenerateOutput, GenerateRequest, TokenGenerator};
 pub use message::{FunctionCall, FunctionSpec, Message, Role, ToolCall, ToolSpec};
 pub use model::{AssistantTurn, ChatModel, FinishReason, ModelCapabilities};

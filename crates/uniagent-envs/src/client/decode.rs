@@ -4,6 +4,7 @@
 //! without a network (`fuzz/fuzz_targets/client_response_decoding.rs`).
 
 use serde::de::DeserializeOwned;
+use uniagent_core::retryable_http_status;
 use uniagent_core::sandbox::ExceptionPayload;
 use uniagent_core::{Error, Result};
 
@@ -58,7 +59,8 @@ pub fn decode_response<T: DeserializeOwned>(backend: &str, status: u16, body: &[
             "{backend}: the server rejected the request body (HTTP 422): {}",
             detail(body)
         ))),
-        429 | 502 | 503 => Err(Error::Sandbox {
+        // A command may have run on a 500 or 504: only refusals are retried.
+        _ if retryable_http_status(status, false) => Err(Error::Sandbox {
             backend: backend.to_owned(),
             message: format!(
                 "the server is unavailable (HTTP {status}): {}",

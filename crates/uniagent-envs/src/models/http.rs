@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use uniagent_core::{duration_secs, Error, Result, RetryConfig};
+use uniagent_core::{duration_secs, retryable_http_status, Error, Result, RetryConfig};
 
 use super::pool::EndpointPool;
 
@@ -102,12 +102,6 @@ impl std::fmt::Debug for HttpClient {
     }
 }
 
-/// Whether an HTTP status is worth retrying: timeouts, rate limits and transient server errors.
-/// `501 Not Implemented`, `505` and the like will answer the same again.
-pub(crate) fn is_retryable_status(code: u16) -> bool {
-    matches!(code, 408 | 429 | 500 | 502 | 503 | 504)
-}
-
 /// `Retry-After` in seconds (the HTTP-date form is not used by model servers), capped.
 fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let text = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
@@ -184,7 +178,8 @@ impl HttpClient {
             })?;
             if !status.is_success() {
                 let code = status.as_u16();
-                let retryable = is_retryable_status(code);
+                // A generation can run twice without harm.
+                let retryable = retryable_http_status(code, true);
                 match (retryable, pause) {
                     (true, Some(pause)) => self.pool.hold_off(index, pause),
                     (true, None) => self.pool.cool_down(index, FAILURE_COOLDOWN),

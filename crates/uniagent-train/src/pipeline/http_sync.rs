@@ -258,7 +258,8 @@ impl HttpWeightSync {
         Err(Error::Model {
             backend: self.backend().into(),
             message: format!("{url}: HTTP {code}: {}", server_message(&value)),
-            retryable: matches!(code, 408 | 429 | 500 | 502 | 503 | 504),
+            // Pausing, reloading the same checkpoint and resuming can run twice without harm.
+            retryable: uniagent_core::retryable_http_status(code, true),
             source: None,
         })
     }
