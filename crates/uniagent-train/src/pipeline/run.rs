@@ -86,7 +86,7 @@ impl Pipeline {
         config.validate()?;
         checkpoint::clear(out)?;
         let records = Records::create(out)?;
-        Self::build(policy, spec, config, out, records)
+        Self::build(policy, spec, config, out, records, None)
     }
 
     /// Continues the run in `out` from its latest checkpoint: the policy's weights, the
@@ -128,7 +128,7 @@ impl Pipeline {
         checkpoint::check_compatible(&cp.state, &config)?;
         policy.load_weights(&cp.dir)?;
         let records = Records::reopen(out, cp.state.records)?;
-        let mut pipeline = Self::build(policy, spec, config, out, records)?;
+        let mut pipeline = Self::build(policy, spec, config, out, records, None)?;
         if let Some(engine) = &pipeline.engine {
             engine.set_weight_version(cp.state.weight_version);
         }
@@ -144,36 +144,46 @@ impl Pipeline {
         Ok(checkpoint::latest(out)?.map(|cp| cp.state.step))
     }
 
+    /// The pipeline over `records`: generation by the in-process engine, or by `external`
+    /// (a generator and the sync that brings it the trained weights).
     fn build(
         policy: Qwen2ForCausalLM,
         spec: RolloutSpec,
         config: PipelineConfig,
         out: &Path,
         records: Records,
+        external: Option<(Arc<dyn TokenGenerator>, Arc<dyn WeightSync>)>,
     ) -> Result<Self> {
         tch::set_num_threads(config.torch_threads as i32);
         tch::manual_seed(config.seed as i64);
-        let engine = Arc::new(TchEngine::new(
-            policy.try_clone()?,
-            EngineConfig {
-                max_batch_size: config.engine_batch,
-                logprobs: if config.rl.correction.is_disabled() {
-                    LogprobKind::Raw
-                } else {
-                    LogprobKind::Processed
-                },
-            },
-        ));
-        let generator: Arc<dyn TokenGenerator> = Arc::new(Seeded::new(engine.clone(), config.seed));
+        let (engine, generator, sync) = match external {
+            Some((generator, sync)) => (None, generator, sync),
+            None => {
+                let engine = Arc::new(TchEngine::new(
+                    policy.try_clone()?,
+                    EngineConfig {
+                        max_batch_size: config.engine_batch,
+                        logprobs: if config.rl.correction.is_disabled() {
+                            LogprobKind::Raw
+                        } else {
+                            LogprobKind::Processed
+                        },
+                    },
+                ));
+                let generator: Arc<dyn TokenGenerator> = engine.clone();
+                let sync: Arc<dyn WeightSync> = engine.clone();
+                (Some(engine), generator, sync)
+            }
+        };
         Ok(Self {
             records,
             out: out.to_path_buf(),
+            generator: Arc::new(Seeded::new(generator, config.seed)),
             config,
             spec,
             policy: Some(policy),
-            sync: engine.clone(),
-            engine: Some(engine),
-            generator,
+            engine,
+            sync,
             sync_pending: false,
             sft_losses: Vec::new(),
             sft_probes: Vec::new(),
@@ -196,23 +206,9 @@ impl Pipeline {
         sync: Arc<dyn WeightSync>,
     ) -> Result<Self> {
         config.validate()?;
-        tch::set_num_threads(config.torch_threads as i32);
-        tch::manual_seed(config.seed as i64);
         checkpoint::clear(out)?;
-        Ok(Self {
-            records: Records::create(out)?,
-            out: out.to_path_buf(),
-            generator: Arc::new(Seeded::new(generator, config.seed)),
-            config,
-            spec,
-            policy: Some(policy),
-            engine: None,
-            sync,
-            sync_pending: false,
-            sft_losses: Vec::new(),
-            sft_probes: Vec::new(),
-            resume: None,
-        })
+        let records = Records::create(out)?;
+        Self::build(policy, spec, config, out, records, Some((generator, sync)))
     }
 
     /// The policy (between phases).
