@@ -5,6 +5,9 @@
 //!   in a conversation of N turns. The codec renders only a small window, so the cost must stay
 //!   flat as the conversation grows (only the append is timed: cloning the N-turn cache and
 //!   the assistant turns between appends are set-up).
+//! - `append_observation/tokenize_delta_only`: the baseline in the same run, tokenizing the
+//!   text one append adds (template glue, the observation, the generation prompt) alone; the
+//!   rest of an append is the window render.
 //! - `render_tokenize`: full render + tokenization of the Qwen3 golden conversations plus a
 //!   20-turn agent conversation, against Python `transformers`' `apply_chat_template(
 //!   tokenize=True)` on the same conversations in the same run (needs `.venv-codec`, found
@@ -119,6 +122,24 @@ fn append_observation(c: &mut Criterion) {
             })
         });
     }
+    // Baseline in the same run: tokenizing the appended text alone (glue, observation and
+    // generation prompt), the part of an append no caching can skip.
+    let mut live = rollout(&codec, 10);
+    let before = live.tokens().map_or(0, |t| t.all_ids().len());
+    codec
+        .append_messages(&mut live, &[observation(10)])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let appended = live.tokens().map(|t| t.all_ids()[before..].to_vec());
+    let delta = codec
+        .decode(&appended.unwrap_or_default(), false)
+        .unwrap_or_else(|e| panic!("{e}"));
+    group.bench_function("tokenize_delta_only", |b| {
+        b.iter(|| {
+            codec
+                .encode(black_box(&delta))
+                .unwrap_or_else(|e| panic!("{e}"))
+        })
+    });
     group.finish();
 }
 

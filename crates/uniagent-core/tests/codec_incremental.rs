@@ -501,3 +501,140 @@ fn misuse_is_a_typed_error() {
         .unwrap();
     assert_eq!(t.all_ids(), full);
 }
+
+/// One rollout of `interleaved_rollouts_match_isolated_ones`: its system prompt, tools, template
+/// variables and the tool it calls each turn.
+struct Setup {
+    system: Option<&'static str>,
+    tools: Vec<ToolSpec>,
+    kwargs: serde_json::Map<String, Value>,
+    thinking: bool,
+}
+
+fn setups() -> Vec<Setup> {
+    let no_thinking = json!({"enable_thinking": false});
+    let with = |tools: Vec<ToolSpec>| Setup {
+        system: Some("You are an agent."),
+        tools,
+        kwargs: Default::default(),
+        thinking: true,
+    };
+    vec![
+        with(typed_tools()),
+        // The same system message and tools, other template variables (another generation
+        // prompt).
+        Setup {
+            kwargs: no_thinking.as_object().cloned().unwrap(),
+            thinking: false,
+            ..with(typed_tools())
+        },
+        // The same system message, a shorter tool list, then none.
+        with(typed_tools()[..1].to_vec()),
+        with(vec![]),
+        // No system message.
+        Setup {
+            system: None,
+            ..with(typed_tools())
+        },
+    ]
+}
+
+fn turn_text(rollout: usize, step: usize, thinking: bool) -> String {
+    // Step 0 is the same turn in every rollout (equal sampled ids across caches); later turns
+    // differ between rollouts with the same number of tokens.
+    let file = if step == 0 {
+        "f".to_owned()
+    } else {
+        format!("f{rollout}{step}")
+    };
+    let call = format!(
+        "<tool_call>\n{{\"name\": \"bash\", \"arguments\": {{\"command\": \"cat {file}\"}}}}\n</tool_call><|im_end|>"
+    );
+    if thinking {
+        format!("<think>\nread {file}\n</think>\n\n{call}")
+    } else {
+        call
+    }
+}
+
+fn sample(codec: &Codec, cache: &mut RolloutCache, setup: &Setup, rollout: usize, step: usize) {
+    let ids = codec
+        .encode(&turn_text(rollout, step, setup.thinking))
+        .unwrap();
+    codec
+        .append_sampled(cache, &ids, &vec![-0.25; ids.len()], Some(1))
+        .unwrap();
+}
+
+fn observe(codec: &Codec, cache: &mut RolloutCache, step: usize) {
+    let obs = Message::tool("call_0", format!("contents of file {step}\n"));
+    codec.append_messages(cache, &[obs]).unwrap();
+}
+
+fn start_rollout(codec: &Codec, setup: &Setup) -> RolloutCache {
+    let mut messages: Vec<Message> = setup.system.map(Message::system).into_iter().collect();
+    messages.push(Message::user("Read the files."));
+    codec
+        .start(
+            "s",
+            messages,
+            setup.tools.clone(),
+            setup.kwargs.clone(),
+            LengthLimits::default(),
+        )
+        .unwrap()
+}
+
+/// What the codec keeps between appends (the window's prompt render, the last decoded turn)
+/// is keyed by what it depends on: rollouts with other system prompts, tools or template
+/// variables, advanced in turn on one codec, get the tokens each gets alone on a fresh codec,
+/// and the full render wherever the stream is append-only.
+#[test]
+fn interleaved_rollouts_match_isolated_ones() {
+    let shared = Codec::from_dir(dir("qwen3"))
+        .unwrap()
+        .with_tool_parser(ToolCallFormat::Hermes);
+    // Appends render the small window, whose prompt render the codec keeps.
+    assert!(shared.window_exact());
+    let setups = setups();
+    let mut caches: Vec<RolloutCache> = setups.iter().map(|s| start_rollout(&shared, s)).collect();
+    for step in 0..3 {
+        // All turns are sampled before any observation is appended: each append follows
+        // another rollout's operations.
+        for (r, (cache, setup)) in caches.iter_mut().zip(&setups).enumerate() {
+            sample(&shared, cache, setup, r, step);
+        }
+        for (cache, setup) in caches.iter_mut().zip(&setups) {
+            observe(&shared, cache, step);
+            if cache.append_only() {
+                assert_eq!(
+                    shared.full_render_ids(cache).unwrap(),
+                    cache.tokens().unwrap().all_ids(),
+                    "step {step} of {:?} {:?}",
+                    setup.system,
+                    setup.kwargs
+                );
+            }
+        }
+    }
+    // The thinking rollouts with tool observations are append-only: the full-render check ran.
+    assert!([0, 2, 3, 4].iter().all(|i| caches[*i].append_only()));
+    for (r, (cache, setup)) in caches.iter().zip(&setups).enumerate() {
+        let alone = Codec::from_dir(dir("qwen3"))
+            .unwrap()
+            .with_tool_parser(ToolCallFormat::Hermes);
+        let mut own = start_rollout(&alone, setup);
+        for step in 0..3 {
+            sample(&alone, &mut own, setup, r, step);
+            observe(&alone, &mut own, step);
+        }
+        assert_eq!(
+            own.tokens(),
+            cache.tokens(),
+            "{:?} {:?}",
+            setup.system,
+            setup.kwargs
+        );
+        assert_eq!(own.append_only(), cache.append_only());
+    }
+}

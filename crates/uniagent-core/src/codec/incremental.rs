@@ -118,6 +118,11 @@ fn common_prefix(a: &str, b: &str) -> usize {
         .map_or(a.len().min(b.len()), |((i, _), _)| i)
 }
 
+/// The window's stand-in for the conversation before the assistant turn.
+fn empty_user() -> Value {
+    json!({"role": "user", "content": ""})
+}
+
 /// What precedes the assistant turn in a delta render.
 #[derive(Clone, Copy)]
 pub(crate) enum Context<'a> {
@@ -146,24 +151,28 @@ impl Codec {
     /// generation prompt, the context plus the turn, and that plus `new`), then the text after
     /// the turn's sampled span. See the module docs.
     pub(crate) fn delta_after(&self, req: &DeltaRequest<'_>) -> Result<Delta> {
-        let input = |messages: Vec<Value>, add_generation_prompt: bool| ChatInput {
-            messages,
-            tools: req.tools.to_vec(),
-            add_generation_prompt,
-            template_kwargs: req.kwargs.clone(),
+        let render = |messages: &[&Value], add_generation_prompt: bool| {
+            self.template
+                .render_parts(messages, req.tools, add_generation_prompt, req.kwargs)
         };
-        let (prompt, mut messages) = match req.context {
+        let empty_user = empty_user();
+        // The conversation is borrowed, never cloned: renders serialise it from references.
+        let (prompt, mut messages): (String, Vec<&Value>) = match req.context {
             Context::Window(system) => {
-                let mut w: Vec<Value> = system.into_iter().cloned().collect();
-                w.push(json!({"role": "user", "content": ""}));
+                let mut w: Vec<&Value> = Vec::with_capacity(3 + req.new.len());
+                w.extend(system);
+                w.push(&empty_user);
                 (self.window_prompt(system, req.tools, req.kwargs)?, w)
             }
-            Context::Full(before) => (self.render(&input(before.to_vec(), true))?, before.to_vec()),
+            Context::Full(before) => {
+                let before: Vec<&Value> = before.iter().collect();
+                (render(&before, true)?, before)
+            }
         };
-        messages.push(req.assistant.clone());
+        messages.push(req.assistant);
         let turn_len = messages.len();
-        messages.extend_from_slice(req.new);
-        let after = self.render(&input(messages.clone(), req.add_generation_prompt))?;
+        messages.extend(req.new);
+        let after = render(&messages, req.add_generation_prompt)?;
         if let Some(sampled) = req.sampled {
             // The common case costs one render: the new render extends the prompt plus what
             // was sampled, so the delta is what follows.
@@ -182,7 +191,7 @@ impl Codec {
             }
         }
         messages.truncate(turn_len);
-        let before = self.render(&input(messages, false))?;
+        let before = render(&messages, false)?;
         let eos = self.eos_token.as_str();
         let (end, exact) = sampled_end(&prompt, &before, req.sampled, eos);
         let turn = &before[..end];
@@ -283,14 +292,10 @@ impl Codec {
                 }
             }
         }
-        let mut messages: Vec<Value> = system.into_iter().cloned().collect();
-        messages.push(json!({"role": "user", "content": ""}));
-        let prompt = self.render(&ChatInput {
-            messages,
-            tools: tools.to_vec(),
-            add_generation_prompt: true,
-            template_kwargs: kwargs.clone(),
-        })?;
+        let empty_user = empty_user();
+        let mut messages: Vec<&Value> = system.into_iter().collect();
+        messages.push(&empty_user);
+        let prompt = self.template.render_parts(&messages, tools, true, kwargs)?;
         if let Ok(mut cache) = self.window_prompt_cache.lock() {
             *cache = Some(WindowPrompt {
                 system: system.cloned(),
@@ -388,7 +393,7 @@ impl Codec {
             .count();
         let sampled_ids = &trace.response_ids[trace.response_ids.len() - run..];
         let sampled = if run > 0 {
-            Some(self.decode(sampled_ids, false)?)
+            Some(self.decode_turn(sampled_ids)?)
         } else {
             None
         };
@@ -465,12 +470,15 @@ impl Codec {
             self.append_messages(cache, &[])?;
         }
         cache.append_sampled(ids, logprobs, weight_version)?;
-        if !self.is_canonical_after_generation_prompt(ids, cache.template_kwargs())? {
+        let text = self.decode(ids, false)?;
+        if let Ok(mut memo) = self.last_turn.lock() {
+            *memo = Some((ids.to_vec(), text.clone()));
+        }
+        if !self.is_canonical_after_generation_prompt(ids, &text, cache.template_kwargs())? {
             cache.mark_not_append_only();
         }
         let stopped = ids.last().is_some_and(|id| self.stop_ids.contains(id));
         let body = if stopped { &ids[..ids.len() - 1] } else { ids };
-        let text = self.decode(ids, false)?;
         let body_text = self.decode(body, false)?;
         let (reasoning, content) = split_reasoning(&body_text);
         let (content, tool_calls, tool_call_error) = match self.tool_parser {
@@ -493,12 +501,31 @@ impl Codec {
 }
 
 impl Codec {
-    /// Whether `ids`, following the generation prompt, are what the tokenizer makes of their
-    /// text there. When not (the policy sampled a non-canonical split, or the text merges with
+    /// The text of a sampled turn's ids: the text [`Codec::append_sampled`] decoded when the
+    /// ids are that turn's (the common case, an observation after a sampled turn), otherwise
+    /// decoded again. Decoding is deterministic, so either way the text is the same.
+    fn decode_turn(&self, ids: &[u32]) -> Result<String> {
+        if let Ok(memo) = self.last_turn.lock() {
+            if let Some((memo_ids, text)) = memo.as_ref() {
+                if memo_ids == ids {
+                    return Ok(text.clone());
+                }
+            }
+        }
+        self.decode(ids, false)
+    }
+
+    /// Whether `ids` (decoded: `text`), following the generation prompt, are what the
+    /// tokenizer makes of their text there. When not (the policy sampled a non-canonical split, or the text merges with
     /// the end of the generation prompt, e.g. a leading newline after `assistant\n`), a full
     /// render would tokenize the turn differently: the stream is no longer append-only.
     /// The check costs one tokenization of the turn, independent of the conversation length.
-    fn is_canonical_after_generation_prompt(&self, ids: &[u32], kwargs: &Kwargs) -> Result<bool> {
+    fn is_canonical_after_generation_prompt(
+        &self,
+        ids: &[u32],
+        text: &str,
+        kwargs: &Kwargs,
+    ) -> Result<bool> {
         let gp = if kwargs.is_empty() {
             self.generation_prompt.clone()
         } else {
@@ -509,7 +536,6 @@ impl Codec {
             }
         };
         let gp_ids = self.encode(&gp)?;
-        let text = self.decode(ids, false)?;
         let joined = self.encode(&format!("{gp}{text}"))?;
         Ok(joined.len() == gp_ids.len() + ids.len()
             && joined.starts_with(&gp_ids)

@@ -67,6 +67,9 @@ pub struct Codec {
     window_exact: bool,
     turn_glue: String,
     window_prompt_cache: std::sync::Mutex<Option<incremental::WindowPrompt>>,
+    /// The last turn [`Codec::append_sampled`] decoded (ids and text): the observation append
+    /// that follows needs the same text.
+    last_turn: std::sync::Mutex<Option<(Vec<u32>, String)>>,
     tool_parser: Option<ToolCallFormat>,
 }
 
@@ -102,6 +105,7 @@ impl Codec {
             window_exact: false,
             turn_glue: String::new(),
             window_prompt_cache: std::sync::Mutex::new(None),
+            last_turn: std::sync::Mutex::new(None),
             tool_parser: None,
         };
         // A template whose generation prompt cannot be probed still renders; only the

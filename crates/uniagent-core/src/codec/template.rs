@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use std::sync::Arc;
 
-use minijinja::value::{Kwargs, Object, ObjectRepr, Value as JinjaValue, ValueKind};
+use minijinja::value::{Kwargs, Object, ObjectRepr, Serde, Value as JinjaValue, ValueKind};
 use minijinja::{Environment, ErrorKind as JinjaErrorKind};
 use serde_json::{Map, Value};
 
@@ -69,7 +69,8 @@ pub struct ChatInput {
 #[derive(Debug)]
 pub struct ChatTemplate {
     env: Environment<'static>,
-    globals: BTreeMap<String, Value>,
+    /// The special-token variables, converted once: every render starts from them.
+    jinja_globals: BTreeMap<String, JinjaValue>,
 }
 
 fn tojson(value: JinjaValue, kwargs: Kwargs) -> std::result::Result<JinjaValue, minijinja::Error> {
@@ -343,7 +344,11 @@ impl ChatTemplate {
                 message: format!("chat template does not compile: {e:#}"),
                 source: Some(Box::new(e)),
             })?;
-        Ok(Self { env, globals })
+        let jinja_globals = globals
+            .iter()
+            .map(|(k, v)| (k.clone(), to_jinja(v)))
+            .collect();
+        Ok(Self { env, jinja_globals })
     }
 
     /// Renders the template like `apply_chat_template(..., tokenize=False)`.
@@ -351,27 +356,44 @@ impl ChatTemplate {
     /// Fails with [`Error::Codec`] where `transformers` raises (`raise_exception`, type errors,
     /// undefined attribute access).
     pub fn render(&self, input: &ChatInput) -> Result<String> {
-        let mut ctx: Map<String, Value> = Map::new();
-        for (k, v) in &self.globals {
-            ctx.insert(k.clone(), v.clone());
+        self.render_parts(
+            &input.messages,
+            &input.tools,
+            input.add_generation_prompt,
+            &input.template_kwargs,
+        )
+    }
+
+    /// [`ChatTemplate::render`] on borrowed parts: the incremental codec renders windows
+    /// built from slices it already holds, without assembling a [`ChatInput`].
+    pub(crate) fn render_parts<M: serde::Serialize>(
+        &self,
+        messages: &[M],
+        tools: &[Value],
+        add_generation_prompt: bool,
+        template_kwargs: &Map<String, Value>,
+    ) -> Result<String> {
+        // Later entries win, as in `apply_chat_template`: special tokens, then the caller's
+        // variables, then the named arguments.
+        let mut ctx: BTreeMap<String, JinjaValue> = self.jinja_globals.clone();
+        for (k, v) in template_kwargs {
+            ctx.insert(k.clone(), to_jinja(v));
         }
-        for (k, v) in &input.template_kwargs {
-            ctx.insert(k.clone(), v.clone());
-        }
-        ctx.insert("messages".into(), Value::Array(input.messages.clone()));
+        ctx.insert("messages".into(), JinjaValue::from(Serde(messages)));
         ctx.insert(
             "tools".into(),
-            if input.tools.is_empty() {
-                Value::Null
+            if tools.is_empty() {
+                JinjaValue::from_object(PyNone)
             } else {
-                Value::Array(input.tools.clone())
+                JinjaValue::from(Serde(tools))
             },
         );
         // `transformers` always passes `documents` (None unless given).
-        ctx.entry("documents").or_insert(Value::Null);
+        ctx.entry("documents".into())
+            .or_insert_with(|| JinjaValue::from_object(PyNone));
         ctx.insert(
             "add_generation_prompt".into(),
-            Value::Bool(input.add_generation_prompt),
+            JinjaValue::from(add_generation_prompt),
         );
         let template = self
             .env
@@ -380,23 +402,21 @@ impl ChatTemplate {
                 message: format!("chat template missing: {e}"),
                 source: Some(Box::new(e)),
             })?;
-        let ctx: BTreeMap<String, JinjaValue> = ctx
-            .into_iter()
-            .map(|(k, v)| {
-                let v = if v.is_null() {
-                    JinjaValue::from_object(PyNone)
-                } else {
-                    JinjaValue::from(minijinja::value::Serde(&v))
-                };
-                (k, v)
-            })
-            .collect();
         template
             .render(JinjaValue::from(ctx))
             .map_err(|e| Error::Codec {
                 message: format!("chat template failed: {e}"),
                 source: Some(Box::new(e)),
             })
+    }
+}
+
+/// A top-level template variable: JSON `null` is Python's `None` ([`PyNone`]).
+fn to_jinja(v: &Value) -> JinjaValue {
+    if v.is_null() {
+        JinjaValue::from_object(PyNone)
+    } else {
+        JinjaValue::from(Serde(v))
     }
 }
 
