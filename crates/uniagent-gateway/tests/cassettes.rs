@@ -363,7 +363,14 @@ async fn tiny_model_sessions_replay_without_the_model() {
     assert_eq!(cassettes.len(), 1);
     assert_eq!(cassettes[0].generator, "tch");
     assert_eq!(cassettes[0].generations(), 3);
-    let outcome = replay(&cassettes[0], codec("qwen2.5")).await.unwrap();
+    // The codec of the model directory: its generation_config.json adds a stop id.
+    let dir_codec = uniagent_core::codec::Codec::from_dir(model.path()).unwrap();
+    let outcome = replay(&cassettes[0], dir_codec).await.unwrap();
     assert_eq!(outcome.divergence, None);
+    // The tokenizer alone lacks that stop id: the first call already differs.
+    assert!(matches!(
+        replay(&cassettes[0], codec("qwen2.5")).await.unwrap().divergence,
+        Some(GatewayDivergence::Generation { request: 0, ref at, .. }) if at.starts_with("/stop_token_ids")
+    ));
     assert_eq!(without_timings(&outcome.trajectories), without_timings(&ended));
 }
