@@ -154,10 +154,10 @@ impl Gateway {
             Err(e) => (Reply::error(route, &e), None),
         };
         if self.cassettes.is_some() {
-            if let Ok(body) = serde_json::from_slice(body) {
+            if let Ok(body) = std::str::from_utf8(body) {
                 session.exchanges.push(Exchange {
                     route,
-                    body,
+                    body: body.to_owned(),
                     placement: placed.clone(),
                     generation,
                     status: reply.status.as_u16(),
@@ -169,7 +169,7 @@ impl Gateway {
         (reply, placed)
     }
 
-    /// Records a request rejected before it reached a chain (with cassettes on, and a JSON
+    /// Records a request rejected before it reached a chain (with cassettes on, and a UTF-8
     /// body): a replay must reject it the same way.
     pub(crate) async fn record_rejected(
         &self,
@@ -181,7 +181,7 @@ impl Gateway {
         if self.cassettes.is_none() {
             return;
         }
-        let Ok(body) = serde_json::from_slice::<Value>(body) else {
+        let Ok(body) = std::str::from_utf8(body) else {
             return;
         };
         let Ok(handle) = self.session(session_id) else {
@@ -189,7 +189,7 @@ impl Gateway {
         };
         handle.lock().await.exchanges.push(Exchange {
             route,
-            body,
+            body: body.to_owned(),
             placement: None,
             generation: None,
             status: reply.status.as_u16(),

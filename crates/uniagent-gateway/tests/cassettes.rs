@@ -233,8 +233,9 @@ async fn recorded_sessions_replay_identically_and_tampering_is_located() {
     // A changed request body: the prompt of that request differs after the first request's
     // prompt and turn, at the tool result.
     let mut t = an.clone();
-    let body = &mut t.exchanges[1].body;
+    let mut body: Value = serde_json::from_str(&t.exchanges[1].body).unwrap();
     body["messages"][2]["content"][0]["content"] = json!("usr var");
+    t.exchanges[1].body = body.to_string();
     let first = match &an.exchanges[0].generation {
         Some(Step::Generate { request, output }) => {
             request.prompt_ids.len() + output.token_ids.len()

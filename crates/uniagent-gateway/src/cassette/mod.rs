@@ -133,8 +133,9 @@ impl GatewayCassette {
 pub struct Exchange {
     /// The route it came in on.
     pub route: Route,
-    /// The body the harness sent (a body that is not JSON is not recorded).
-    pub body: Value,
+    /// The body exactly as the harness sent it (its text: a replay must parse the same bytes,
+    /// down to the positions a parse error names). A body that is not UTF-8 is not recorded.
+    pub body: String,
     /// Where it was placed; absent when it was rejected before placement.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<Placed>,

@@ -138,11 +138,13 @@ pub async fn replay(cassette: &GatewayCassette, codec: Codec) -> Result<GatewayR
     };
     for (request, exchange) in cassette.exchanges.iter().enumerate() {
         tape.load(request, exchange.generation.clone())?;
-        let body = serde_json::to_vec(&exchange.body).map_err(|e| GatewayError::Internal {
-            message: format!("re-encoding a recorded body: {e}"),
-        })?;
         let (reply, placed) = gateway
-            .exchange_placed(session, exchange.route, &body, exchange.stamp.clone())
+            .exchange_placed(
+                session,
+                exchange.route,
+                exchange.body.as_bytes(),
+                exchange.stamp.clone(),
+            )
             .await;
         if let Some(d) = tape.finish()? {
             return Ok(done(d));

@@ -21,7 +21,7 @@ fn cassette() -> GatewayCassette {
         exchanges: vec![
             Exchange {
                 route: Route::Messages,
-                body: json!({"model": "m", "stream": true, "messages": []}),
+                body: r#"{"model": "m", "stream": true, "messages": []}"#.into(),
                 placement: Some(Placed {
                     chain: 0,
                     action: Action::New,
@@ -48,7 +48,7 @@ fn cassette() -> GatewayCassette {
             },
             Exchange {
                 route: Route::ChatCompletions,
-                body: json!({"messages": []}),
+                body: "{not json".into(),
                 placement: None,
                 generation: None,
                 status: 400,
