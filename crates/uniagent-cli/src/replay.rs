@@ -85,9 +85,9 @@ impl std::fmt::Display for AnyDivergence {
 #[derive(Debug, Clone, PartialEq)]
 pub enum AnyCassette {
     /// A rollout of `uniagent run`.
-    Loop(Cassette),
+    Loop(Box<Cassette>),
     /// A session of `uniagent gateway`.
-    Gateway(GatewayCassette),
+    Gateway(Box<GatewayCassette>),
 }
 
 impl AnyCassette {
@@ -114,9 +114,13 @@ pub fn read_cassettes(path: &Path) -> Result<Vec<AnyCassette>> {
         let value: Value =
             serde_json::from_str(line).map_err(|e| bad(format!("a cassette is not JSON: {e}")))?;
         let c = if is_gateway_cassette(&value) {
-            AnyCassette::Gateway(GatewayCassette::from_value(value).map_err(|e| bad(e.to_string()))?)
+            AnyCassette::Gateway(Box::new(
+                GatewayCassette::from_value(value).map_err(|e| bad(e.to_string()))?,
+            ))
         } else {
-            AnyCassette::Loop(Cassette::from_value(value).map_err(|e| bad(e.to_string()))?)
+            AnyCassette::Loop(Box::new(
+                Cassette::from_value(value).map_err(|e| bad(e.to_string()))?,
+            ))
         };
         cassettes.push(c);
     }
@@ -201,7 +205,10 @@ pub async fn replay_all(
         diverged: Vec::new(),
     };
     if tools == ReplayTools::Live {
-        if let Some(c) = cassettes.iter().find(|c| matches!(c, AnyCassette::Gateway(_))) {
+        if let Some(c) = cassettes
+            .iter()
+            .find(|c| matches!(c, AnyCassette::Gateway(_)))
+        {
             return Err(CliError::preflight(format!(
                 "`{}` is a gateway cassette: the harness ran its tools, so there is nothing to re-run live; replay it with --tools recorded",
                 c.id()

@@ -294,7 +294,16 @@ async fn gateway_cassettes_replay_without_the_model() {
     write(dir.path(), "gw.yaml", &model(&url));
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_uniagent"))
         .current_dir(dir.path())
-        .args(["gateway", "--config", "gw.yaml", "--port", "0", "--out", "out", "--cassettes"])
+        .args([
+            "gateway",
+            "--config",
+            "gw.yaml",
+            "--port",
+            "0",
+            "--out",
+            "out",
+            "--cassettes",
+        ])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();

@@ -164,12 +164,7 @@ async fn run_episode(
     }
     let task = Task::new("p", messages);
     let t = agent
-        .run(
-            Arc::new(task.clone()),
-            0,
-            None,
-            &RolloutControl::default(),
-        )
+        .run(Arc::new(task.clone()), 0, None, &RolloutControl::default())
         .await;
     let cassette = recorder.cassette(
         &t,

@@ -478,9 +478,10 @@ impl Gateway {
                     trajectories: records.clone(),
                     context: cassettes.context.clone(),
                 };
-                let line = serde_json::to_value(&cassette).map_err(|e| GatewayError::Recording {
-                    message: format!("encoding a cassette: {e}"),
-                })?;
+                let line =
+                    serde_json::to_value(&cassette).map_err(|e| GatewayError::Recording {
+                        message: format!("encoding a cassette: {e}"),
+                    })?;
                 cassettes.recorder.append(&[line])?;
             }
         }

@@ -18,8 +18,8 @@ use tokio::net::TcpListener;
 use uniagent_core::RewardOutcome;
 
 use crate::error::{GatewayError, Result};
-use crate::gateway::Gateway;
 use crate::exchange::{Reply, ReplyBody, Route, SseEvent};
+use crate::gateway::Gateway;
 use crate::wire::openai;
 
 /// Request bodies up to this size are read (long sessions resend long conversations).

@@ -124,8 +124,10 @@ async fn record(dir: &Path) -> (Vec<Value>, Vec<Value>) {
     // Anthropic: a tool_use (not streamed), its tool_result (streamed).
     let atools = json!([{"name": "ls", "description": "List a directory.",
         "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}]);
-    let messages = |m: &Vec<Value>, stream: bool| json!({"model": "m", "max_tokens": 64,
-        "system": "Be brief.", "tools": atools, "stream": stream, "messages": m});
+    let messages = |m: &Vec<Value>, stream: bool| {
+        json!({"model": "m", "max_tokens": 64,
+        "system": "Be brief.", "tools": atools, "stream": stream, "messages": m})
+    };
     let url = format!("{base}/sessions/an/v1/messages");
     let mut m = vec![json!({"role": "user", "content": "what is in /?"})];
     let (status, a1) = post(&client, url.clone(), &messages(&m, false)).await;
@@ -373,5 +375,8 @@ async fn tiny_model_sessions_replay_without_the_model() {
         replay(&cassettes[0], codec("qwen2.5")).await.unwrap().divergence,
         Some(GatewayDivergence::Generation { request: 0, ref at, .. }) if at.starts_with("/stop_token_ids")
     ));
-    assert_eq!(without_timings(&outcome.trajectories), without_timings(&ended));
+    assert_eq!(
+        without_timings(&outcome.trajectories),
+        without_timings(&ended)
+    );
 }

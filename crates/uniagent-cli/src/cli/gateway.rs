@@ -53,8 +53,8 @@ pub fn main(args: GatewayArgs) -> Result<()> {
         gateway = gateway.with_recorder(recorder);
         if args.cassettes {
             let codec_dir = codec_dir(args.model_dir.as_deref(), model.as_ref())?;
-            let recorder = Recorder::open(out, CASSETTES)
-                .map_err(|e| CliError::preflight(e.to_string()))?;
+            let recorder =
+                Recorder::open(out, CASSETTES).map_err(|e| CliError::preflight(e.to_string()))?;
             gateway = gateway.with_cassettes(recorder, json!({"codec_dir": codec_dir}));
         }
     }

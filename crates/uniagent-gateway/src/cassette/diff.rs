@@ -24,8 +24,7 @@ pub fn first_json_difference(
     first: &[&str],
 ) -> Option<(String, String, String)> {
     let mut path = String::new();
-    walk(expected, got, first, &mut path)
-        .map(|(e, g)| (path_or_root(path), show(e), show(g)))
+    walk(expected, got, first, &mut path).map(|(e, g)| (path_or_root(path), show(e), show(g)))
 }
 
 fn path_or_root(path: String) -> String {

@@ -242,7 +242,7 @@ fn compare_trajectories(recorded: &[Value], replayed: &[Value]) -> Option<Gatewa
             });
         }
     }
-    (recorded.len() != replayed.len()).then(|| GatewayDivergence::Chains {
+    (recorded.len() != replayed.len()).then_some(GatewayDivergence::Chains {
         expected: recorded.len(),
         got: replayed.len(),
     })
@@ -300,7 +300,10 @@ impl TapeGenerator {
     }
 
     fn answer(&self, request: &GenerateRequest) -> std::result::Result<GenerateOutput, String> {
-        let mut slot = self.slot.lock().map_err(|_| "tape lock poisoned".to_owned())?;
+        let mut slot = self
+            .slot
+            .lock()
+            .map_err(|_| "tape lock poisoned".to_owned())?;
         slot.asked = true;
         let index = slot.request;
         let (recorded, answer) = match slot.step.take() {

@@ -8,8 +8,8 @@ use super::*;
 use crate::exchange::SseEvent;
 
 fn cassette() -> GatewayCassette {
-    let request = GenerateRequest::new(vec![1, 2, 3], SamplingParams::greedy(), 8)
-        .with_session_id("s");
+    let request =
+        GenerateRequest::new(vec![1, 2, 3], SamplingParams::greedy(), 8).with_session_id("s");
     GatewayCassette {
         cassette: CASSETTE_VERSION,
         kind: GATEWAY_KIND.into(),

@@ -216,17 +216,20 @@ impl Served {
 
     /// The latest cassette of `session` replays identically (no cassette: nothing to check).
     pub async fn assert_replays(&self, session: &str) {
-        let text = std::fs::read_to_string(self.cassettes.path().join(CASSETTES)).unwrap_or_default();
+        let text =
+            std::fs::read_to_string(self.cassettes.path().join(CASSETTES)).unwrap_or_default();
         let Some(cassette) = text
             .lines()
             .map(|l| GatewayCassette::from_json(l).unwrap())
-            .filter(|c| c.id == session)
-            .last()
+            .rfind(|c| c.id == session)
         else {
             return;
         };
         let outcome = replay(&cassette, codec(&self.tokenizer)).await.unwrap();
-        assert_eq!(outcome.divergence, None, "session {session} does not replay");
+        assert_eq!(
+            outcome.divergence, None,
+            "session {session} does not replay"
+        );
     }
 }
 
