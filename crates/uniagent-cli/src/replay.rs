@@ -1,6 +1,13 @@
 //! The library side of `uniagent replay`: read a cassettes file, rebuild each rollout from
 //! its recorded run configuration, replay it and summarise.
 //!
+//! A file may hold loop cassettes (`uniagent run`) and gateway cassettes (`uniagent gateway
+//! --out DIR --cassettes`, told apart by `"kind": "gateway"`). A gateway cassette is replayed
+//! by sending its recorded request bodies to a fresh gateway over the recorded generator
+//! outputs, with the codec of its `context.codec_dir` (see uniagent-gateway's `cassette`
+//! module). Its tools ran in the harness, so there is nothing to re-run: `--tools live` on a
+//! file with gateway cassettes is an input error.
+//!
 //! Every cassette a `run` records (`output.cassettes: true`) carries the run's effective
 //! configuration and the path of its config file (`context.config`, `context.config_file`):
 //! the model section gives the codec and length limits, the environment section the tools
@@ -12,7 +19,9 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::Value;
 use uniagent_core::cassette::{replay, Cassette, Divergence, ReplaySetup, ToolMode};
+use uniagent_core::codec::Codec;
 use uniagent_core::config::ConfigFormat;
+use uniagent_gateway::cassette::{is_gateway_cassette, GatewayCassette, GatewayDivergence};
 
 use crate::config::{ConfigDoc, RunConfig};
 use crate::env::EnvironmentRegistry;
@@ -44,17 +53,56 @@ pub struct ReplaySummary {
 /// One cassette that diverged.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Diverged {
-    /// Its rollout id.
+    /// Its rollout id (a gateway cassette: the session id).
     pub id: String,
     /// The first divergence.
-    pub divergence: Divergence,
+    pub divergence: AnyDivergence,
     /// The same, in words.
     pub message: String,
 }
 
-/// Reads every cassette of `path` (JSON lines; blank lines skipped). Bad input names the
-/// line.
-pub fn read_cassettes(path: &Path) -> Result<Vec<Cassette>> {
+/// The first divergence of a loop or a gateway replay (serialized as the inner value, both
+/// tagged by `kind`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum AnyDivergence {
+    /// A loop cassette's.
+    Loop(Divergence),
+    /// A gateway cassette's.
+    Gateway(GatewayDivergence),
+}
+
+impl std::fmt::Display for AnyDivergence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Loop(d) => d.fmt(f),
+            Self::Gateway(d) => d.fmt(f),
+        }
+    }
+}
+
+/// One line of a cassettes file.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AnyCassette {
+    /// A rollout of `uniagent run`.
+    Loop(Box<Cassette>),
+    /// A session of `uniagent gateway`.
+    Gateway(Box<GatewayCassette>),
+}
+
+impl AnyCassette {
+    /// The rollout or session id.
+    pub fn id(&self) -> &str {
+        match self {
+            Self::Loop(c) => &c.id,
+            Self::Gateway(c) => &c.id,
+        }
+    }
+}
+
+/// Reads every cassette of `path` (JSON lines; blank lines skipped), loop or gateway by each
+/// line's `kind`. Bad input names the line.
+pub fn read_cassettes(path: &Path) -> Result<Vec<AnyCassette>> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| CliError::preflight(format!("reading {}: {e}", path.display())))?;
     let mut cassettes = Vec::new();
@@ -62,8 +110,18 @@ pub fn read_cassettes(path: &Path) -> Result<Vec<Cassette>> {
         if line.trim().is_empty() {
             continue;
         }
-        let c = Cassette::from_json(line)
-            .map_err(|e| CliError::preflight(format!("{}:{}: {e}", path.display(), i + 1)))?;
+        let bad = |e: String| CliError::preflight(format!("{}:{}: {e}", path.display(), i + 1));
+        let value: Value =
+            serde_json::from_str(line).map_err(|e| bad(format!("a cassette is not JSON: {e}")))?;
+        let c = if is_gateway_cassette(&value) {
+            AnyCassette::Gateway(Box::new(
+                GatewayCassette::from_value(value).map_err(|e| bad(e.to_string()))?,
+            ))
+        } else {
+            AnyCassette::Loop(Box::new(
+                Cassette::from_value(value).map_err(|e| bad(e.to_string()))?,
+            ))
+        };
         cassettes.push(c);
     }
     if cassettes.is_empty() {
@@ -115,9 +173,28 @@ pub fn setup_for(
     })
 }
 
-/// Replays every cassette in order; the setup is rebuilt only when the recorded run changes.
+/// The codec of a gateway cassette's recording gateway: `context.codec_dir` (the model
+/// directory or the server's tokenizer directory, as `uniagent gateway` records it).
+pub fn gateway_codec(cassette: &GatewayCassette) -> Result<Codec> {
+    let Some(dir) = cassette.context.get("codec_dir").and_then(Value::as_str) else {
+        return Err(CliError::preflight(format!(
+            "gateway cassette `{}` does not name its codec directory (context.codec_dir): record it with `uniagent gateway --out DIR --cassettes`",
+            cassette.id
+        )));
+    };
+    Codec::from_dir(dir).map_err(|e| {
+        CliError::preflight(format!(
+            "gateway cassette `{}`: cannot load the codec of {dir}: {e}",
+            cassette.id
+        ))
+    })
+}
+
+/// Replays every cassette in order; a loop cassette's setup is rebuilt only when the
+/// recorded run changes. `--tools live` with a gateway cassette is an input error (its
+/// tools ran in the harness).
 pub async fn replay_all(
-    cassettes: &[Cassette],
+    cassettes: &[AnyCassette],
     tools: ReplayTools,
     registry: &EnvironmentRegistry,
 ) -> Result<ReplaySummary> {
@@ -127,8 +204,30 @@ pub async fn replay_all(
         identical: 0,
         diverged: Vec::new(),
     };
+    if tools == ReplayTools::Live {
+        if let Some(c) = cassettes
+            .iter()
+            .find(|c| matches!(c, AnyCassette::Gateway(_)))
+        {
+            return Err(CliError::preflight(format!(
+                "`{}` is a gateway cassette: the harness ran its tools, so there is nothing to re-run live; replay it with --tools recorded",
+                c.id()
+            )));
+        }
+    }
     let mut current: Option<(&Value, ReplaySetup)> = None;
     for c in cassettes {
+        let c = match c {
+            AnyCassette::Loop(c) => c,
+            AnyCassette::Gateway(g) => {
+                // Loaded per cassette: a gateway takes its codec by value.
+                let outcome = uniagent_gateway::cassette::replay(g, gateway_codec(g)?)
+                    .await
+                    .map_err(|e| CliError::runtime(format!("replaying `{}`: {e}", g.id)))?;
+                summary.record(&g.id, outcome.divergence.map(AnyDivergence::Gateway));
+                continue;
+            }
+        };
         let setup = match &current {
             Some((context, setup)) if **context == c.context => setup.clone(),
             _ => {
@@ -140,15 +239,21 @@ pub async fn replay_all(
         let outcome = replay(c, setup)
             .await
             .map_err(|e| CliError::runtime(format!("replaying `{}`: {e}", c.id)))?;
-        summary.replayed += 1;
-        match outcome.divergence {
-            None => summary.identical += 1,
-            Some(divergence) => summary.diverged.push(Diverged {
-                id: c.id.clone(),
+        summary.record(&c.id, outcome.divergence.map(AnyDivergence::Loop));
+    }
+    Ok(summary)
+}
+
+impl ReplaySummary {
+    fn record(&mut self, id: &str, divergence: Option<AnyDivergence>) {
+        self.replayed += 1;
+        match divergence {
+            None => self.identical += 1,
+            Some(divergence) => self.diverged.push(Diverged {
+                id: id.to_owned(),
                 message: divergence.to_string(),
                 divergence,
             }),
         }
     }
-    Ok(summary)
 }

@@ -49,6 +49,15 @@ fn gateway_without_a_policy_or_with_a_bad_config_exits_2() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("token-level"), "{err}");
+
+    // Cassettes go to the output directory: `--cassettes` needs `--out`.
+    let out = uniagent()
+        .args(["gateway", "--port", "0", "--cassettes"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--out"), "{err}");
 }
 
 #[cfg(not(feature = "tch"))]

@@ -2,7 +2,8 @@
 //! `/v1/completions` server speaking token ids through the Qwen2.5 codec fixture), then
 //! `uniagent replay`: identical with recorded tools and with live host tools on file-lookup;
 //! a tampered sampled token and a tampered observation diverge where they happen; `date +%N`
-//! in a `command` environment diverges live.
+//! in a `command` environment diverges live. Gateway cassettes (`uniagent gateway --out DIR
+//! --cassettes`) replay too, with the model server gone.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -274,6 +275,129 @@ model: {type: openai, http: {endpoints: [\"http://127.0.0.1:9/v1\"], model: m}}\
     let out = uniagent(dir.path(), &["replay", "empty.jsonl", "--tools", "live"]).await;
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("no cassettes"), "{}", stderr(&out));
+}
+
+/// `uniagent gateway --out DIR --cassettes` over a scripted vLLM server: an OpenAI session
+/// (plain, then streamed) ended by the client and an Anthropic one left open and ended by
+/// SIGTERM are recorded as two gateway cassettes, which `uniagent replay` rebuilds identically
+/// with the server gone; `--tools live` is refused (exit 2), a tampered sampled id exits 1 at
+/// that request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_cassettes_replay_without_the_model() {
+    use std::io::{BufRead, BufReader};
+
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+
+    let (url, server) = vllm(Arc::new(|turn, _| format!("Answer number {turn}."))).await;
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "gw.yaml", &model(&url));
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_uniagent"))
+        .current_dir(dir.path())
+        .args([
+            "gateway",
+            "--config",
+            "gw.yaml",
+            "--port",
+            "0",
+            "--out",
+            "out",
+            "--cassettes",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        line
+    })
+    .await
+    .unwrap();
+    let Some(base) = line.trim().strip_prefix("listening on ").map(str::to_owned) else {
+        let _ = child.kill();
+        panic!("first line: {line:?}");
+    };
+    let client = reqwest::Client::new();
+    let post = |path: String, body: Value| {
+        let client = client.clone();
+        let url = format!("{base}{path}");
+        async move {
+            let r = client.post(url).json(&body).send().await.unwrap();
+            assert_eq!(r.status().as_u16(), 200);
+            r.text().await.unwrap()
+        }
+    };
+    let hi = json!({"role": "user", "content": "hi"});
+    let first: Value = serde_json::from_str(
+        &post(
+            "/sessions/g1/v1/chat/completions".into(),
+            json!({"model": "m", "messages": [hi]}),
+        )
+        .await,
+    )
+    .unwrap();
+    let answer = first["choices"][0]["message"].clone();
+    assert_eq!(answer["content"], "Answer number 0.");
+    let streamed = post(
+        "/sessions/g1/v1/chat/completions".into(),
+        json!({"model": "m", "stream": true,
+               "messages": [hi, answer, {"role": "user", "content": "again"}]}),
+    )
+    .await;
+    assert!(streamed.contains("Answer number 1."), "{streamed}");
+    post("/sessions/g1/end".into(), Value::Null).await;
+    post(
+        "/sessions/g2/v1/messages".into(),
+        json!({"model": "m", "max_tokens": 32, "messages": [hi]}),
+    )
+    .await;
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "{status}");
+    server.abort();
+
+    let file = dir.path().join("out/cassettes.jsonl");
+    let lines = cassettes(&file);
+    let ids: Vec<&Value> = lines.iter().map(|c| &c["id"]).collect();
+    assert_eq!(ids, [&json!("g1"), &json!("g2")]);
+    assert_eq!(lines[0]["kind"], "gateway");
+    assert_eq!(lines[0]["generator"], "vllm");
+    let out = uniagent(dir.path(), &["replay", "out/cassettes.jsonl"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let s = summary(&out);
+    assert_eq!(
+        s,
+        json!({"tools": "recorded", "replayed": 2, "identical": 2, "diverged": []})
+    );
+    let out = uniagent(
+        dir.path(),
+        &["replay", "out/cassettes.jsonl", "--tools", "live"],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("gateway cassette") && stderr(&out).contains("--tools recorded"),
+        "{}",
+        stderr(&out)
+    );
+
+    let mut tampered = lines.clone();
+    let output = &mut tampered[0]["exchanges"][1]["generation"]["output"];
+    let id = output["token_ids"][0].as_u64().unwrap();
+    output["token_ids"][0] = json!(id + 1);
+    write_lines(&dir.path().join("tampered.jsonl"), &tampered);
+    let out = uniagent(dir.path(), &["replay", "tampered.jsonl"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let s = summary(&out);
+    assert_eq!(s["identical"], 1);
+    let d = &s["diverged"][0];
+    assert_eq!(d["id"], "g1");
+    assert_eq!(d["divergence"]["kind"], "answer");
+    assert_eq!(d["divergence"]["request"], 1);
 }
 
 /// The in-process `tch` engine (the tiny random Qwen2 fixture, sampled at temperature 1 with

@@ -1,6 +1,7 @@
 //! The loop over a real codec (Qwen2.5 tokenizer and chat template fixtures) and a scripted
 //! token generator: random episodes give trajectories whose ids equal the codec's full render
-//! of the conversation and whose mask is 1 exactly on the sampled tokens.
+//! of the conversation and whose mask is 1 exactly on the sampled tokens. Every episode is
+//! recorded as a cassette and replays identically.
 
 // Test helpers may unwrap (a panic fails the test); core's `Error` is large by design.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -12,6 +13,9 @@ use proptest::prelude::*;
 use serde_json::json;
 use uniagent_core::agent::{
     AgentInteraction, ExitReason, LoopConfig, RolloutControl, TokenChatModel,
+};
+use uniagent_core::cassette::{
+    replay, Cassette, RecordGenerator, RecordTool, Recorder, ReplaySetup, ToolMode,
 };
 use uniagent_core::codec::{messages_to_json, tools_to_json, ChatInput, Codec};
 use uniagent_core::parsers::ToolCallFormat;
@@ -127,14 +131,20 @@ fn text_of(kind: &TurnKind) -> String {
 async fn run_episode(
     kinds: &[TurnKind],
     with_system: bool,
-) -> (uniagent_core::agent::Trajectory, Arc<ScriptedGenerator>) {
+) -> (
+    uniagent_core::agent::Trajectory,
+    Arc<ScriptedGenerator>,
+    Cassette,
+) {
     let codec = codec();
     let generator = Arc::new(ScriptedGenerator {
         codec: codec.clone(),
         texts: kinds.iter().map(text_of).collect(),
         requests: Mutex::default(),
     });
-    let model = TokenChatModel::new(generator.clone(), codec, LengthLimits::default());
+    let recorder = Recorder::new();
+    let recording = RecordGenerator::new(generator.clone(), Arc::clone(&recorder));
+    let model = TokenChatModel::new(Arc::new(recording), codec, LengthLimits::default());
     let echo = RecordingTool::with_spec(echo_spec(), |a| {
         Ok(ToolOutput::success(format!(
             "echoed: {}",
@@ -146,20 +156,35 @@ async fn run_episode(
         format_error_budget: 100,
         ..LoopConfig::default()
     };
-    let agent = AgentInteraction::new(Arc::new(model), vec![Arc::new(echo)], cfg).unwrap();
+    let tools = RecordTool::wrap_all(&[Arc::new(echo)], &recorder);
+    let agent = AgentInteraction::new(Arc::new(model), tools, cfg.clone()).unwrap();
     let mut messages = vec![Message::user("Echo some things.")];
     if with_system {
         messages.insert(0, Message::system("You are a careful agent."));
     }
+    let task = Task::new("p", messages);
     let t = agent
-        .run(
-            Arc::new(Task::new("p", messages)),
-            0,
-            None,
-            &RolloutControl::default(),
-        )
+        .run(Arc::new(task.clone()), 0, None, &RolloutControl::default())
         .await;
-    (t, generator)
+    let cassette = recorder.cassette(
+        &t,
+        &task,
+        vec![echo_spec()],
+        cfg,
+        "scripted-generator",
+        serde_json::Value::Null,
+    );
+    (t, generator, cassette)
+}
+
+/// The first divergence of `cassette`'s replay with recorded tools (`None`: identical).
+async fn replayed(cassette: &Cassette) -> Option<uniagent_core::cassette::Divergence> {
+    let setup = ReplaySetup {
+        codec: codec(),
+        limits: LengthLimits::default(),
+        tools: ToolMode::Recorded,
+    };
+    replay(cassette, setup).await.unwrap().divergence
 }
 
 fn full_render(codec: &Codec, t: &uniagent_core::agent::Trajectory) -> Vec<u32> {
@@ -179,8 +204,9 @@ async fn a_tool_episode_over_the_real_codec_matches_the_full_render() {
         TurnKind::Calls("Let me check".into(), vec!["hello world".into()]),
         TurnKind::Calls(String::new(), vec!["a".into(), "b".into()]),
     ];
-    let (t, generator) = run_episode(&kinds, true).await;
+    let (t, generator, cassette) = run_episode(&kinds, true).await;
     assert_eq!(t.exit_reason, ExitReason::MaxTurns, "{:?}", t.error);
+    assert_eq!(replayed(&cassette).await, None);
     let codec = codec();
     let mut ids = t.output.prompt_ids.clone();
     ids.extend(&t.output.response_ids);
@@ -207,8 +233,9 @@ proptest! {
         with_system in any::<bool>(),
     ) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let (t, generator) = rt.block_on(run_episode(&kinds, with_system));
+        let (t, generator, cassette) = rt.block_on(run_episode(&kinds, with_system));
         prop_assert_eq!(t.exit_reason, ExitReason::MaxTurns, "{:?}", t.error);
+        prop_assert_eq!(rt.block_on(replayed(&cassette)), None);
         let codec = codec();
         let mut ids = t.output.prompt_ids.clone();
         ids.extend(&t.output.response_ids);

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use uniagent_core::parsers::ToolCallFormat;
 use uniagent_core::LengthLimits;
@@ -17,7 +17,7 @@ use crate::error::{GatewayError, Result};
 /// assert_eq!(config.model_name, "policy");
 /// assert!(GatewayConfig::from_yaml("max_model_lenn: 1").is_err());
 /// ```
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct GatewayConfig {
     /// The model name `models` lists and responses carry.

@@ -1,8 +1,9 @@
 //! [`Gateway`]: sessions of token chains over one codec and one token generator.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 use uniagent_core::agent::ExitReason;
@@ -12,9 +13,13 @@ use uniagent_core::{
     TokenGenerator,
 };
 
+use uniagent_core::cassette::{Step, CASSETTE_VERSION};
+
+use crate::cassette::{Action, Exchange, GatewayCassette, Placed, GATEWAY_KIND};
 use crate::chain::{Base, Chain, FormatError};
 use crate::config::GatewayConfig;
 use crate::error::{GatewayError, Result};
+use crate::exchange::{Reply, Route, Stamp};
 use crate::record::Recorder;
 use crate::session::{Placement, Session};
 use crate::turn::{Finish, ToolChoice, TurnAnswer, TurnRequest};
@@ -32,6 +37,15 @@ pub struct Gateway {
     config: GatewayConfig,
     sessions: Mutex<HashMap<String, SessionHandle>>,
     recorder: Option<Recorder>,
+    cassettes: Option<Cassettes>,
+    stamps: AtomicU64,
+}
+
+/// Where ended sessions' cassettes go, and the context each carries.
+#[derive(Debug)]
+struct Cassettes {
+    recorder: Recorder,
+    context: Value,
 }
 
 impl Gateway {
@@ -48,6 +62,29 @@ impl Gateway {
             config,
             sessions: Mutex::new(HashMap::new()),
             recorder: None,
+            cassettes: None,
+            stamps: AtomicU64::new(0),
+        }
+    }
+
+    /// Records every session as a [`GatewayCassette`](crate::cassette::GatewayCassette),
+    /// appended to `recorder` (opened on `cassettes.jsonl`) when the session ends. `context`
+    /// is kept verbatim in each cassette for the replay's caller (the CLI: the codec
+    /// directory).
+    pub fn with_cassettes(mut self, recorder: Recorder, context: Value) -> Self {
+        self.cassettes = Some(Cassettes { recorder, context });
+        self
+    }
+
+    /// A fresh answer id (`chatcmpl-<session>-<n>`, `msg-<session>-<n>`) and the time now.
+    pub(crate) fn fresh_stamp(&self, route: Route, session: &str) -> Stamp {
+        let n = self.stamps.fetch_add(1, Ordering::Relaxed);
+        let created = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        Stamp {
+            id: format!("{}-{session}-{n}", route.id_prefix()),
+            created,
         }
     }
 
@@ -76,19 +113,100 @@ impl Gateway {
 
     /// Answers one request of session `session_id` (created if new), recording the sampled
     /// turn in the chain the request continues (see the crate docs).
-    pub async fn complete(&self, session_id: &str, mut req: TurnRequest) -> Result<TurnAnswer> {
-        if req.messages.is_empty() {
-            return Err(GatewayError::invalid("`messages` must not be empty"));
-        }
-        if let ToolChoice::Function(name) = &req.tool_choice {
-            if !req.tools.iter().any(|t| t.name() == name) {
-                return Err(GatewayError::invalid(format!(
-                    "tool_choice names `{name}`, which is not among the declared tools"
-                )));
-            }
-        }
+    pub async fn complete(&self, session_id: &str, req: TurnRequest) -> Result<TurnAnswer> {
+        check(&req)?;
         let handle = self.session(session_id)?;
         let mut session = handle.lock().await;
+        let mut generation = None;
+        self.complete_in(&mut session, session_id, req, &mut generation)
+            .await
+            .map(|(answer, _)| answer)
+    }
+
+    /// Answers `req` as [`complete`](Self::complete) and builds the reply with `build`
+    /// (errors get the route's error body); with cassettes on, the exchange (`body`, the
+    /// placement, the generator call, the reply) joins the session's record, in the order
+    /// the session's requests are answered.
+    pub(crate) async fn complete_recorded(
+        &self,
+        session_id: &str,
+        route: Route,
+        body: &[u8],
+        req: TurnRequest,
+        build: impl FnOnce(&TurnAnswer) -> Reply,
+    ) -> (Reply, Option<Placed>) {
+        if let Err(e) = check(&req) {
+            let reply = Reply::error(route, &e);
+            self.record_rejected(session_id, route, body, &reply).await;
+            return (reply, None);
+        }
+        let handle = match self.session(session_id) {
+            Ok(h) => h,
+            Err(e) => return (Reply::error(route, &e), None),
+        };
+        let mut session = handle.lock().await;
+        let mut generation = None;
+        let (reply, placed) = match self
+            .complete_in(&mut session, session_id, req, &mut generation)
+            .await
+        {
+            Ok((answer, placed)) => (build(&answer), Some(placed)),
+            Err(e) => (Reply::error(route, &e), None),
+        };
+        if self.cassettes.is_some() {
+            if let Ok(body) = std::str::from_utf8(body) {
+                session.exchanges.push(Exchange {
+                    route,
+                    body: body.to_owned(),
+                    placement: placed.clone(),
+                    generation,
+                    status: reply.status.as_u16(),
+                    reply: reply.body.clone(),
+                    stamp: reply.stamp.clone(),
+                });
+            }
+        }
+        (reply, placed)
+    }
+
+    /// Records a request rejected before it reached a chain (with cassettes on, and a UTF-8
+    /// body): a replay must reject it the same way.
+    pub(crate) async fn record_rejected(
+        &self,
+        session_id: &str,
+        route: Route,
+        body: &[u8],
+        reply: &Reply,
+    ) {
+        if self.cassettes.is_none() {
+            return;
+        }
+        let Ok(body) = std::str::from_utf8(body) else {
+            return;
+        };
+        let Ok(handle) = self.session(session_id) else {
+            return;
+        };
+        handle.lock().await.exchanges.push(Exchange {
+            route,
+            body: body.to_owned(),
+            placement: None,
+            generation: None,
+            status: reply.status.as_u16(),
+            reply: reply.body.clone(),
+            stamp: None,
+        });
+    }
+
+    /// The work of [`complete`](Self::complete) on the locked session; the generator call is
+    /// left in `generation` (for the cassette), and the placement returned with the answer.
+    async fn complete_in(
+        &self,
+        session: &mut Session,
+        session_id: &str,
+        mut req: TurnRequest,
+        generation: &mut Option<Step>,
+    ) -> Result<(TurnAnswer, Placed)> {
         let index = session.chains.len();
         let id = format!("{session_id}:{index}");
         let placement = session.place(
@@ -134,11 +252,21 @@ impl Gateway {
             .with_stop_token_ids(self.codec.stop_token_ids().to_vec())
             .with_session_id(session_id);
         let started = Instant::now();
-        let out = self
-            .generator
-            .generate(request)
-            .await
-            .map_err(GatewayError::from_model)?;
+        let result = self.generator.generate(request.clone()).await;
+        if self.cassettes.is_some() {
+            *generation = Some(match &result {
+                Ok(output) => Step::Generate {
+                    request,
+                    output: output.clone(),
+                },
+                Err(e) => Step::GenerateError {
+                    request,
+                    kind: e.kind(),
+                    message: e.to_string(),
+                },
+            });
+        }
+        let out = result.map_err(GatewayError::from_model)?;
         let seconds = started.elapsed().as_secs_f64();
         let logprobs_given = match &out.logprobs {
             None => false,
@@ -168,6 +296,15 @@ impl Gateway {
         let turn_index = work.assistant_turns().saturating_sub(1);
         session.turns += 1;
         let chain_index = chain.unwrap_or(index);
+        let placed = Placed {
+            chain: chain_index,
+            action: match (chain, rollback) {
+                (None, _) => Action::New,
+                (Some(_), true) => Action::Rollback,
+                (Some(_), false) => Action::Extend,
+            },
+            origin: chain.is_none().then_some(origin),
+        };
         let (mut message, format_error) = match (&req.tool_choice, &turn.tool_call_error) {
             (ToolChoice::None, _) => (Message::assistant(raw_body(&self.codec, ids)?), None),
             (_, Some(err)) => (
@@ -248,7 +385,7 @@ impl Gateway {
             .map(|&id| self.codec.decode(&[id], false))
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(GatewayError::from_codec)?;
-        Ok(TurnAnswer {
+        let answer = TurnAnswer {
             message,
             finish,
             token_ids: ids.to_vec(),
@@ -257,7 +394,8 @@ impl Gateway {
             prompt_tokens,
             format_error,
             chain: chain_index,
-        })
+        };
+        Ok((answer, placed))
     }
 
     /// The smallest prefix of `ids` whose text contains one of `stops`, and that stop string.
@@ -315,7 +453,7 @@ impl Gateway {
         let Some(handle) = handle else {
             return Ok(Vec::new());
         };
-        let session = handle.lock().await;
+        let mut session = handle.lock().await;
         let records: Vec<Value> = session
             .chains
             .iter()
@@ -324,6 +462,28 @@ impl Gateway {
             .collect();
         if let Some(recorder) = &self.recorder {
             recorder.append(&records)?;
+        }
+        if let Some(cassettes) = &self.cassettes {
+            if !session.exchanges.is_empty() {
+                let cassette = GatewayCassette {
+                    cassette: CASSETTE_VERSION,
+                    kind: GATEWAY_KIND.into(),
+                    id: session_id.to_owned(),
+                    uniagent_version: env!("CARGO_PKG_VERSION").to_owned(),
+                    generator: self.generator.name().to_owned(),
+                    config: self.config.clone(),
+                    tool_parser: self.codec.tool_parser(),
+                    exchanges: std::mem::take(&mut session.exchanges),
+                    reward: session.reward.clone(),
+                    trajectories: records.clone(),
+                    context: cassettes.context.clone(),
+                };
+                let line =
+                    serde_json::to_value(&cassette).map_err(|e| GatewayError::Recording {
+                        message: format!("encoding a cassette: {e}"),
+                    })?;
+                cassettes.recorder.append(&[line])?;
+            }
         }
         Ok(records)
     }
@@ -371,4 +531,19 @@ fn limit_reason(cache: &uniagent_core::RolloutCache) -> ExitReason {
         }) => ExitReason::TokenLimit,
         _ => ExitReason::ContextOverflow,
     }
+}
+
+/// The checks of a request that need no session.
+fn check(req: &TurnRequest) -> Result<()> {
+    if req.messages.is_empty() {
+        return Err(GatewayError::invalid("`messages` must not be empty"));
+    }
+    if let ToolChoice::Function(name) = &req.tool_choice {
+        if !req.tools.iter().any(|t| t.name() == name) {
+            return Err(GatewayError::invalid(format!(
+                "tool_choice names `{name}`, which is not among the declared tools"
+            )));
+        }
+    }
+    Ok(())
 }

@@ -1,8 +1,10 @@
 #![doc = include_str!("../README.md")]
 
+pub mod cassette;
 pub mod chain;
 mod config;
 mod error;
+mod exchange;
 mod gateway;
 #[cfg(feature = "tch")]
 mod model_dir;
@@ -14,6 +16,7 @@ pub mod wire;
 
 pub use config::GatewayConfig;
 pub use error::{GatewayError, Result};
+pub use exchange::{Reply, ReplyBody, Route, SseEvent, Stamp};
 pub use gateway::Gateway;
 #[cfg(feature = "tch")]
 pub use model_dir::load_model_dir;

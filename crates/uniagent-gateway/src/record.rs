@@ -1,4 +1,5 @@
-//! [`Recorder`]: appends ended sessions' trajectories to `trajectories.jsonl`.
+//! [`Recorder`]: appends ended sessions' trajectories to `trajectories.jsonl` (and their
+//! cassettes to `cassettes.jsonl`).
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -12,7 +13,8 @@ use crate::error::{GatewayError, Result};
 /// The file name inside the output directory (the same as `uniagent run` writes).
 pub const TRAJECTORIES: &str = "trajectories.jsonl";
 
-/// Appends one flushed JSON line per trajectory to `DIR/trajectories.jsonl`.
+/// Appends one flushed JSON line per record to `DIR/trajectories.jsonl` (or another file of
+/// `DIR`, see [`open`](Self::open)).
 #[derive(Debug)]
 pub struct Recorder {
     path: PathBuf,
@@ -22,16 +24,22 @@ pub struct Recorder {
 impl Recorder {
     /// Creates `dir` if needed and opens its `trajectories.jsonl` for appending.
     pub fn create(dir: &Path) -> Result<Self> {
+        Self::open(dir, TRAJECTORIES)
+    }
+
+    /// Creates `dir` if needed and opens its file `name` (e.g.
+    /// [`CASSETTES`](crate::cassette::CASSETTES)) for appending.
+    pub fn open(dir: &Path, name: &str) -> Result<Self> {
         let recording = |e: std::io::Error, what: &str| GatewayError::Recording {
             message: format!("{what} {}: {e}", dir.display()),
         };
         std::fs::create_dir_all(dir).map_err(|e| recording(e, "cannot create"))?;
-        let path = dir.join(TRAJECTORIES);
+        let path = dir.join(name);
         let file = OpenOptions::new()
             .create(true)
             .append(true)
             .open(&path)
-            .map_err(|e| recording(e, "cannot open trajectories.jsonl in"))?;
+            .map_err(|e| recording(e, &format!("cannot open {name} in")))?;
         Ok(Self {
             path,
             file: Mutex::new(file),
@@ -49,7 +57,7 @@ impl Recorder {
         let mut bytes = Vec::new();
         for r in records {
             serde_json::to_writer(&mut bytes, r).map_err(|e| GatewayError::Recording {
-                message: format!("encoding a trajectory: {e}"),
+                message: format!("encoding a record: {e}"),
             })?;
             bytes.push(b'\n');
         }

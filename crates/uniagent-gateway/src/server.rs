@@ -2,7 +2,6 @@
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -19,8 +18,9 @@ use tokio::net::TcpListener;
 use uniagent_core::RewardOutcome;
 
 use crate::error::{GatewayError, Result};
+use crate::exchange::{Reply, ReplyBody, Route, SseEvent};
 use crate::gateway::Gateway;
-use crate::wire::{anthropic, openai};
+use crate::wire::openai;
 
 /// Request bodies up to this size are read (long sessions resend long conversations).
 const BODY_LIMIT: usize = 256 * 1024 * 1024;
@@ -28,14 +28,6 @@ const BODY_LIMIT: usize = 256 * 1024 * 1024;
 #[derive(Debug)]
 struct AppState {
     gateway: Arc<Gateway>,
-    counter: AtomicU64,
-}
-
-impl AppState {
-    fn next_id(&self, prefix: &str, session: &str) -> String {
-        let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        format!("{prefix}-{session}-{n}")
-    }
 }
 
 fn now() -> u64 {
@@ -46,10 +38,7 @@ fn now() -> u64 {
 
 /// The router of `gateway`.
 pub fn router(gateway: Arc<Gateway>) -> Router {
-    let state = Arc::new(AppState {
-        gateway,
-        counter: AtomicU64::new(0),
-    });
+    let state = Arc::new(AppState { gateway });
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/sessions/{session}/v1/chat/completions", post(chat))
@@ -82,13 +71,22 @@ fn openai_error(e: GatewayError) -> Response {
     (e.status(), Json(openai::error_body(&e))).into_response()
 }
 
-fn anthropic_error(e: GatewayError) -> Response {
-    (e.status(), Json(anthropic::error_body(&e))).into_response()
+fn sse(events: Vec<SseEvent>) -> Response {
+    let events = events.into_iter().map(|e| {
+        let event = match e.event {
+            Some(name) => Event::default().event(name),
+            None => Event::default(),
+        };
+        Ok::<_, Infallible>(event.data(e.data))
+    });
+    Sse::new(futures::stream::iter(events)).into_response()
 }
 
-fn sse(events: Vec<Event>) -> Response {
-    let stream = futures::stream::iter(events.into_iter().map(Ok::<_, Infallible>));
-    Sse::new(stream).into_response()
+fn respond(reply: Reply) -> Response {
+    match reply.body {
+        ReplyBody::Json(v) => (reply.status, Json(v)).into_response(),
+        ReplyBody::Events(events) => sse(events),
+    }
 }
 
 async fn chat(
@@ -96,32 +94,12 @@ async fn chat(
     Path(session): Path<String>,
     body: Bytes,
 ) -> Response {
-    let (req, options) = match openai::parse_request(&body) {
-        Ok(r) => r,
-        Err(e) => return openai_error(e),
-    };
-    let answer = match state.gateway.complete(&session, req).await {
-        Ok(a) => a,
-        Err(e) => return openai_error(e),
-    };
-    let id = state.next_id("chatcmpl", &session);
-    let model = state.gateway.config().model_name.as_str();
-    if options.stream {
-        let events = openai::chunks(&answer, &id, model, now(), &options)
-            .into_iter()
-            .map(|d| Event::default().data(d))
-            .collect();
-        sse(events)
-    } else {
-        Json(openai::response(
-            &answer,
-            &id,
-            model,
-            now(),
-            options.logprobs,
-        ))
-        .into_response()
-    }
+    respond(
+        state
+            .gateway
+            .exchange(&session, Route::ChatCompletions, &body, None)
+            .await,
+    )
 }
 
 async fn messages(
@@ -129,25 +107,12 @@ async fn messages(
     Path(session): Path<String>,
     body: Bytes,
 ) -> Response {
-    let (req, stream) = match anthropic::parse_request(&body) {
-        Ok(r) => r,
-        Err(e) => return anthropic_error(e),
-    };
-    let answer = match state.gateway.complete(&session, req).await {
-        Ok(a) => a,
-        Err(e) => return anthropic_error(e),
-    };
-    let id = state.next_id("msg", &session);
-    let model = state.gateway.config().model_name.as_str();
-    if stream {
-        let events = anthropic::events(&answer, &id, model)
-            .into_iter()
-            .map(|(name, data)| Event::default().event(name).data(data.to_string()))
-            .collect();
-        sse(events)
-    } else {
-        Json(anthropic::response(&answer, &id, model)).into_response()
-    }
+    respond(
+        state
+            .gateway
+            .exchange(&session, Route::Messages, &body, None)
+            .await,
+    )
 }
 
 async fn models(State(state): State<Arc<AppState>>) -> Response {

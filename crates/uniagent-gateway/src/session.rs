@@ -14,6 +14,8 @@ pub struct Session {
     pub(crate) chains: Vec<Chain>,
     pub(crate) reward: Option<RewardOutcome>,
     pub(crate) turns: u64,
+    /// The exchanges recorded for the session's cassette (cassettes on only).
+    pub(crate) exchanges: Vec<crate::cassette::Exchange>,
 }
 
 /// Where a request's generation runs: a working copy of a chain's tokens, committed only when

@@ -3,7 +3,8 @@
 //! CPU through the tch engine: multi-turn, streaming and not, tool declarations, harness-made
 //! tool calls, an edited history. The tokens each session recorded are then checked: one chain
 //! per conversation, its mask-1 runs are exactly the answers the SDKs received (the edited one
-//! rolled back), and its text is the chat template's full render of the conversation.
+//! rolled back), and its text is the chat template's full render of the conversation. Every
+//! session is recorded as a cassette and replays identically.
 //!
 //! Skips with a printed reason when `UNIAGENT_GATEWAY_VENV` is unset; fails when it is set and
 //! the venv is missing.
@@ -17,7 +18,8 @@ use std::sync::Arc;
 use serde_json::Value;
 use uniagent_core::codec::{messages_to_json, ChatInput, Codec};
 use uniagent_core::Message;
-use uniagent_gateway::{load_model_dir, Gateway, GatewayConfig};
+use uniagent_gateway::cassette::{replay, GatewayCassette, CASSETTES};
+use uniagent_gateway::{load_model_dir, Gateway, GatewayConfig, Recorder};
 
 fn repo(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
@@ -103,7 +105,13 @@ async fn official_sdks_drive_the_gateway_and_the_tokens_are_exact() {
     let dir = tempfile::tempdir().unwrap();
     model_dir(dir.path());
     let (codec, engine) = load_model_dir(dir.path()).unwrap();
-    let gateway = Arc::new(Gateway::new(codec, engine, GatewayConfig::default()));
+    let cassettes = tempfile::tempdir().unwrap();
+    let gateway = Arc::new(
+        Gateway::new(codec, engine, GatewayConfig::default()).with_cassettes(
+            Recorder::open(cassettes.path(), CASSETTES).unwrap(),
+            Value::Null,
+        ),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let router = uniagent_gateway::router(gateway);
@@ -193,4 +201,19 @@ async fn official_sdks_drive_the_gateway_and_the_tokens_are_exact() {
         codec.eos_token()
     };
     assert_eq!(format!("{text}{closing}\n"), full);
+
+    // Every session the SDKs drove replays identically from its cassette, without the model.
+    let lines = std::fs::read_to_string(cassettes.path().join(CASSETTES)).unwrap();
+    let mut sessions = Vec::new();
+    for line in lines.lines() {
+        let cassette = GatewayCassette::from_json(line).unwrap();
+        let outcome = replay(&cassette, Codec::from_dir(dir.path()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(outcome.divergence, None, "session {}", cassette.id);
+        sessions.push(cassette.id);
+    }
+    for s in ["oa", "os", "an"] {
+        assert!(sessions.iter().any(|id| id == s), "{sessions:?}");
+    }
 }

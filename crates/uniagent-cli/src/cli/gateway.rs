@@ -1,4 +1,5 @@
-//! `uniagent gateway [--config FILE] [--model-dir DIR] [--host H] [--port P] [--out DIR]`:
+//! `uniagent gateway [--config FILE] [--model-dir DIR] [--host H] [--port P] [--out DIR]
+//! [--cassettes]`:
 //! session-scoped OpenAI / Anthropic endpoints over a token-level policy (see
 //! `uniagent-gateway`). The policy is `--model-dir` (tch engine, feature `tch`) or the
 //! config's `model:` section (`type: vllm | sglang`, as in `run` configs).
@@ -7,10 +8,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Args;
-use serde_json::Value;
+use serde_json::{json, Value};
 use uniagent_core::codec::Codec;
 use uniagent_core::TokenGenerator;
 use uniagent_envs::models::{SglangGenerator, VllmGenerator};
+use uniagent_gateway::cassette::CASSETTES;
 use uniagent_gateway::{Gateway, GatewayConfig, Recorder};
 
 use crate::error::{CliError, Result};
@@ -35,6 +37,10 @@ pub struct GatewayArgs {
     /// Where ended sessions' trajectories are appended (`trajectories.jsonl`).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Also record each ended session as a cassette in `--out DIR/cassettes.jsonl`, for
+    /// `uniagent replay` (every request body is kept: long sessions make large files).
+    #[arg(long, requires = "out")]
+    pub cassettes: bool,
 }
 
 /// Runs `gateway` until Ctrl-C / SIGTERM; open sessions are then ended and recorded.
@@ -45,6 +51,12 @@ pub fn main(args: GatewayArgs) -> Result<()> {
     if let Some(out) = &args.out {
         let recorder = Recorder::create(out).map_err(|e| CliError::preflight(e.to_string()))?;
         gateway = gateway.with_recorder(recorder);
+        if args.cassettes {
+            let codec_dir = codec_dir(args.model_dir.as_deref(), model.as_ref())?;
+            let recorder =
+                Recorder::open(out, CASSETTES).map_err(|e| CliError::preflight(e.to_string()))?;
+            gateway = gateway.with_cassettes(recorder, json!({"codec_dir": codec_dir}));
+        }
     }
     let gateway = Arc::new(gateway);
     super::runtime()?.block_on(async move {
@@ -53,6 +65,18 @@ pub fn main(args: GatewayArgs) -> Result<()> {
             .await
             .map_err(|e| CliError::runtime(e.to_string()))
     })
+}
+
+/// The directory the codec was loaded from, absolute (a replay reloads it from there).
+fn codec_dir(model_dir: Option<&Path>, model: Option<&ModelConfig>) -> Result<PathBuf> {
+    let dir = match (model_dir, model) {
+        (Some(dir), _) => dir,
+        (None, Some(ModelConfig::Vllm(c))) => c.tokenizer.as_path(),
+        (None, Some(ModelConfig::Sglang(c))) => c.tokenizer.as_path(),
+        _ => return Err(CliError::preflight("no codec directory")),
+    };
+    std::fs::canonicalize(dir)
+        .map_err(|e| CliError::preflight(format!("cannot resolve {}: {e}", dir.display())))
 }
 
 /// The gateway settings and the optional `model:` section.

@@ -13,11 +13,13 @@ use crate::replay::{read_cassettes, replay_all, ReplayTools};
 /// Arguments of `replay`.
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
-    /// A cassettes file: the `cassettes.jsonl` of a run with `output.cassettes: true`.
+    /// A cassettes file: the `cassettes.jsonl` of a run with `output.cassettes: true`, or of
+    /// `gateway --out DIR --cassettes`.
     pub file: PathBuf,
     /// `recorded`: answer tool calls with the recorded observations (no model, no sandbox);
     /// `live`: re-run the tools in a fresh sandbox of the recorded environment and report the
-    /// first observation that differs.
+    /// first observation that differs (loop cassettes only: a gateway's harness ran its
+    /// tools).
     #[arg(long, value_enum, default_value_t = ReplayTools::Recorded)]
     pub tools: ReplayTools,
 }

@@ -8,7 +8,7 @@
 mod extend;
 pub mod matching;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use uniagent_core::agent::{ExitReason, Trajectory};
 use uniagent_core::codec::Codec;
@@ -17,7 +17,7 @@ use uniagent_core::{LengthLimits, Message, RewardOutcome, RolloutCache, ToolSpec
 pub(crate) use extend::{extend, ExtendError};
 
 /// Why a chain was started.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ChainOrigin {
     /// The session's first request.

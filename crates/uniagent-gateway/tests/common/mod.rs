@@ -1,5 +1,6 @@
 //! Shared test parts: a scripted token generator (the policy is not what these tests test),
-//! the in-repo tokenizer fixtures, and a gateway served on a free port.
+//! the in-repo tokenizer fixtures, and a gateway served on a free port that records every
+//! session as a cassette and checks, when the test ends it, that it replays identically.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -11,7 +12,8 @@ use async_trait::async_trait;
 use serde_json::Value;
 use uniagent_core::codec::Codec;
 use uniagent_core::{Error, FinishReason, GenerateOutput, GenerateRequest, TokenGenerator};
-use uniagent_gateway::{Gateway, GatewayConfig};
+use uniagent_gateway::cassette::{replay, GatewayCassette, CASSETTES};
+use uniagent_gateway::{Gateway, GatewayConfig, Recorder};
 
 /// The Qwen2.5 or Qwen3 tokenizer and chat template of uniagent-core's fixtures.
 pub fn fixture(name: &str) -> PathBuf {
@@ -125,6 +127,8 @@ pub struct Served {
     /// A second codec with the same tokenizer, for building scripted replies.
     pub codec: Codec,
     pub client: reqwest::Client,
+    tokenizer: String,
+    cassettes: tempfile::TempDir,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -136,7 +140,12 @@ impl Drop for Served {
 
 pub async fn serve(tokenizer: &str, config: GatewayConfig) -> Served {
     let script = Arc::new(Script::default());
-    let gateway = Arc::new(Gateway::new(codec(tokenizer), script.clone(), config));
+    let cassettes = tempfile::tempdir().unwrap();
+    let recorder = Recorder::open(cassettes.path(), CASSETTES).unwrap();
+    let gateway = Arc::new(
+        Gateway::new(codec(tokenizer), script.clone(), config)
+            .with_cassettes(recorder, Value::Null),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let router = uniagent_gateway::router(Arc::clone(&gateway));
@@ -149,6 +158,8 @@ pub async fn serve(tokenizer: &str, config: GatewayConfig) -> Served {
         script,
         codec: codec(tokenizer),
         client: reqwest::Client::new(),
+        tokenizer: tokenizer.to_owned(),
+        cassettes,
         task,
     }
 }
@@ -199,7 +210,26 @@ impl Served {
             .post(&format!("/sessions/{session}/end"), &Value::Null)
             .await;
         assert_eq!(status, 200, "{v}");
+        self.assert_replays(session).await;
         v.as_array().unwrap().clone()
+    }
+
+    /// The latest cassette of `session` replays identically (no cassette: nothing to check).
+    pub async fn assert_replays(&self, session: &str) {
+        let text =
+            std::fs::read_to_string(self.cassettes.path().join(CASSETTES)).unwrap_or_default();
+        let Some(cassette) = text
+            .lines()
+            .map(|l| GatewayCassette::from_json(l).unwrap())
+            .rfind(|c| c.id == session)
+        else {
+            return;
+        };
+        let outcome = replay(&cassette, codec(&self.tokenizer)).await.unwrap();
+        assert_eq!(
+            outcome.divergence, None,
+            "session {session} does not replay"
+        );
     }
 }
 
