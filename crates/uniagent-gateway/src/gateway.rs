@@ -7,16 +7,16 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 use uniagent_core::agent::ExitReason;
-use uniagent_core::codec::Codec;
+use uniagent_core::codec::{Codec, SampledTurn};
 use uniagent_core::{
-    Error as CoreError, GenerateRequest, LengthLimitKind, Message, RewardOutcome, Role,
-    TokenGenerator,
+    Error as CoreError, GenerateOutput, GenerateRequest, LengthLimitKind, Message, RewardOutcome,
+    Role, RolloutCache, TokenGenerator,
 };
 
 use uniagent_core::cassette::{Step, CASSETTE_VERSION};
 
 use crate::cassette::{Action, Exchange, GatewayCassette, Placed, GATEWAY_KIND};
-use crate::chain::{Base, Chain, FormatError};
+use crate::chain::{Base, Chain, FormatError, TurnRecord};
 use crate::config::GatewayConfig;
 use crate::error::{GatewayError, Result};
 use crate::exchange::{Reply, Route, Stamp};
@@ -239,6 +239,91 @@ impl Gateway {
         let budget = work
             .generation_budget(Some(requested))
             .map_err(GatewayError::from_codec)?;
+        let (out, prompt_tokens, seconds) = self
+            .sample(&work, &req, session_id, budget, generation)
+            .await?;
+        let logprobs_given = out.logprobs.is_some();
+        // A stop string ends the answer at the token that completes it, as a server that
+        // checked stop strings while decoding would have stopped there.
+        let (kept, stop_hit) = self.cut_at_stop(&out.token_ids, &req.stop)?;
+        let ids = &out.token_ids[..kept];
+        let lps: Vec<f32> = match &out.logprobs {
+            Some(l) => l[..kept].to_vec(),
+            None => vec![0.0; kept],
+        };
+        let turn = self
+            .codec
+            .append_sampled(&mut work, ids, &lps, out.weight_version)
+            .map_err(GatewayError::from_codec)?;
+        let turn_index = work.assistant_turns().saturating_sub(1);
+        session.turns += 1;
+        let chain_index = chain.unwrap_or(index);
+        let placed = Placed {
+            chain: chain_index,
+            action: match (chain, rollback) {
+                (None, _) => Action::New,
+                (Some(_), true) => Action::Rollback,
+                (Some(_), false) => Action::Extend,
+            },
+            origin: chain.is_none().then_some(origin),
+        };
+        let (message, format_error, finish) =
+            self.answer_message(&req, &turn, ids, stop_hit, chain_index, turn_index)?;
+        let limit = (finish == Finish::Length && kept == budget && budget < requested)
+            .then(|| limit_reason(&work));
+        // The request's messages become the chain's view (moved: at turn 500 a copy was a
+        // measurable share of the request).
+        let mut client = std::mem::take(&mut req.messages);
+        client.push(message.clone());
+        let record = TurnRecord {
+            logprobs_given,
+            format_error: format_error.as_ref().map(|m| FormatError {
+                turn: turn_index,
+                message: m.clone(),
+            }),
+            limit,
+            sampled_tokens: kept as u64,
+            model_seconds: seconds,
+        };
+        match chain {
+            Some(i) => session.chains[i].advance(work, base, appended, client, rollback, record),
+            None => {
+                let base = base.unwrap_or_else(|| Base::Start(client[..client.len() - 1].to_vec()));
+                let tools = std::mem::take(&mut req.tools);
+                session
+                    .chains
+                    .push(Chain::new(work, client, base, tools, origin, record));
+            }
+        }
+        let token_texts = ids
+            .iter()
+            .map(|&id| self.codec.decode(&[id], false))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(GatewayError::from_codec)?;
+        let answer = TurnAnswer {
+            message,
+            finish,
+            token_ids: ids.to_vec(),
+            token_texts,
+            logprobs: logprobs_given.then_some(lps),
+            prompt_tokens,
+            format_error,
+            chain: chain_index,
+        };
+        Ok((answer, placed))
+    }
+
+    /// Samples a turn after `work`'s tokens (at most `budget`), recording the generator call
+    /// in `generation` when cassettes are on. Returns the output (its logprobs, if any, one
+    /// per token), the prompt's length and the seconds the generator took.
+    async fn sample(
+        &self,
+        work: &RolloutCache,
+        req: &TurnRequest,
+        session_id: &str,
+        budget: usize,
+        generation: &mut Option<Step>,
+    ) -> Result<(GenerateOutput, usize, f64)> {
         let prompt = work
             .tokens()
             .map(|t| t.all_ids())
@@ -268,43 +353,32 @@ impl Gateway {
         }
         let out = result.map_err(GatewayError::from_model)?;
         let seconds = started.elapsed().as_secs_f64();
-        let logprobs_given = match &out.logprobs {
-            None => false,
-            Some(l) if l.len() == out.token_ids.len() => true,
-            Some(l) => {
+        if let Some(l) = &out.logprobs {
+            if l.len() != out.token_ids.len() {
                 return Err(GatewayError::from_model(CoreError::Protocol {
                     message: format!(
                         "the generator returned {} tokens with {} logprobs",
                         out.token_ids.len(),
                         l.len()
                     ),
-                }))
+                }));
             }
-        };
-        // A stop string ends the answer at the token that completes it, as a server that
-        // checked stop strings while decoding would have stopped there.
-        let (kept, stop_hit) = self.cut_at_stop(&out.token_ids, &req.stop)?;
-        let ids = &out.token_ids[..kept];
-        let lps: Vec<f32> = match &out.logprobs {
-            Some(l) => l[..kept].to_vec(),
-            None => vec![0.0; kept],
-        };
-        let turn = self
-            .codec
-            .append_sampled(&mut work, ids, &lps, out.weight_version)
-            .map_err(GatewayError::from_codec)?;
-        let turn_index = work.assistant_turns().saturating_sub(1);
-        session.turns += 1;
-        let chain_index = chain.unwrap_or(index);
-        let placed = Placed {
-            chain: chain_index,
-            action: match (chain, rollback) {
-                (None, _) => Action::New,
-                (Some(_), true) => Action::Rollback,
-                (Some(_), false) => Action::Extend,
-            },
-            origin: chain.is_none().then_some(origin),
-        };
+        }
+        Ok((out, prompt_tokens, seconds))
+    }
+
+    /// The assistant message the harness gets for a sampled turn, the format error it carries
+    /// (a malformed tool call is answered as its raw text) and how the turn finished. Tool
+    /// calls get ids unique in the session's chain and turn; a hit stop string is cut off.
+    fn answer_message(
+        &self,
+        req: &TurnRequest,
+        turn: &SampledTurn,
+        ids: &[u32],
+        stop_hit: Option<String>,
+        chain_index: usize,
+        turn_index: u32,
+    ) -> Result<(Message, Option<String>, Finish)> {
         let (mut message, format_error) = match (&req.tool_choice, &turn.tool_call_error) {
             (ToolChoice::None, _) => (Message::assistant(raw_body(&self.codec, ids)?), None),
             (_, Some(err)) => (
@@ -334,68 +408,7 @@ impl Gateway {
         if message.tool_calls.is_empty() && message.content.is_none() {
             message.content = Some(String::new());
         }
-        let limit = (finish == Finish::Length && kept == budget && budget < requested)
-            .then(|| limit_reason(&work));
-        // The request's messages become the chain's view (moved: at turn 500 a copy was a
-        // measurable share of the request).
-        let mut client = std::mem::take(&mut req.messages);
-        client.push(message.clone());
-        let sampled = kept as u64;
-        let new_error = format_error.as_ref().map(|m| FormatError {
-            turn: turn_index,
-            message: m.clone(),
-        });
-        match chain {
-            Some(i) => {
-                let c = &mut session.chains[i];
-                if rollback {
-                    c.rollbacks += 1;
-                    // The rolled-back turn's format error goes with it.
-                    let last = c.cache.assistant_turns().saturating_sub(1);
-                    c.format_errors.retain(|e| e.turn < last);
-                }
-                let previous = std::mem::replace(&mut c.cache, work);
-                c.base = base.unwrap_or(Base::After(Box::new(previous), appended));
-                c.client = client;
-                c.logprobs_missing |= !logprobs_given;
-                c.format_errors.extend(new_error);
-                c.limit = limit.or(c.limit);
-                c.sampled_tokens += sampled;
-                c.model_seconds += seconds;
-            }
-            None => {
-                let base = base.unwrap_or_else(|| Base::Start(client[..client.len() - 1].to_vec()));
-                session.chains.push(Chain {
-                    cache: work,
-                    client,
-                    base,
-                    tools: std::mem::take(&mut req.tools),
-                    origin,
-                    logprobs_missing: !logprobs_given,
-                    format_errors: new_error.into_iter().collect(),
-                    rollbacks: 0,
-                    limit,
-                    sampled_tokens: sampled,
-                    model_seconds: seconds,
-                })
-            }
-        }
-        let token_texts = ids
-            .iter()
-            .map(|&id| self.codec.decode(&[id], false))
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(GatewayError::from_codec)?;
-        let answer = TurnAnswer {
-            message,
-            finish,
-            token_ids: ids.to_vec(),
-            token_texts,
-            logprobs: logprobs_given.then_some(lps),
-            prompt_tokens,
-            format_error,
-            chain: chain_index,
-        };
-        Ok((answer, placed))
+        Ok((message, format_error, finish))
     }
 
     /// The smallest prefix of `ids` whose text contains one of `stops`, and that stop string.

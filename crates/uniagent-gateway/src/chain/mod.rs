@@ -69,7 +69,70 @@ pub struct Chain {
     pub(crate) model_seconds: f64,
 }
 
+/// What one sampled turn adds to its chain's bookkeeping.
+#[derive(Debug)]
+pub(crate) struct TurnRecord {
+    /// Whether the generator gave logprobs for the turn.
+    pub logprobs_given: bool,
+    pub format_error: Option<FormatError>,
+    /// The length limit the turn ran into, if any.
+    pub limit: Option<ExitReason>,
+    pub sampled_tokens: u64,
+    pub model_seconds: f64,
+}
+
 impl Chain {
+    /// A chain started by a turn: `cache` ends with it, `client` is the conversation with it.
+    pub(crate) fn new(
+        cache: RolloutCache,
+        client: Vec<Message>,
+        base: Base,
+        tools: Vec<ToolSpec>,
+        origin: ChainOrigin,
+        turn: TurnRecord,
+    ) -> Self {
+        Self {
+            cache,
+            client,
+            base,
+            tools,
+            origin,
+            logprobs_missing: !turn.logprobs_given,
+            format_errors: turn.format_error.into_iter().collect(),
+            rollbacks: 0,
+            limit: turn.limit,
+            sampled_tokens: turn.sampled_tokens,
+            model_seconds: turn.model_seconds,
+        }
+    }
+
+    /// Moves the chain on to `cache` (ending with a new turn). `base` rebuilds the state before
+    /// that turn; `None`: the current state plus `appended`. A rollback replaces the last turn,
+    /// whose format error goes with it.
+    pub(crate) fn advance(
+        &mut self,
+        cache: RolloutCache,
+        base: Option<Base>,
+        appended: Vec<Message>,
+        client: Vec<Message>,
+        rollback: bool,
+        turn: TurnRecord,
+    ) {
+        if rollback {
+            self.rollbacks += 1;
+            let last = self.cache.assistant_turns().saturating_sub(1);
+            self.format_errors.retain(|e| e.turn < last);
+        }
+        let previous = std::mem::replace(&mut self.cache, cache);
+        self.base = base.unwrap_or(Base::After(Box::new(previous), appended));
+        self.client = client;
+        self.logprobs_missing |= !turn.logprobs_given;
+        self.format_errors.extend(turn.format_error);
+        self.limit = turn.limit.or(self.limit);
+        self.sampled_tokens += turn.sampled_tokens;
+        self.model_seconds += turn.model_seconds;
+    }
+
     /// The exact token state.
     pub fn cache(&self) -> &RolloutCache {
         &self.cache
