@@ -255,6 +255,10 @@ impl Gateway {
             .codec
             .append_sampled(&mut work, ids, &lps, out.weight_version)
             .map_err(GatewayError::from_codec)?;
+        if !logprobs_given {
+            // The placeholder zeros above are never exported: the cache drops them all.
+            work.mark_logprobs_missing();
+        }
         let turn_index = work.assistant_turns().saturating_sub(1);
         session.turns += 1;
         let chain_index = chain.unwrap_or(index);
@@ -276,7 +280,6 @@ impl Gateway {
         let mut client = std::mem::take(&mut req.messages);
         client.push(message.clone());
         let record = TurnRecord {
-            logprobs_given,
             format_error: format_error.as_ref().map(|m| FormatError {
                 turn: turn_index,
                 message: m.clone(),

@@ -516,9 +516,10 @@ impl Codec {
     }
 
     /// Whether `ids` (decoded: `text`), following the generation prompt, are what the
-    /// tokenizer makes of their text there. When not (the policy sampled a non-canonical split, or the text merges with
-    /// the end of the generation prompt, e.g. a leading newline after `assistant\n`), a full
-    /// render would tokenize the turn differently: the stream is no longer append-only.
+    /// tokenizer makes of their text there. When not (the policy sampled a non-canonical
+    /// split, or the text merges with the end of the generation prompt, e.g. a leading
+    /// newline after `assistant\n`), a full render would tokenize the turn differently: the
+    /// stream is no longer append-only.
     /// The check costs one tokenization of the turn, independent of the conversation length.
     fn is_canonical_after_generation_prompt(
         &self,

@@ -61,7 +61,6 @@ pub struct Chain {
     /// The state before the last sampled turn, for rollback.
     pub(crate) base: Base,
     pub(crate) origin: ChainOrigin,
-    pub(crate) logprobs_missing: bool,
     pub(crate) format_errors: Vec<FormatError>,
     pub(crate) rollbacks: u32,
     pub(crate) limit: Option<ExitReason>,
@@ -72,8 +71,6 @@ pub struct Chain {
 /// What one sampled turn adds to its chain's bookkeeping.
 #[derive(Debug)]
 pub(crate) struct TurnRecord {
-    /// Whether the generator gave logprobs for the turn.
-    pub logprobs_given: bool,
     pub format_error: Option<FormatError>,
     /// The length limit the turn ran into, if any.
     pub limit: Option<ExitReason>,
@@ -97,7 +94,6 @@ impl Chain {
             base,
             tools,
             origin,
-            logprobs_missing: !turn.logprobs_given,
             format_errors: turn.format_error.into_iter().collect(),
             rollbacks: 0,
             limit: turn.limit,
@@ -126,7 +122,6 @@ impl Chain {
         let previous = std::mem::replace(&mut self.cache, cache);
         self.base = base.unwrap_or(Base::After(Box::new(previous), appended));
         self.client = client;
-        self.logprobs_missing |= !turn.logprobs_given;
         self.format_errors.extend(turn.format_error);
         self.limit = turn.limit.or(self.limit);
         self.sampled_tokens += turn.sampled_tokens;
@@ -239,7 +234,8 @@ impl Chain {
             .insert("gateway".into(), Value::Object(gateway));
         let mut v = serde_json::to_value(&t).unwrap_or(Value::Null);
         if let Some(map) = v.as_object_mut() {
-            if self.logprobs_missing || map.get("response_logprobs").is_some_and(Value::is_null) {
+            // Absent, never null: the cache reports `None` when a turn came without logprobs.
+            if map.get("response_logprobs").is_some_and(Value::is_null) {
                 map.remove("response_logprobs");
             }
         }
