@@ -157,6 +157,11 @@ async fn timeouts_interrupt_and_leave_the_session_usable() {
 async fn interrupt_reaches_a_command_without_timeout() {
     let s = TestServer::start().await;
     s.create("i").await;
+    // The command says when it runs: an interrupt sent before the shell started it (a fixed
+    // wait on a loaded machine) would test something else.
+    let marker = std::env::temp_dir().join(format!("uniagent-interrupt-{}", std::process::id()));
+    let _ = std::fs::remove_file(&marker);
+    let command = format!("touch {}; sleep 60", marker.display());
     let long = {
         let client = s.client.clone();
         let url = s.url.clone();
@@ -164,7 +169,7 @@ async fn interrupt_reaches_a_command_without_timeout() {
             client
                 .post(format!("{url}/run_in_session"))
                 .header("X-API-Key", server_common::TOKEN)
-                .json(&json!({"action_type": "bash", "session": "i", "command": "sleep 60", "check": "silent"}))
+                .json(&json!({"action_type": "bash", "session": "i", "command": command, "check": "silent"}))
                 .send()
                 .await
                 .unwrap()
@@ -173,18 +178,32 @@ async fn interrupt_reaches_a_command_without_timeout() {
                 .unwrap()
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let waiting = Instant::now();
+    while !marker.exists() {
+        assert!(
+            waiting.elapsed() < Duration::from_secs(30),
+            "the command never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // `sleep` has been exec'd by now (the marker is written just before it).
+    tokio::time::sleep(Duration::from_millis(100)).await;
     let started = Instant::now();
     let (st, _) = s
         .post(
             "/run_in_session",
-            json!({"action_type": "bash_interrupt", "session": "i", "timeout": 2.0}),
+            json!({"action_type": "bash_interrupt", "session": "i", "timeout": 5.0}),
         )
         .await;
     assert_eq!(st, 200);
     let long = long.await.unwrap();
+    let _ = std::fs::remove_file(&marker);
+    // 130: SIGINT ended it (a kill after the interrupt's timeout gives 137).
     assert_eq!(long["exit_code"], json!(130), "{long}");
-    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "not the 60 s sleep"
+    );
     assert_eq!(s.ok("i", "echo ok").await.0, "ok\n");
 }
 
