@@ -102,9 +102,17 @@ pub async fn recover(deployment: &dyn Deployment, session: &str) -> Result<()> {
         n_retry: 3,
         expect: Vec::new(),
     };
-    let interrupted = deployment
-        .run_in_session(Action::Interrupt(interrupt))
+    let mut interrupted = deployment
+        .run_in_session(Action::Interrupt(interrupt.clone()))
         .await;
+    if interrupted.is_err() {
+        // Once more: a pooled keep-alive connection the server closed just then fails the
+        // request before it arrives ("connection closed before message completed"), and a
+        // second Ctrl-C to a shell is harmless.
+        interrupted = deployment
+            .run_in_session(Action::Interrupt(interrupt))
+            .await;
+    }
     probe(deployment, session, 10.0).await.map_err(|probe| Error::Sandbox {
         backend: deployment.backend().to_owned(),
         message: format!(
