@@ -11,7 +11,7 @@ mod common;
 use std::path::Path;
 use std::sync::OnceLock;
 
-use common::{repo_root, run_in, stderr};
+use common::{jsonl, repo_root, run_in, stderr};
 use serde_json::Value;
 
 const TRAIN: &str = "examples/configs/quickstart-train.yaml";
@@ -42,14 +42,6 @@ fn quick_run() -> &'static (tempfile::TempDir, Value) {
         let summary = train(out.path(), &[]);
         (out, summary)
     })
-}
-
-fn lines(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 #[test]
@@ -94,14 +86,14 @@ fn the_output_directory_has_what_interfaces_promise() {
     }
     assert_eq!(summary["tasks"], 480);
     // One metrics line per RL step (12 at CI size).
-    let metrics = lines(&out.join("metrics.jsonl"));
+    let metrics = jsonl(&out.join("metrics.jsonl"));
     let steps: Vec<u64> = metrics
         .iter()
         .map(|m| m["step"].as_u64().unwrap())
         .collect();
     assert_eq!(steps, (1..=12).collect::<Vec<_>>());
     // Trajectories of every phase; RL ones carry a weight version per sampled token.
-    let ts = lines(&out.join("trajectories.jsonl"));
+    let ts = jsonl(&out.join("trajectories.jsonl"));
     assert_eq!(ts.len() as u64, summary["rollouts"].as_u64().unwrap());
     let phase = |p: &str| ts.iter().filter(|t| t["phase"] == p).count();
     assert_eq!(phase("demonstration"), 96);
@@ -159,7 +151,7 @@ fn the_exported_policy_is_evaluated_by_run_with_the_same_environment() {
     assert_eq!(o.status.code(), Some(0), "run failed: {}", stderr(&o));
     let summary: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(summary["rollouts"], 16, "{summary}");
-    let ts = lines(&eval_out.path().join("trajectories.jsonl"));
+    let ts = jsonl(&eval_out.path().join("trajectories.jsonl"));
     assert_eq!(ts.len(), 16);
     for t in &ts {
         assert!(
@@ -224,7 +216,7 @@ fn a_killed_run_resumed_gives_the_numbers_of_an_uninterrupted_one() {
     };
     assert_eq!(strip(first), strip(&second), "summaries differ");
     let numbers = |dir: &Path| -> Vec<Value> {
-        lines(&dir.join("metrics.jsonl"))
+        jsonl(&dir.join("metrics.jsonl"))
             .into_iter()
             .map(|m| {
                 let mut m = m;
@@ -337,7 +329,7 @@ fn async_train_learns() {
         "async RL did not improve held-out success by 5 points: {summary}"
     );
     // One metrics line per trainer step, with the rollouts' measured staleness.
-    let metrics = lines(&out.path().join("metrics.jsonl"));
+    let metrics = jsonl(&out.path().join("metrics.jsonl"));
     assert_eq!(metrics.len(), 24);
     assert!(
         metrics.iter().all(|m| m["staleness"].is_u64()),

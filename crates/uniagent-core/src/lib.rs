@@ -29,7 +29,9 @@ pub use message::{FunctionCall, FunctionSpec, Message, Role, ToolCall, ToolSpec}
 pub use model::{AssistantTurn, ChatModel, FinishReason, ModelCapabilities};
 pub use retry::{duration_secs, opt_duration_secs, RetryConfig};
 pub use reward::{RewardContext, RewardOutcome, RewardSpec};
-pub use rollout::{AgentLoopOutput, LengthLimits, RolloutCache, TokenSource, TokenSourceRuns};
+pub use rollout::{
+    AgentLoopOutput, CacheCheckpoint, LengthLimits, RolloutCache, TokenSource, TokenSourceRuns,
+};
 pub use sampling::SamplingParams;
 pub use sandbox::{Capabilities, Deployment, DeploymentExt};
 pub use task::Task;

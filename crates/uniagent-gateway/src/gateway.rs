@@ -16,12 +16,12 @@ use uniagent_core::{
 use uniagent_core::cassette::{Step, CASSETTE_VERSION};
 
 use crate::cassette::{Action, Exchange, GatewayCassette, Placed, GATEWAY_KIND};
-use crate::chain::{Base, Chain, FormatError, TurnRecord};
+use crate::chain::{Base, Chain, ChainOrigin, FormatError, TurnRecord};
 use crate::config::GatewayConfig;
 use crate::error::{GatewayError, Result};
 use crate::exchange::{Reply, Route, Stamp};
 use crate::record::Recorder;
-use crate::session::{Placement, Session};
+use crate::session::{Placement, Session, Work};
 use crate::turn::{Finish, ToolChoice, TurnAnswer, TurnRequest};
 
 type SessionHandle = Arc<tokio::sync::Mutex<Session>>;
@@ -56,8 +56,29 @@ impl Gateway {
             Some(format) => codec.with_tool_parser(format),
             None => codec,
         };
+        Self::over(Arc::new(codec), generator, config)
+    }
+
+    /// A gateway over a codec shared with others (the training pipeline's), whose own tool
+    /// parser is used: `config.tool_parser` must be unset or name the same format.
+    pub fn with_shared_codec(
+        codec: Arc<Codec>,
+        generator: Arc<dyn TokenGenerator>,
+        config: GatewayConfig,
+    ) -> Result<Self> {
+        if config.tool_parser.is_some() && config.tool_parser != codec.tool_parser() {
+            return Err(GatewayError::invalid(format!(
+                "gateway config: tool_parser {:?} differs from the policy codec's {:?}",
+                config.tool_parser,
+                codec.tool_parser()
+            )));
+        }
+        Ok(Self::over(codec, generator, config))
+    }
+
+    fn over(codec: Arc<Codec>, generator: Arc<dyn TokenGenerator>, config: GatewayConfig) -> Self {
         Self {
-            codec: Arc::new(codec),
+            codec,
             generator,
             config,
             sessions: Mutex::new(HashMap::new()),
@@ -216,14 +237,25 @@ impl Gateway {
             &self.config.template_kwargs,
             &req,
         )?;
-        let Placement {
-            chain,
-            mut work,
-            base,
-            appended,
-            origin,
-            rollback,
-        } = placement;
+        let (chain, action) = match &placement {
+            Placement::Extend { chain, .. } => (Some(*chain), Action::Extend),
+            Placement::Rollback { chain, .. } => (Some(*chain), Action::Rollback),
+            Placement::New { .. } => (None, Action::New),
+        };
+        let (mut owned, undo, base, origin) = match placement {
+            Placement::Extend { at, appended, .. } => {
+                (None, Some(at), Base::After(at, appended), None)
+            }
+            Placement::Rollback { work, base, .. } => (Some(work), None, base, None),
+            Placement::New { work, base, origin } => (Some(work), None, base, Some(origin)),
+        };
+        let chain_index = chain.unwrap_or(index);
+        // Until committed, an in-place extension is undone when this scope is left early
+        // (an error, or the request's future dropped while the generator runs).
+        let mut work = match owned.as_mut() {
+            Some(cache) => Work::new(cache, None),
+            None => Work::new(&mut session.chains[chain_index].cache, undo),
+        };
         if work
             .messages()
             .last()
@@ -260,21 +292,18 @@ impl Gateway {
             work.mark_logprobs_missing();
         }
         let turn_index = work.assistant_turns().saturating_sub(1);
-        session.turns += 1;
-        let chain_index = chain.unwrap_or(index);
-        let placed = Placed {
-            chain: chain_index,
-            action: match (chain, rollback) {
-                (None, _) => Action::New,
-                (Some(_), true) => Action::Rollback,
-                (Some(_), false) => Action::Extend,
-            },
-            origin: chain.is_none().then_some(origin),
-        };
         let (message, format_error, finish) =
             self.answer_message(&req, &turn, ids, stop_hit, chain_index, turn_index)?;
         let limit = (finish == Finish::Length && kept == budget && budget < requested)
             .then(|| limit_reason(&work));
+        // Nothing below fails: the turn is the chain's.
+        work.commit();
+        session.turns += 1;
+        let placed = Placed {
+            chain: chain_index,
+            action,
+            origin,
+        };
         // The request's messages become the chain's view (moved: at turn 500 a copy was a
         // measurable share of the request).
         let mut client = std::mem::take(&mut req.messages);
@@ -288,14 +317,19 @@ impl Gateway {
             sampled_tokens: kept as u64,
             model_seconds: seconds,
         };
-        match chain {
-            Some(i) => session.chains[i].advance(work, base, appended, client, rollback, record),
-            None => {
-                let base = base.unwrap_or_else(|| Base::Start(client[..client.len() - 1].to_vec()));
+        match (chain, owned) {
+            (Some(i), replaced) => session.chains[i].advance(replaced, base, client, record),
+            (None, Some(cache)) => {
                 let tools = std::mem::take(&mut req.tools);
+                let origin = origin.unwrap_or(ChainOrigin::First);
                 session
                     .chains
-                    .push(Chain::new(work, client, base, tools, origin, record));
+                    .push(Chain::new(cache, client, base, tools, origin, record));
+            }
+            (None, None) => {
+                return Err(GatewayError::Internal {
+                    message: "a new chain without its cache".into(),
+                })
             }
         }
         let token_texts = ids
@@ -455,6 +489,13 @@ impl Gateway {
         let handle = self.session(session_id)?;
         handle.lock().await.reward = Some(reward);
         Ok(())
+    }
+
+    /// The reward recorded on an open session, if any.
+    pub async fn session_reward(&self, session_id: &str) -> Option<RewardOutcome> {
+        let handle = self.sessions.lock().ok()?.get(session_id).cloned()?;
+        let session = handle.lock().await;
+        session.reward.clone()
     }
 
     /// Ends a session: removes it, appends its trajectories to the recorder, and returns them

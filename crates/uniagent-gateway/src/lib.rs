@@ -6,6 +6,8 @@ mod config;
 mod error;
 mod exchange;
 mod gateway;
+#[cfg(feature = "harness")]
+pub mod harness;
 #[cfg(feature = "tch")]
 mod model_dir;
 mod record;

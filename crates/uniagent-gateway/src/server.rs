@@ -36,6 +36,28 @@ fn now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// The body of `POST /sessions/{id}/reward` (also what a harness reward command prints):
+/// `{"score": 1.0, "success": true, "details": {...}}`, `success` defaulting to `score > 0`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RewardBody {
+    score: f64,
+    #[serde(default)]
+    success: Option<bool>,
+    #[serde(default)]
+    details: Map<String, Value>,
+}
+
+/// Parses a reward body (see the `reward` route).
+pub(crate) fn parse_reward(body: &[u8]) -> std::result::Result<RewardOutcome, serde_json::Error> {
+    let parsed: RewardBody = serde_json::from_slice(body)?;
+    Ok(RewardOutcome {
+        score: parsed.score,
+        success: parsed.success.unwrap_or(parsed.score > 0.0),
+        details: parsed.details,
+    })
+}
+
 /// The router of `gateway`.
 pub fn router(gateway: Arc<Gateway>) -> Router {
     let state = Arc::new(AppState { gateway });
@@ -119,29 +141,14 @@ async fn models(State(state): State<Arc<AppState>>) -> Response {
     Json(openai::models(&state.gateway.config().model_name, now())).into_response()
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RewardBody {
-    score: f64,
-    #[serde(default)]
-    success: Option<bool>,
-    #[serde(default)]
-    details: Map<String, Value>,
-}
-
 async fn reward(
     State(state): State<Arc<AppState>>,
     Path(session): Path<String>,
     body: Bytes,
 ) -> Response {
-    let parsed: RewardBody = match serde_json::from_slice(&body) {
-        Ok(b) => b,
+    let outcome = match parse_reward(&body) {
+        Ok(outcome) => outcome,
         Err(e) => return openai_error(GatewayError::invalid(format!("reward body: {e}"))),
-    };
-    let outcome = RewardOutcome {
-        score: parsed.score,
-        success: parsed.success.unwrap_or(parsed.score > 0.0),
-        details: parsed.details,
     };
     match state.gateway.reward(&session, outcome).await {
         Ok(()) => (StatusCode::OK, Json(json!({"ok": true}))).into_response(),

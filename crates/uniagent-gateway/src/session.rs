@@ -1,7 +1,7 @@
 //! A session: the chains one harness run grows, its reward, and how a request finds its chain.
 
 use uniagent_core::codec::Codec;
-use uniagent_core::{Error, LengthLimits, RewardOutcome, RolloutCache};
+use uniagent_core::{CacheCheckpoint, Error, LengthLimits, RewardOutcome, RolloutCache};
 
 use crate::chain::matching::{relate, Relation};
 use crate::chain::{extend, Base, Chain, ChainOrigin, ExtendError};
@@ -18,24 +18,31 @@ pub struct Session {
     pub(crate) exchanges: Vec<crate::cassette::Exchange>,
 }
 
-/// Where a request's generation runs: a working copy of a chain's tokens, committed only when
-/// the generation succeeds.
+/// Where a request's generation runs. An extension works on the chain's own cache, in
+/// place (a copy of a trace that grows with every turn was most of a request's cost at turn
+/// 500), and is rewound to `at` when the request fails or is dropped; a rollback or a new
+/// chain works on a cache of its own, committed only when the generation succeeds.
 #[derive(Debug)]
-pub(crate) struct Placement {
-    /// The chain to replace, or `None` for a new chain.
-    pub chain: Option<usize>,
-    /// The tokens to generate after (ending with the generation prompt once the sampled turn
-    /// is appended by the codec).
-    pub work: RolloutCache,
-    /// How to rebuild `work`'s state (before the turn about to be sampled); `None`: the
-    /// chain's current state plus `appended`.
-    pub base: Option<Base>,
-    /// The messages appended to the chain's current state (when `base` is `None`).
-    pub appended: Vec<uniagent_core::Message>,
-    /// The origin of a new chain.
-    pub origin: ChainOrigin,
-    /// Whether this is a rollback of `chain`.
-    pub rollback: bool,
+pub(crate) enum Placement {
+    /// Chain `chain`'s cache was extended in place by `appended` since `at`.
+    Extend {
+        chain: usize,
+        at: CacheCheckpoint,
+        appended: Vec<uniagent_core::Message>,
+    },
+    /// Chain `chain`'s last turn is replaced: `work` is the state before it plus the
+    /// request's new messages, which `base` rebuilds.
+    Rollback {
+        chain: usize,
+        work: RolloutCache,
+        base: Base,
+    },
+    /// A new chain from `work`, the template's render of the request.
+    New {
+        work: RolloutCache,
+        base: Base,
+        origin: ChainOrigin,
+    },
 }
 
 impl Session {
@@ -52,7 +59,7 @@ impl Session {
     /// Finds or makes the chain for `req`: the newest chain it extends, else the newest it
     /// rolls back, else a new chain (see [`ChainOrigin`]).
     pub(crate) fn place(
-        &self,
+        &mut self,
         codec: &Codec,
         id: &str,
         limits: LengthLimits,
@@ -71,41 +78,41 @@ impl Session {
         } else {
             ChainOrigin::HistoryRewritten
         };
-        let extends = relations
-            .iter()
-            .enumerate()
-            .rev()
-            .find_map(|(i, r)| match r {
-                Relation::Extends { from } => Some((i, *from)),
-                _ => None,
-            });
-        if let Some((i, from)) = extends {
-            let chain = &self.chains[i];
-            let appended = req.messages[from..].to_vec();
-            let mut work = chain.cache.clone();
-            match attempt(codec, &mut work, &appended)? {
-                Attempt::Done => {
-                    return Ok(Placement {
-                        chain: Some(i),
-                        work,
-                        base: None,
-                        appended,
-                        origin: chain.origin,
-                        rollback: false,
-                    })
-                }
-                Attempt::NewChain(o) => origin = o,
-            }
-        } else if let Some((i, from)) =
+        let newest = |wanted: fn(&Relation) -> Option<usize>| {
             relations
                 .iter()
                 .enumerate()
                 .rev()
-                .find_map(|(i, r)| match r {
-                    Relation::RollsBack { from } => Some((i, *from)),
-                    _ => None,
-                })
-        {
+                .find_map(|(i, r)| wanted(r).map(|from| (i, from)))
+        };
+        let extends = newest(|r| match r {
+            Relation::Extends { from } => Some(*from),
+            _ => None,
+        });
+        let rolls_back = newest(|r| match r {
+            Relation::RollsBack { from } => Some(*from),
+            _ => None,
+        });
+        if let Some((i, from)) = extends {
+            let cache = &mut self.chains[i].cache;
+            let appended = req.messages[from..].to_vec();
+            let at = cache.checkpoint();
+            let attempted = attempt(codec, cache, &appended);
+            if !matches!(attempted, Ok(Attempt::Done)) {
+                // Back to the chain as it was: `at` is a point of its own history.
+                cache.rewind(at).map_err(GatewayError::from_codec)?;
+            }
+            match attempted? {
+                Attempt::Done => {
+                    return Ok(Placement::Extend {
+                        chain: i,
+                        at,
+                        appended,
+                    })
+                }
+                Attempt::NewChain(o) => origin = o,
+            }
+        } else if let Some((i, from)) = rolls_back {
             let chain = &self.chains[i];
             let rebuilt = chain.rolled_back(codec, id, limits);
             let extra = &req.messages[from..];
@@ -117,21 +124,18 @@ impl Session {
                             m.extend_from_slice(extra);
                             Base::Start(m)
                         }
-                        Base::After(s, a) => {
+                        Base::After(at, a) => {
                             let mut a = a.clone();
                             a.extend_from_slice(extra);
-                            Base::After(s.clone(), a)
+                            Base::After(*at, a)
                         }
                     };
                     match attempt(codec, &mut work, extra)? {
                         Attempt::Done => {
-                            return Ok(Placement {
-                                chain: Some(i),
+                            return Ok(Placement::Rollback {
+                                chain: i,
                                 work,
-                                base: Some(base),
-                                appended: Vec::new(),
-                                origin: chain.origin,
-                                rollback: true,
+                                base,
                             })
                         }
                         Attempt::NewChain(o) => origin = o,
@@ -152,13 +156,10 @@ impl Session {
                 limits,
             )
             .map_err(GatewayError::from_codec)?;
-        Ok(Placement {
-            chain: None,
+        Ok(Placement::New {
             work,
-            base: Some(Base::Start(req.messages.clone())),
-            appended: Vec::new(),
+            base: Base::Start(req.messages.clone()),
             origin,
-            rollback: false,
         })
     }
 }
@@ -195,4 +196,48 @@ fn attempt(
 
 fn is_limit(e: &Error) -> bool {
     matches!(e, Error::LengthLimit { .. })
+}
+
+/// The cache a request samples on. An in-place extension (`undo` set) is rewound to its
+/// checkpoint when the guard is dropped uncommitted: a failed request, or one whose future was
+/// dropped mid-generation, leaves its chain as it was.
+#[derive(Debug)]
+pub(crate) struct Work<'a> {
+    cache: &'a mut RolloutCache,
+    undo: Option<CacheCheckpoint>,
+}
+
+impl<'a> Work<'a> {
+    pub(crate) fn new(cache: &'a mut RolloutCache, undo: Option<CacheCheckpoint>) -> Self {
+        Self { cache, undo }
+    }
+
+    /// Keeps what was appended.
+    pub(crate) fn commit(mut self) {
+        self.undo = None;
+    }
+}
+
+impl std::ops::Deref for Work<'_> {
+    type Target = RolloutCache;
+    fn deref(&self) -> &RolloutCache {
+        self.cache
+    }
+}
+
+impl std::ops::DerefMut for Work<'_> {
+    fn deref_mut(&mut self) -> &mut RolloutCache {
+        self.cache
+    }
+}
+
+impl Drop for Work<'_> {
+    fn drop(&mut self) {
+        if let Some(at) = self.undo.take() {
+            // The checkpoint was taken on this cache, which only grew since.
+            if let Err(e) = self.cache.rewind(at) {
+                tracing::error!("rewinding a chain after a failed request: {e}");
+            }
+        }
+    }
 }

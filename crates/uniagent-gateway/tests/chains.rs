@@ -144,6 +144,116 @@ async fn a_non_canonical_turn_is_recorded_with_its_full_render() {
     assert_eq!(sampled as usize, ids.len());
 }
 
+/// Answers from a script, or never (while `hang` is set): a request whose future is dropped
+/// mid-generation, as when the harness disconnects.
+#[derive(Debug)]
+struct Hanging {
+    script: Arc<Script>,
+    hang: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl uniagent_core::TokenGenerator for Hanging {
+    fn name(&self) -> &str {
+        "hanging"
+    }
+    async fn generate(
+        &self,
+        request: uniagent_core::GenerateRequest,
+    ) -> uniagent_core::Result<uniagent_core::GenerateOutput> {
+        if self.hang.load(std::sync::atomic::Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        self.script.generate(request).await
+    }
+}
+
+/// Chains are extended in place: a request that fails after its messages were appended (the
+/// generator errs) or is dropped while the generator runs must leave its chain exactly as it
+/// was, and the next request continues from there.
+#[tokio::test]
+async fn failed_and_dropped_requests_leave_the_chain_as_it_was() {
+    let script = Arc::new(Script::default());
+    let generator = Arc::new(Hanging {
+        script: script.clone(),
+        hang: false.into(),
+    });
+    let gateway = Gateway::new(
+        codec("qwen2.5"),
+        generator.clone(),
+        GatewayConfig::default(),
+    );
+    let c = codec("qwen2.5");
+    let turn = |text: &str| {
+        let mut ids = c.encode(text).unwrap();
+        ids.push(c.eos_token_id());
+        ids
+    };
+    script.push_ids(turn("One."));
+    let mut messages = vec![Message::user("Count.")];
+    let a = gateway
+        .complete("f", TurnRequest::new(messages.clone()))
+        .await
+        .unwrap();
+    messages.push(a.message);
+    let before = gateway.chains("f").await.unwrap()[0].cache().clone();
+
+    // The generator fails after the chain took the new message.
+    script.push(common::Reply {
+        ids: vec![],
+        logprobs: None,
+        fail: true,
+    });
+    let mut failing = messages.clone();
+    failing.push(Message::user("Go on (fails)."));
+    assert!(gateway
+        .complete("f", TurnRequest::new(failing))
+        .await
+        .is_err());
+    assert_eq!(gateway.chains("f").await.unwrap()[0].cache(), &before);
+
+    // The request's future is dropped while the generator runs.
+    generator
+        .hang
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut dropped = messages.clone();
+    dropped.push(Message::user("Go on (dropped)."));
+    let pending = gateway.complete("f", TurnRequest::new(dropped));
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_millis(100), pending)
+            .await
+            .is_err()
+    );
+    generator
+        .hang
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    let chains = gateway.chains("f").await.unwrap();
+    assert_eq!(chains.len(), 1);
+    assert_eq!(chains[0].cache(), &before);
+
+    // The next request extends the chain from where it was.
+    script.push_ids(turn("Two."));
+    messages.push(Message::user("Go on."));
+    let b = gateway
+        .complete("f", TurnRequest::new(messages.clone()))
+        .await
+        .unwrap();
+    assert_eq!(b.chain, 0);
+    let t = gateway.end("f").await.unwrap();
+    assert_eq!(t.len(), 1);
+    assert_eq!(mask1(&t[0]), [turn("One."), turn("Two.")].concat());
+    let rendered = c
+        .render_ids(&ChatInput {
+            messages: messages_to_json(&messages).unwrap(),
+            add_generation_prompt: true,
+            ..ChatInput::default()
+        })
+        .unwrap();
+    // The chain's prompt for the second turn is the template's render of the conversation.
+    let prompts = script.prompts();
+    assert_eq!(prompts.last().unwrap(), &rendered);
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     /// Continue chain `c % n` with a user (or tool) message.

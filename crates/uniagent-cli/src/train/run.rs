@@ -11,8 +11,10 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 use uniagent_core::codec::Codec;
-use uniagent_core::runner::ProgressEvent;
+use uniagent_core::runner::{ProgressEvent, RolloutSource};
 use uniagent_core::{Task, TokenGenerator};
+use uniagent_gateway::harness::HarnessRollouts;
+use uniagent_gateway::GatewayConfig;
 use uniagent_train::model::Qwen2ForCausalLM;
 use uniagent_train::pipeline::{
     Demonstrator, Pipeline, RolloutProgress, RolloutSpec, Summary, TaskSource,
@@ -22,7 +24,7 @@ use uniagent_train::scratch::{
 };
 use uniagent_train::tch::Device;
 
-use super::section::TrainerSection;
+use super::section::{RolloutSection, TrainerSection};
 use crate::env::DEMONSTRATION_TURNS;
 use crate::error::{CliError, Result};
 use crate::model::ModelConfig;
@@ -169,6 +171,51 @@ fn progress_printer(every: u64) -> RolloutProgress {
     })
 }
 
+/// The rollout side of every phase: our loop over the environment's parts, or the
+/// configured harness through a gateway serving the policy's codec.
+fn rollout_source(
+    prepared: &Prepared,
+    section: &TrainerSection,
+    codec: Arc<Codec>,
+) -> Result<Arc<dyn RolloutSource>> {
+    let (parts, loop_config, _runner) = prepared.rollout_parts()?;
+    if let RolloutSection::Harness(harness) = &section.rollout {
+        let gateway = GatewayConfig {
+            max_model_len: loop_config.limits.max_model_len,
+            default_max_tokens: loop_config
+                .sampling
+                .max_tokens
+                .map_or(GatewayConfig::default().default_max_tokens, |n| n as usize),
+            // The policy codec's own parser.
+            tool_parser: None,
+            ..GatewayConfig::default()
+        };
+        let source = HarnessRollouts::new(harness.clone(), codec, gateway).map_err(|e| {
+            prepared
+                .doc
+                .error_at(&["trainer".into(), "rollout".into()], e)
+        })?;
+        return Ok(Arc::new(source));
+    }
+    let Some(reward) = parts.reward else {
+        return Err(prepared.doc.error_at(
+            &["environment".into()],
+            format!(
+                "environment `{}` has no reward: nothing to train on",
+                prepared.environment.name()
+            ),
+        ));
+    };
+    Ok(Arc::new(RolloutSpec {
+        tools: parts.tools,
+        reward,
+        loop_config,
+        sandboxes: parts.sandboxes,
+        codec,
+        progress: Some(progress_printer(64)),
+    }))
+}
+
 /// Runs the whole training: demonstrations and SFT, held-out evaluation, RL, export.
 /// Writes into `prepared.out`: `trajectories.jsonl` (tagged with `phase` and `step`),
 /// `metrics.jsonl`, `summary.json`, `learning_curve.png`, `config.yaml` and `policy/`.
@@ -194,24 +241,7 @@ pub async fn train(prepared: &Prepared, section: &TrainerSection) -> Result<Trai
     let policy_dir = prepared.out.join("policy");
     let (codec, model, tokenizer_dir) = policy(prepared, section, &phases, &policy_dir)?;
     let codec = Arc::new(codec);
-    let (parts, loop_config, _runner) = prepared.rollout_parts()?;
-    let Some(reward) = parts.reward else {
-        return Err(prepared.doc.error_at(
-            &["environment".into()],
-            format!(
-                "environment `{}` has no reward: nothing to train on",
-                prepared.environment.name()
-            ),
-        ));
-    };
-    let spec = RolloutSpec {
-        tools: parts.tools,
-        reward,
-        loop_config,
-        sandboxes: parts.sandboxes,
-        codec: codec.clone(),
-        progress: Some(progress_printer(64)),
-    };
+    let spec = rollout_source(prepared, section, codec.clone())?;
     let seed = section.pipeline.seed;
     let mut pipeline = match resume_step {
         Some(step) => {

@@ -1,9 +1,10 @@
 //! The `trainer:` section: the training pipeline's own [`PipelineConfig`] (read verbatim, its
-//! keys at the top of the section) plus three keys of the command itself — `quick`, `split`
-//! and `scratch`.
+//! keys at the top of the section) plus four keys of the command itself — `quick`, `split`,
+//! `scratch` and `rollout`.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use uniagent_gateway::harness::HarnessConfig;
 use uniagent_train::pipeline::PipelineConfig;
 use uniagent_train::scratch::TinyModel;
 
@@ -48,6 +49,27 @@ impl Default for Scratch {
     }
 }
 
+/// Where every phase's rollouts (demonstrations, evaluations, RL) come from.
+///
+/// ```yaml
+/// rollout:
+///   source: harness                 # default: loop
+///   command: [python3, agent.py]    # launched per task x sample, OPENAI_BASE_URL set
+///   cwd: harness/                   # relative to the config file
+///   timeout: 300
+///   reward: {command: [python3, grade.py]}   # or `route`: the harness posts it
+/// ```
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(tag = "source", rename_all = "snake_case")]
+pub enum RolloutSection {
+    /// Our own loop over the environment's tools, reward and sandboxes.
+    #[default]
+    Loop,
+    /// An unmodified agent harness, launched per task × sample against its own gateway
+    /// session; its chains are the trajectories (`uniagent_gateway::harness`).
+    Harness(HarnessConfig),
+}
+
 /// The decoded `trainer:` section.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrainerSection {
@@ -58,6 +80,8 @@ pub struct TrainerSection {
     pub split: Split,
     /// The policy trained from scratch when `model.dir` is unset.
     pub scratch: Scratch,
+    /// Where the rollouts come from.
+    pub rollout: RolloutSection,
     /// The pipeline: seed, `sft`, `rl` (mode, loss, async knobs, rollout correction), engine.
     pub pipeline: PipelineConfig,
 }
@@ -88,9 +112,18 @@ impl TrainerSection {
         };
         let mut take = |key: &str| map.remove(key).unwrap_or(Value::Null);
         let (quick, split, scratch) = (take("quick"), take("split"), take("scratch"));
+        let rollout = take("rollout");
         let quick: bool = decode_or_default(doc, "quick", quick)?;
         let split: Split = decode_or_default(doc, "split", split)?;
         let scratch: Scratch = decode_or_default(doc, "scratch", scratch)?;
+        let mut rollout: RolloutSection = decode_or_default(doc, "rollout", rollout)?;
+        if let RolloutSection::Harness(h) = &mut rollout {
+            h.validate()
+                .map_err(|e| doc.error_at(&["trainer".into(), "rollout".into()], e.to_string()))?;
+            if let Some(cwd) = &h.cwd {
+                h.cwd = Some(crate::config::resolve(&doc.base_dir(), cwd));
+            }
+        }
         let has_concurrency = map.contains_key("max_concurrent_rollouts");
         let has_group = map
             .get("rl")
@@ -120,6 +153,7 @@ impl TrainerSection {
             quick,
             split,
             scratch,
+            rollout,
             pipeline,
         })
     }

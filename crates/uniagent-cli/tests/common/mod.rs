@@ -36,6 +36,15 @@ pub fn repo_root() -> PathBuf {
 }
 
 /// stderr as text.
+/// A JSON-lines file (`trajectories.jsonl`, `metrics.jsonl`), one value per line.
+pub fn jsonl(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }

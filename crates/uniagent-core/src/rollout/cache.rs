@@ -5,6 +5,10 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, LengthLimitKind, Result};
 use crate::message::{Message, ToolSpec};
 
+mod checkpoint;
+
+pub use checkpoint::CacheCheckpoint;
+
 /// Where a response token came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -8,6 +8,8 @@
 //! reason; the batch goes on. Progress is reported as [`ProgressEvent`]s (binaries draw bars).
 
 mod sink;
+#[cfg(feature = "codec")]
+mod source;
 mod summary;
 
 use std::collections::HashMap;
@@ -21,6 +23,8 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 pub use sink::{JsonlSink, TrajectorySink};
+#[cfg(feature = "codec")]
+pub use source::RolloutSource;
 pub use summary::{PhaseStats, Stat, Summary, SummaryBuilder};
 
 use crate::agent::{AgentInteraction, CancellationToken, ExitReason, RolloutControl, Trajectory};

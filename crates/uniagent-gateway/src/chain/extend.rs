@@ -27,7 +27,7 @@ impl From<Error> for ExtendError {
 }
 
 /// Appends `messages` to `cache`. On error `cache` may be partly extended: callers work on a
-/// copy.
+/// copy or rewind it to a checkpoint.
 pub(crate) fn extend(
     codec: &Codec,
     cache: &mut RolloutCache,

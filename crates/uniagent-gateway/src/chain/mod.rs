@@ -12,7 +12,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use uniagent_core::agent::{ExitReason, Trajectory};
 use uniagent_core::codec::Codec;
-use uniagent_core::{LengthLimits, Message, RewardOutcome, RolloutCache, ToolSpec};
+use uniagent_core::{
+    CacheCheckpoint, LengthLimits, Message, RewardOutcome, RolloutCache, ToolSpec,
+};
 
 pub(crate) use extend::{extend, ExtendError};
 
@@ -39,8 +41,9 @@ pub enum ChainOrigin {
 pub(crate) enum Base {
     /// A fresh start from these messages.
     Start(Vec<Message>),
-    /// This state (ending with a sampled turn) plus these appended messages.
-    After(Box<RolloutCache>, Vec<Message>),
+    /// The chain's own state at this point (right after a sampled turn) plus these appended
+    /// messages.
+    After(CacheCheckpoint, Vec<Message>),
 }
 
 /// One recorded format error.
@@ -102,25 +105,23 @@ impl Chain {
         }
     }
 
-    /// Moves the chain on to `cache` (ending with a new turn). `base` rebuilds the state before
-    /// that turn; `None`: the current state plus `appended`. A rollback replaces the last turn,
-    /// whose format error goes with it.
+    /// Moves the chain on by a new turn: its cache already holds it (extended in place), or
+    /// `replaced` does (a rollback). `base` rebuilds the state before that turn. A rollback
+    /// replaces the last turn, whose format error goes with it.
     pub(crate) fn advance(
         &mut self,
-        cache: RolloutCache,
-        base: Option<Base>,
-        appended: Vec<Message>,
+        replaced: Option<RolloutCache>,
+        base: Base,
         client: Vec<Message>,
-        rollback: bool,
         turn: TurnRecord,
     ) {
-        if rollback {
+        if let Some(cache) = replaced {
             self.rollbacks += 1;
             let last = self.cache.assistant_turns().saturating_sub(1);
             self.format_errors.retain(|e| e.turn < last);
+            self.cache = cache;
         }
-        let previous = std::mem::replace(&mut self.cache, cache);
-        self.base = base.unwrap_or(Base::After(Box::new(previous), appended));
+        self.base = base;
         self.client = client;
         self.format_errors.extend(turn.format_error);
         self.limit = turn.limit.or(self.limit);
@@ -169,8 +170,8 @@ impl Chain {
                 self.cache.template_kwargs().clone(),
                 limits,
             )?),
-            Base::After(state, appended) => {
-                let mut cache = (**state).clone();
+            Base::After(at, appended) => {
+                let mut cache = self.cache.prefix(*at)?;
                 extend(codec, &mut cache, appended)?;
                 Ok(cache)
             }

@@ -88,4 +88,7 @@ pub use run::{Evaluation, Pipeline, RlOutcome};
 pub use setup_sandbox::SetupSandbox;
 pub use sft::SftOutcome;
 pub use tasks::{TaskCursor, TaskSource};
+/// The rollout side of a phase (re-exported: [`RolloutSpec`] is ours, a harness source is
+/// `uniagent_gateway::harness::HarnessRollouts`).
+pub use uniagent_core::runner::RolloutSource;
 pub use weight_sync::WeightSync;

@@ -11,7 +11,7 @@ use uniagent_core::agent::{
     AgentInteraction, CancellationToken, LoopConfig, TokenChatModel, Trajectory,
 };
 use uniagent_core::codec::Codec;
-use uniagent_core::runner::{ProgressEvent, Runner, RunnerConfig, SandboxFactory};
+use uniagent_core::runner::{ProgressEvent, RolloutSource, Runner, RunnerConfig, SandboxFactory};
 use uniagent_core::{
     Error, FinishReason, GenerateOutput, GenerateRequest, Result, RewardSpec, Task, TokenGenerator,
     Tool,
@@ -66,10 +66,15 @@ impl uniagent_core::runner::TrajectorySink for Collect {
     }
 }
 
-impl RolloutSpec {
-    /// Runs every task `samples` times at `temperature` (0: greedy) with `generator`, at most
-    /// `concurrency` at once; returns the trajectories sorted by id.
-    pub async fn run(
+/// Our own loop as a rollout source: every rollout runs [`AgentInteraction`] through
+/// `Runner`, with a fresh sandbox per rollout.
+#[async_trait]
+impl RolloutSource for RolloutSpec {
+    fn codec(&self) -> &Arc<Codec> {
+        &self.codec
+    }
+
+    async fn run(
         &self,
         generator: Arc<dyn TokenGenerator>,
         tasks: Vec<Task>,

@@ -18,8 +18,8 @@ use uniagent_core::agent::Trajectory;
 use uniagent_core::{Result, TokenGenerator};
 
 use super::config::AsyncConfig;
-use super::rollout::RolloutSpec;
 use super::tasks::TaskSource;
+use uniagent_core::runner::RolloutSource;
 
 /// Shared state of the rollouter.
 struct Gate {
@@ -85,7 +85,7 @@ impl Rollouter {
     /// once the task source is exhausted).
     pub(crate) fn start(
         generator: Arc<dyn TokenGenerator>,
-        spec: RolloutSpec,
+        spec: Arc<dyn RolloutSource>,
         source: Arc<Mutex<TaskSource>>,
         plan: RolloutPlan,
         knobs: AsyncConfig,

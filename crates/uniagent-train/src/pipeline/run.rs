@@ -12,7 +12,7 @@ use super::checkpoint::{self, Checkpoint, RunState};
 use super::config::{Mode, PipelineConfig};
 use super::diagnostics::{mixed_groups, ratio_stats, staleness_histogram};
 use super::metrics::{Records, StepRecord, Summary};
-use super::rollout::{RolloutSpec, Seeded};
+use super::rollout::Seeded;
 use super::rollouter::{RolloutPlan, Rollouter};
 use super::tasks::TaskSource;
 use super::weight_sync::WeightSync;
@@ -21,6 +21,7 @@ use crate::model::Qwen2ForCausalLM;
 use crate::trainer::{
     OptimConfig, RlObjective, StepMetrics, TrainBatch, TrainMode, Trainer, TrainerConfig,
 };
+use uniagent_core::runner::RolloutSource;
 
 /// Runs CPU-heavy work (forward/backward passes) without stalling the runtime's other tasks
 /// when the runtime has several workers.
@@ -42,11 +43,12 @@ pub struct Evaluation {
 
 /// The training pipeline over one Qwen2 policy, its generation side (the in-process engine, or
 /// any generator with a [`WeightSync`] that brings it the weights: [`Self::with_generation`])
-/// and a rollout side ([`RolloutSpec`]). Needs a tokio runtime; with a multi-threaded one,
+/// and a rollout side (a [`RolloutSource`]: our loop as [`super::RolloutSpec`], or a black-box
+/// harness through the gateway). Needs a tokio runtime; with a multi-threaded one,
 /// training steps leave the other workers free for rollouts.
 pub struct Pipeline {
     pub(super) config: PipelineConfig,
-    pub(super) spec: RolloutSpec,
+    pub(super) spec: Arc<dyn RolloutSource>,
     pub(super) policy: Option<Qwen2ForCausalLM>,
     pub(super) engine: Option<Arc<TchEngine>>,
     generator: Arc<dyn TokenGenerator>,
@@ -79,7 +81,7 @@ impl Pipeline {
     /// Seeds torch and fixes its thread count from `config`.
     pub fn new(
         policy: Qwen2ForCausalLM,
-        spec: RolloutSpec,
+        spec: impl RolloutSource + 'static,
         config: PipelineConfig,
         out: &Path,
     ) -> Result<Self> {
@@ -113,7 +115,7 @@ impl Pipeline {
     /// ```
     pub fn resume(
         policy: Qwen2ForCausalLM,
-        spec: RolloutSpec,
+        spec: impl RolloutSource + 'static,
         config: PipelineConfig,
         out: &Path,
     ) -> Result<Self> {
@@ -148,7 +150,7 @@ impl Pipeline {
     /// (a generator and the sync that brings it the trained weights).
     fn build(
         policy: Qwen2ForCausalLM,
-        spec: RolloutSpec,
+        spec: impl RolloutSource + 'static,
         config: PipelineConfig,
         out: &Path,
         records: Records,
@@ -180,7 +182,7 @@ impl Pipeline {
             out: out.to_path_buf(),
             generator: Arc::new(Seeded::new(generator, config.seed)),
             config,
-            spec,
+            spec: Arc::new(spec),
             policy: Some(policy),
             engine,
             sync,
@@ -199,7 +201,7 @@ impl Pipeline {
     /// [`Self::new`]; [`Self::resume`] continues them with the in-process engine.
     pub fn with_generation(
         policy: Qwen2ForCausalLM,
-        spec: RolloutSpec,
+        spec: impl RolloutSource + 'static,
         config: PipelineConfig,
         out: &Path,
         generator: Arc<dyn TokenGenerator>,
@@ -756,7 +758,7 @@ impl Pipeline {
     pub fn export(&self, dir: &Path, tokenizer_dir: Option<&Path>) -> Result<()> {
         super::artifacts::export_hf(
             self.policy()?,
-            self.spec.codec.eos_token_id(),
+            self.spec.codec().eos_token_id(),
             tokenizer_dir,
             dir,
         )
