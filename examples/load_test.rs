@@ -1,9 +1,11 @@
 //! Load test of the interaction loop and the runner (a binary, not a timed test).
 //!
-//! Runs N concurrent rollouts (default 10,000) of a scripted token-level model that calls an
-//! in-process tool for `--turns - 1` turns and then finishes, so every microsecond measured is
-//! framework overhead: the loop, the rollout cache, the runner, the summary. Reports rollouts/s,
-//! peak RSS and per-turn overhead (process CPU time per turn and wall time per turn).
+//! Runs N concurrent rollouts (default 10,000) of a scripted policy that calls an in-process tool
+//! for `--turns - 1` turns and then finishes, so every microsecond measured is framework
+//! overhead: the loop, the token-level model with its codec (Qwen2.5's tokenizer and chat
+//! template: tokenizing observations, parsing tool calls), the rollout cache, the runner, the
+//! summary. `--message-level` leaves the codec out. Reports rollouts/s, peak RSS and per-turn
+//! overhead (process CPU time per turn and wall time per turn).
 //!
 //! ```text
 //! cargo run --release -p uniagent-examples --bin load-test -- --rollouts 10000 --turns 5
@@ -19,17 +21,25 @@ use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use uniagent_core::agent::{
-    AgentInteraction, CancellationToken, ExitReason, LoopConfig, Trajectory,
+    AgentInteraction, CancellationToken, ExitReason, LoopConfig, TokenChatModel, Trajectory,
 };
+use uniagent_core::codec::Codec;
+use uniagent_core::parsers::ToolCallFormat;
 use uniagent_core::runner::{ProgressEvent, Runner, RunnerConfig, TrajectorySink};
 use uniagent_core::testing::{
-    RecordingTool, ScriptedChatModel, ScriptedTokenChatModel, ScriptedTurn,
+    RecordingTool, ScriptedChatModel, ScriptedTokenGenerator, ScriptedTurn,
 };
 use uniagent_core::{
     ChatModel, Deployment, DeploymentExt, EpisodeSignal, Error, LengthLimits, Message, Result,
     Task, Tool, ToolCall, ToolContext, ToolOutput, ToolSpec,
 };
 use uniagent_envs::{HostConfig, HostDeployment};
+
+/// The Qwen2.5 tokenizer and chat template the core's tests use.
+const QWEN25_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../crates/uniagent-core/tests/fixtures/tokenizers/qwen2.5"
+);
 
 /// Load test of the interaction loop and the runner.
 #[derive(Debug, Parser)]
@@ -47,6 +57,9 @@ struct Args {
     /// Drive a message-level scripted model instead of the token-level one.
     #[arg(long)]
     message_level: bool,
+    /// The token-level policy's tokenizer and chat template (a Hugging Face model directory).
+    #[arg(long, default_value = QWEN25_FIXTURE)]
+    tokenizer_dir: std::path::PathBuf,
     /// Run every rollout in its own real host sandbox (`uniagent-sandbox` child process), with
     /// at most this many sandboxes at once; the tool runs `echo` in the sandbox's bash session.
     #[arg(long, value_parser = positive())]
@@ -141,8 +154,14 @@ async fn main() -> Result<()> {
     let model: Arc<dyn ChatModel> = if args.message_level {
         Arc::new(ScriptedChatModel::new(script(args.turns)).without_recording())
     } else {
-        Arc::new(ScriptedTokenChatModel::new(
-            script(args.turns),
+        let codec = Arc::new(
+            Codec::from_dir(&args.tokenizer_dir)?.with_tool_parser(ToolCallFormat::Hermes),
+        );
+        let generator =
+            ScriptedTokenGenerator::new(codec.clone(), script(args.turns)).without_recording();
+        Arc::new(TokenChatModel::new(
+            Arc::new(generator),
+            codec,
             LengthLimits::default(),
         ))
     };

@@ -12,13 +12,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use common::*;
 use serde_json::json;
+use uniagent_core::agent::TokenChatModel;
 use uniagent_core::agent::{
     AgentInteraction, CancellationToken, ExitReason, LoopConfig, MaskPolicy, RolloutControl,
     NO_FUNCTION_CALL, SKIPPED_SANDBOX, SKIPPED_TIMEOUT_BUDGET,
 };
+use uniagent_core::codec::Codec;
+use uniagent_core::parsers::ToolCallFormat;
 use uniagent_core::testing::{
-    char_ids, render_message, RecordingTool, ScriptedChatModel, ScriptedDeployment,
-    ScriptedTokenChatModel, ScriptedTurn, END_OF_TURN, GENERATION_PROMPT,
+    RecordingTool, ScriptedChatModel, ScriptedDeployment, ScriptedTokenGenerator, ScriptedTurn,
 };
 use uniagent_core::{
     Deployment, Error, LengthLimits, Message, Result, RewardContext, RewardOutcome, RewardSpec,
@@ -27,6 +29,33 @@ use uniagent_core::{
 
 fn tools(list: Vec<Arc<dyn Tool>>) -> Vec<Arc<dyn Tool>> {
     list
+}
+
+/// The Qwen2.5 codec (tokenizer and chat template fixtures), loaded once.
+fn codec() -> Arc<Codec> {
+    static CODEC: std::sync::OnceLock<Arc<Codec>> = std::sync::OnceLock::new();
+    CODEC
+        .get_or_init(|| {
+            let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/tokenizers/qwen2.5");
+            Arc::new(
+                Codec::from_dir(dir)
+                    .unwrap()
+                    .with_tool_parser(ToolCallFormat::Hermes),
+            )
+        })
+        .clone()
+}
+
+/// The real token-level model over the Qwen2.5 codec, sampling `script`.
+fn token_model(script: Vec<ScriptedTurn>) -> TokenChatModel {
+    let generator = ScriptedTokenGenerator::new(codec(), script);
+    TokenChatModel::new(Arc::new(generator), codec(), LengthLimits::default())
+}
+
+/// The end-of-turn id every sampled turn ends with.
+fn end_of_turn() -> u32 {
+    codec().stop_token_ids()[0]
 }
 
 #[tokio::test]
@@ -76,13 +105,10 @@ async fn chat_mode_reply_without_calls_finishes() {
 
 #[tokio::test]
 async fn submit_ends_the_trace_on_the_sampled_end_of_turn() {
-    let model = ScriptedTokenChatModel::new(
-        vec![
-            echo_call("c0"),
-            reply(vec![call("c1", "submit", json!({}))]),
-        ],
-        LengthLimits::default(),
-    );
+    let model = token_model(vec![
+        echo_call("c0"),
+        reply(vec![call("c1", "submit", json!({}))]),
+    ]);
     let t = run_with(
         model,
         tools(vec![Arc::new(echo_tool()), Arc::new(submit_tool())]),
@@ -93,7 +119,7 @@ async fn submit_ends_the_trace_on_the_sampled_end_of_turn() {
     assert_eq!(t.exit_reason, ExitReason::Submitted);
     assert!(!t.masked);
     // The trace ends on the last sampled token, not on an unused observation + generation prompt.
-    assert_eq!(t.output.response_ids.last(), Some(&END_OF_TURN));
+    assert_eq!(t.output.response_ids.last(), Some(&end_of_turn()));
     assert_eq!(t.output.response_mask.last(), Some(&1));
     // The submit observation is still in the messages.
     assert_eq!(t.messages.last().unwrap().text(), "<<<Finished>>>");
@@ -133,10 +159,7 @@ async fn max_turns_stops_before_querying_again() {
         max_turns: 3,
         ..LoopConfig::default()
     };
-    let tm = ScriptedTokenChatModel::new(
-        (0..5).map(|i| echo_call(&format!("c{i}"))).collect(),
-        LengthLimits::default(),
-    );
+    let tm = token_model((0..5).map(|i| echo_call(&format!("c{i}"))).collect());
     let t = run_with(tm, tools(vec![Arc::new(echo_tool())]), cfg, None).await;
     assert_eq!(t.exit_reason, ExitReason::MaxTurns);
     assert!(!t.masked);
@@ -146,10 +169,7 @@ async fn max_turns_stops_before_querying_again() {
         mask: MaskPolicy::all_but(&[ExitReason::Finished, ExitReason::Submitted]),
         ..LoopConfig::default()
     };
-    let tm = ScriptedTokenChatModel::new(
-        (0..5).map(|i| echo_call(&format!("c{i}"))).collect(),
-        LengthLimits::default(),
-    );
+    let tm = token_model((0..5).map(|i| echo_call(&format!("c{i}"))).collect());
     let t = run_with(tm, tools(vec![Arc::new(echo_tool())]), strict, None).await;
     assert_eq!(t.exit_reason, ExitReason::MaxTurns);
     assert!(t.masked);
@@ -158,23 +178,39 @@ async fn max_turns_stops_before_querying_again() {
     assert_eq!(t.output.extra_fields["traj_masked"], 1);
 }
 
-/// Tokens of one echo turn and its observation in the character codec.
+/// Tokens of one echo turn (sampled, with its end-of-turn id) and of its observation
+/// (inserted: the template's glue, the tool message and the next generation prompt).
 fn echo_turn_tokens(id: &str) -> (usize, usize) {
-    let ScriptedTurn::Reply(msg) = echo_call(id) else {
-        unreachable!()
-    };
-    let sampled = char_ids(&render_message(&msg)).len() - char_ids(GENERATION_PROMPT).len() + 1;
+    let codec = codec();
+    let generator = ScriptedTokenGenerator::new(codec.clone(), Vec::new());
+    let mut ids = generator.turn_ids(&echo_call(id)).unwrap();
+    ids.push(end_of_turn());
+    let kwargs = serde_json::Map::new();
+    let mut cache = codec
+        .start(
+            "probe",
+            task().messages.clone(),
+            Vec::new(),
+            kwargs,
+            LengthLimits::default(),
+        )
+        .unwrap();
+    codec
+        .append_sampled(&mut cache, &ids, &vec![-0.5; ids.len()], None)
+        .unwrap();
+    let len = |c: &uniagent_core::RolloutCache| c.tokens().unwrap().len();
+    let before = len(&cache);
     let mut obs = Message::tool(id, "ok");
     obs.name = Some("echo".into());
-    let inserted = 1 + char_ids(&render_message(&obs)).len() + char_ids(GENERATION_PROMPT).len();
-    (sampled, inserted)
+    codec.append_messages(&mut cache, &[obs]).unwrap();
+    (ids.len(), len(&cache) - before)
 }
 
 #[tokio::test]
 async fn token_limit_ends_the_episode_and_masks_the_cut_turn() {
     let (sampled, inserted) = echo_turn_tokens("c0");
-    let long = ScriptedTurn::Reply(Message::assistant("x".repeat(200)));
-    let model = ScriptedTokenChatModel::new(vec![echo_call("c0"), long], LengthLimits::default());
+    let long = ScriptedTurn::Reply(Message::assistant("word ".repeat(100)));
+    let model = token_model(vec![echo_call("c0"), long]);
     let cfg = LoopConfig {
         limits: LengthLimits {
             max_response_len: Some(sampled + inserted + 10),
@@ -202,7 +238,7 @@ async fn token_limit_ends_the_episode_and_masks_the_cut_turn() {
 
 #[tokio::test]
 async fn over_long_prompt_is_a_context_overflow_before_any_model_call() {
-    let model = ScriptedTokenChatModel::new(vec![echo_call("c0")], LengthLimits::default());
+    let model = token_model(vec![echo_call("c0")]);
     let cfg = LoopConfig {
         limits: LengthLimits {
             max_model_len: Some(10),
@@ -222,13 +258,12 @@ async fn over_long_prompt_is_a_context_overflow_before_any_model_call() {
 #[tokio::test]
 async fn observation_that_overflows_the_context_ends_the_episode() {
     let (sampled, _) = echo_turn_tokens("c0");
-    let model = ScriptedTokenChatModel::new(
-        vec![echo_call("c0"), echo_call("c1")],
-        LengthLimits::default(),
-    );
+    // A fresh generator per run: it counts turns per rollout id.
+    let model = || token_model(vec![echo_call("c0"), echo_call("c1")]);
+    // The prompt as the template renders it with the same tools.
     let prompt = run_with(
-        model.clone(),
-        vec![],
+        model(),
+        tools(vec![Arc::new(echo_tool())]),
         LoopConfig {
             max_turns: 1,
             ..LoopConfig::default()
@@ -246,7 +281,7 @@ async fn observation_that_overflows_the_context_ends_the_episode() {
         },
         ..LoopConfig::default()
     };
-    let t = run_with(model, tools(vec![Arc::new(echo_tool())]), cfg, None).await;
+    let t = run_with(model(), tools(vec![Arc::new(echo_tool())]), cfg, None).await;
     assert_eq!(t.exit_reason, ExitReason::ContextOverflow, "{:?}", t.error);
     assert_eq!(t.output.response_ids.len(), sampled);
     assert_eq!(

@@ -6,9 +6,8 @@
 // Test helpers may unwrap (a panic fails the test); core's `Error` is large by design.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use async_trait::async_trait;
 use proptest::prelude::*;
 use serde_json::json;
 use uniagent_core::agent::{
@@ -19,11 +18,10 @@ use uniagent_core::cassette::{
 };
 use uniagent_core::codec::{messages_to_json, tools_to_json, ChatInput, Codec};
 use uniagent_core::parsers::ToolCallFormat;
-use uniagent_core::testing::RecordingTool;
-use uniagent_core::{
-    FinishReason, GenerateOutput, GenerateRequest, LengthLimits, Message, Result, Task,
-    TokenGenerator, ToolOutput, ToolSpec,
+use uniagent_core::testing::{
+    RecordingTool, ScriptedTokenGenerator, ScriptedTurn, SCRIPTED_LOGPROB,
 };
+use uniagent_core::{LengthLimits, Message, Task, ToolCall, ToolOutput, ToolSpec};
 
 /// Loaded once: parsing the 150k-token vocabulary dominates the cost of a case otherwise.
 fn codec() -> Arc<Codec> {
@@ -41,66 +39,12 @@ fn codec() -> Arc<Codec> {
         .clone()
 }
 
-/// Replays assistant texts as token ids (the canonical tokenization plus the stop id) and
-/// records every request.
-#[derive(Debug)]
-struct ScriptedGenerator {
-    codec: Arc<Codec>,
-    texts: Vec<String>,
-    requests: Mutex<Vec<GenerateRequest>>,
-}
-
-#[async_trait]
-impl TokenGenerator for ScriptedGenerator {
-    fn name(&self) -> &str {
-        "scripted-generator"
-    }
-
-    async fn generate(&self, request: GenerateRequest) -> Result<GenerateOutput> {
-        let turn = {
-            let mut r = self.requests.lock().unwrap();
-            r.push(request.clone());
-            r.len() - 1
-        };
-        let mut ids = self.codec.encode(&self.texts[turn])?;
-        ids.push(request.stop_token_ids[0]);
-        let finish_reason = if ids.len() > request.max_new_tokens {
-            ids.truncate(request.max_new_tokens);
-            FinishReason::Length
-        } else {
-            FinishReason::Stop
-        };
-        let logprobs = Some((0..ids.len()).map(|i| -0.01 * (i as f32 + 1.0)).collect());
-        Ok(GenerateOutput {
-            token_ids: ids,
-            logprobs,
-            finish_reason,
-            weight_version: Some(turn as u64),
-        })
-    }
-}
-
 fn echo_spec() -> ToolSpec {
     ToolSpec::function(
         "echo",
         "Echo a text.",
         json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
     )
-}
-
-/// The text Qwen2.5's template renders after `<|im_start|>assistant\n` for a turn with
-/// `content` and echo calls — what a well-behaved policy samples.
-fn assistant_text(content: &str, calls: &[String]) -> String {
-    let mut s = content.to_owned();
-    for text in calls {
-        s.push_str(&format!(
-            "\n<tool_call>\n{{\"name\": \"echo\", \"arguments\": {{\"text\": \"{text}\"}}}}\n</tool_call>"
-        ));
-    }
-    if content.is_empty() {
-        s = s.trim_start_matches('\n').to_owned();
-    }
-    s
 }
 
 #[derive(Debug, Clone)]
@@ -120,11 +64,24 @@ fn turn_kind() -> impl Strategy<Value = TurnKind> {
     ]
 }
 
-fn text_of(kind: &TurnKind) -> String {
+/// The scripted turn of `kind`: what a policy samples (tool calls in Hermes form, as the
+/// template renders them) or a malformed call.
+fn scripted(kind: &TurnKind) -> ScriptedTurn {
     match kind {
-        TurnKind::Calls(content, calls) => assistant_text(content, calls),
-        TurnKind::NoCall(text) => text.clone(),
-        TurnKind::Malformed => "<tool_call>\n{\"name\": \"echo\"".to_owned(),
+        TurnKind::Calls(content, calls) => {
+            let calls = calls
+                .iter()
+                .enumerate()
+                .map(|(i, text)| ToolCall::new(format!("call_{i}"), "echo", json!({"text": text})))
+                .collect();
+            let content = (!content.is_empty()).then(|| content.clone());
+            ScriptedTurn::Reply(Message::assistant_with_calls(content, calls))
+        }
+        TurnKind::NoCall(text) => ScriptedTurn::Reply(Message::assistant(text.clone())),
+        TurnKind::Malformed => ScriptedTurn::FormatError {
+            content: "<tool_call>\n{\"name\": \"echo\"".to_owned(),
+            error: "unterminated tool call".to_owned(),
+        },
     }
 }
 
@@ -133,15 +90,12 @@ async fn run_episode(
     with_system: bool,
 ) -> (
     uniagent_core::agent::Trajectory,
-    Arc<ScriptedGenerator>,
+    Arc<ScriptedTokenGenerator>,
     Cassette,
 ) {
     let codec = codec();
-    let generator = Arc::new(ScriptedGenerator {
-        codec: codec.clone(),
-        texts: kinds.iter().map(text_of).collect(),
-        requests: Mutex::default(),
-    });
+    let script = kinds.iter().map(scripted).collect();
+    let generator = Arc::new(ScriptedTokenGenerator::new(codec.clone(), script));
     let recorder = Recorder::new();
     let recording = RecordGenerator::new(generator.clone(), Arc::clone(&recorder));
     let model = TokenChatModel::new(Arc::new(recording), codec, LengthLimits::default());
@@ -212,7 +166,7 @@ async fn a_tool_episode_over_the_real_codec_matches_the_full_render() {
     ids.extend(&t.output.response_ids);
     assert_eq!(ids, full_render(&codec, &t));
     // Every request carried the whole context so far, sticky to the trajectory.
-    let requests = generator.requests.lock().unwrap();
+    let requests = generator.requests();
     assert!(requests
         .iter()
         .all(|r| ids.starts_with(&r.prompt_ids) && r.session_id.as_deref() == Some("p:0")));
@@ -221,7 +175,10 @@ async fn a_tool_episode_over_the_real_codec_matches_the_full_render() {
     assert_eq!(t.counts.tool_calls, 3);
     // Sampled tokens keep the generator's logprobs; inserted ones have 0.0.
     let first = t.output.response_mask.iter().position(|&m| m == 1).unwrap();
-    assert_eq!(t.output.response_logprobs.as_ref().unwrap()[first], -0.01);
+    assert_eq!(
+        t.output.response_logprobs.as_ref().unwrap()[first],
+        SCRIPTED_LOGPROB
+    );
 }
 
 proptest! {
@@ -244,8 +201,8 @@ proptest! {
         let sampled: Vec<u32> = t.output.response_ids.iter().zip(&t.output.response_mask)
             .filter(|(_, m)| **m == 1).map(|(id, _)| *id).collect();
         let mut expected = Vec::new();
-        for text in &generator.texts {
-            expected.extend(codec.encode(text).unwrap());
+        for kind in &kinds {
+            expected.extend(generator.turn_ids(&scripted(kind)).unwrap());
             expected.push(codec.eos_token_id());
         }
         prop_assert_eq!(sampled, expected);

@@ -15,13 +15,13 @@ use uniagent_core::{
 
 use uniagent_core::cassette::{Step, CASSETTE_VERSION};
 
-use crate::cassette::{Action, Exchange, GatewayCassette, Placed, GATEWAY_KIND};
-use crate::chain::{Base, Chain, ChainOrigin, FormatError, TurnRecord};
+use crate::cassette::{Exchange, GatewayCassette, Placed, GATEWAY_KIND};
+use crate::chain::{Chain, FormatError, TurnRecord};
 use crate::config::GatewayConfig;
 use crate::error::{GatewayError, Result};
 use crate::exchange::{Reply, Route, Stamp};
 use crate::record::Recorder;
-use crate::session::{Placement, Session, Work};
+use crate::session::Session;
 use crate::turn::{Finish, ToolChoice, TurnAnswer, TurnRequest};
 
 type SessionHandle = Arc<tokio::sync::Mutex<Session>>;
@@ -237,25 +237,11 @@ impl Gateway {
             &self.config.template_kwargs,
             &req,
         )?;
-        let (chain, action) = match &placement {
-            Placement::Extend { chain, .. } => (Some(*chain), Action::Extend),
-            Placement::Rollback { chain, .. } => (Some(*chain), Action::Rollback),
-            Placement::New { .. } => (None, Action::New),
-        };
-        let (mut owned, undo, base, origin) = match placement {
-            Placement::Extend { at, appended, .. } => {
-                (None, Some(at), Base::After(at, appended), None)
-            }
-            Placement::Rollback { work, base, .. } => (Some(work), None, base, None),
-            Placement::New { work, base, origin } => (Some(work), None, base, Some(origin)),
-        };
-        let chain_index = chain.unwrap_or(index);
+        let mut landing = placement.land(index);
+        let chain_index = landing.placed.chain;
         // Until committed, an in-place extension is undone when this scope is left early
         // (an error, or the request's future dropped while the generator runs).
-        let mut work = match owned.as_mut() {
-            Some(cache) => Work::new(cache, None),
-            None => Work::new(&mut session.chains[chain_index].cache, undo),
-        };
+        let mut work = session.work(&mut landing);
         if work
             .messages()
             .last()
@@ -296,14 +282,13 @@ impl Gateway {
             self.answer_message(&req, &turn, ids, stop_hit, chain_index, turn_index)?;
         let limit = (finish == Finish::Length && kept == budget && budget < requested)
             .then(|| limit_reason(&work));
+        let token_texts = ids
+            .iter()
+            .map(|&id| self.codec.decode(&[id], false))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(GatewayError::from_codec)?;
         // Nothing below fails: the turn is the chain's.
         work.commit();
-        session.turns += 1;
-        let placed = Placed {
-            chain: chain_index,
-            action,
-            origin,
-        };
         // The request's messages become the chain's view (moved: at turn 500 a copy was a
         // measurable share of the request).
         let mut client = std::mem::take(&mut req.messages);
@@ -317,26 +302,8 @@ impl Gateway {
             sampled_tokens: kept as u64,
             model_seconds: seconds,
         };
-        match (chain, owned) {
-            (Some(i), replaced) => session.chains[i].advance(replaced, base, client, record),
-            (None, Some(cache)) => {
-                let tools = std::mem::take(&mut req.tools);
-                let origin = origin.unwrap_or(ChainOrigin::First);
-                session
-                    .chains
-                    .push(Chain::new(cache, client, base, tools, origin, record));
-            }
-            (None, None) => {
-                return Err(GatewayError::Internal {
-                    message: "a new chain without its cache".into(),
-                })
-            }
-        }
-        let token_texts = ids
-            .iter()
-            .map(|&id| self.codec.decode(&[id], false))
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(GatewayError::from_codec)?;
+        let placed = landing.placed.clone();
+        session.keep_turn(landing, client, std::mem::take(&mut req.tools), record);
         let answer = TurnAnswer {
             message,
             finish,

@@ -1,10 +1,13 @@
 //! A session: the chains one harness run grows, its reward, and how a request finds its chain.
 
 use uniagent_core::codec::Codec;
-use uniagent_core::{CacheCheckpoint, Error, LengthLimits, RewardOutcome, RolloutCache};
+use uniagent_core::{
+    CacheCheckpoint, Error, LengthLimits, Message, RewardOutcome, RolloutCache, ToolSpec,
+};
 
+use crate::cassette::{Action, Placed};
 use crate::chain::matching::{relate, Relation};
-use crate::chain::{extend, Base, Chain, ChainOrigin, ExtendError};
+use crate::chain::{extend, Base, Chain, ChainOrigin, ExtendError, TurnRecord};
 use crate::error::{GatewayError, Result};
 use crate::turn::TurnRequest;
 
@@ -45,6 +48,59 @@ pub(crate) enum Placement {
     },
 }
 
+/// A [`Placement`] taken apart for sampling: the chain the turn lands on, the cache it is
+/// sampled on and what rebuilds the state before it.
+#[derive(Debug)]
+pub(crate) struct Landing {
+    /// The chain (a new chain's index is the next free one) and what happens to it.
+    pub(crate) placed: Placed,
+    keep: Keep,
+    base: Base,
+}
+
+/// Where the sampled turn's cache is, and how the chain keeps it.
+#[derive(Debug)]
+enum Keep {
+    /// The chain's own cache, extended in place since `undo`.
+    InPlace { undo: CacheCheckpoint },
+    /// A rebuilt cache that replaces the chain's (a rollback).
+    Replace(RolloutCache),
+    /// The cache of a new chain.
+    New(RolloutCache, ChainOrigin),
+}
+
+impl Placement {
+    /// This placement as a [`Landing`]; `next_chain` is the index a new chain gets.
+    pub(crate) fn land(self, next_chain: usize) -> Landing {
+        let placed = |chain, action, origin| Placed {
+            chain,
+            action,
+            origin,
+        };
+        match self {
+            Placement::Extend {
+                chain,
+                at,
+                appended,
+            } => Landing {
+                placed: placed(chain, Action::Extend, None),
+                keep: Keep::InPlace { undo: at },
+                base: Base::After(at, appended),
+            },
+            Placement::Rollback { chain, work, base } => Landing {
+                placed: placed(chain, Action::Rollback, None),
+                keep: Keep::Replace(work),
+                base,
+            },
+            Placement::New { work, base, origin } => Landing {
+                placed: placed(next_chain, Action::New, Some(origin)),
+                keep: Keep::New(work, origin),
+                base,
+            },
+        }
+    }
+}
+
 impl Session {
     /// The session's chains, in creation order.
     pub fn chains(&self) -> &[Chain] {
@@ -54,6 +110,39 @@ impl Session {
     /// The reward posted for the session.
     pub fn reward(&self) -> Option<&RewardOutcome> {
         self.reward.as_ref()
+    }
+
+    /// The cache `landing`'s request samples on: rewound on drop unless committed.
+    pub(crate) fn work<'a>(&'a mut self, landing: &'a mut Landing) -> Work<'a> {
+        match &mut landing.keep {
+            Keep::InPlace { undo } => {
+                Work::new(&mut self.chains[landing.placed.chain].cache, Some(*undo))
+            }
+            Keep::Replace(cache) | Keep::New(cache, _) => Work::new(cache, None),
+        }
+    }
+
+    /// Keeps a turn sampled on [`Self::work`] (committed): the chain now ends with it, and
+    /// `client` (the request's messages and the answer) is its view of the conversation;
+    /// `tools` are a new chain's tools.
+    pub(crate) fn keep_turn(
+        &mut self,
+        landing: Landing,
+        client: Vec<Message>,
+        tools: Vec<ToolSpec>,
+        turn: TurnRecord,
+    ) {
+        self.turns += 1;
+        let Landing { placed, keep, base } = landing;
+        match keep {
+            Keep::InPlace { .. } => self.chains[placed.chain].advance(None, base, client, turn),
+            Keep::Replace(cache) => {
+                self.chains[placed.chain].advance(Some(cache), base, client, turn)
+            }
+            Keep::New(cache, origin) => self
+                .chains
+                .push(Chain::new(cache, client, base, tools, origin, turn)),
+        }
     }
 
     /// Finds or makes the chain for `req`: the newest chain it extends, else the newest it
@@ -208,7 +297,7 @@ pub(crate) struct Work<'a> {
 }
 
 impl<'a> Work<'a> {
-    pub(crate) fn new(cache: &'a mut RolloutCache, undo: Option<CacheCheckpoint>) -> Self {
+    fn new(cache: &'a mut RolloutCache, undo: Option<CacheCheckpoint>) -> Self {
         Self { cache, undo }
     }
 

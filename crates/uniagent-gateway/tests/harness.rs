@@ -15,7 +15,7 @@ use serde_json::json;
 use uniagent_core::agent::{ExitReason, TrainingUse, Trajectory};
 use uniagent_core::codec::Codec;
 use uniagent_core::parsers::ToolCallFormat;
-use uniagent_core::runner::RolloutSource;
+use uniagent_core::runner::{RolloutPhase, RolloutSource};
 use uniagent_core::{FinishReason, GenerateOutput, GenerateRequest, Message, Task, TokenGenerator};
 use uniagent_gateway::harness::{HarnessConfig, HarnessReward, HarnessRollouts};
 use uniagent_gateway::GatewayConfig;
@@ -88,7 +88,7 @@ async fn run(
     samples: u32,
 ) -> Vec<Trajectory> {
     source
-        .run(generator, tasks(n), samples, 0.25, 4)
+        .run(generator, RolloutPhase::sampled(tasks(n), samples, 0.25, 4))
         .await
         .unwrap()
 }
@@ -252,7 +252,7 @@ async fn a_harness_that_cannot_start_fails_the_phase_with_a_clear_error() {
         },
     );
     let e = source
-        .run(generator, tasks(2), 2, 0.0, 2)
+        .run(generator, RolloutPhase::sampled(tasks(2), 2, 0.0, 2))
         .await
         .unwrap_err()
         .to_string();

@@ -11,7 +11,10 @@ use uniagent_core::rollout::AgentLoopMetrics;
 use uniagent_core::{AgentLoopOutput, GenerateRequest, SamplingParams};
 use uniagent_train::generate::generate_batch;
 use uniagent_train::model::{ModelDtype, Qwen2ForCausalLM};
-use uniagent_train::rl::{KlEstimator, KlKind, LossAggMode, PolicyLossMode};
+use uniagent_train::rl::{
+    grpo_advantages, token_level_rewards, Groups, KlEstimator, KlKind, LossAggMode, PolicyLossMode,
+    GRPO_EPSILON,
+};
 use uniagent_train::trainer::{
     KlLossConfig, OldLogProbSource, OptimConfig, RlObjective, TrainBatch, TrainMode, Trainer,
     TrainerConfig,
@@ -127,6 +130,60 @@ fn micro_batching_does_not_change_the_gradient() {
         }
         assert!(total > 0.0, "{agg}/{mode}: the gradient must not be zero");
     }
+}
+
+/// verl's row-level GRPO advantages of `rows`, computed directly.
+fn row_grpo(rows: &[AgentLoopOutput], uids: &[String]) -> Vec<Vec<f32>> {
+    let width = rows.iter().map(|r| r.response_ids.len()).max().unwrap();
+    let mut mask = Vec::new();
+    for r in rows {
+        let mut m: Vec<f32> = r.response_mask.iter().map(|&x| f32::from(x)).collect();
+        m.resize(width, 0.0);
+        mask.extend(m);
+    }
+    let mask = Tensor::from_slice(&mask).view([rows.len() as i64, width as i64]);
+    let scores: Vec<f32> = rows
+        .iter()
+        .map(|r| r.reward_score.unwrap() as f32)
+        .collect();
+    let rewards = token_level_rewards(&Tensor::from_slice(&scores), &mask).unwrap();
+    let adv = grpo_advantages(
+        &rewards,
+        &mask,
+        &Groups::from_uids(uids),
+        true,
+        GRPO_EPSILON,
+    )
+    .unwrap();
+    (0..rows.len() as i64)
+        .map(|i| Vec::<f32>::try_from(adv.get(i)).unwrap())
+        .collect()
+}
+
+#[test]
+fn session_weighting_counts_a_forked_session_once() {
+    let (rows, uids) = rollouts(&common::tiny_model());
+    // One session per row: exactly verl's row-level advantages.
+    let plain = TrainBatch::with_grpo(rows.clone(), &uids, true).unwrap();
+    assert_eq!(plain.advantages.as_ref().unwrap(), &row_grpo(&rows, &uids));
+    // Row 0's session forks into three identical chains: the group still has two members,
+    // so the advantages are those of the unforked batch, each chain carrying a third.
+    let mut forked = vec![rows[0].clone(), rows[0].clone()];
+    forked.extend(rows.iter().cloned());
+    let mut forked_uids = vec![uids[0].clone(), uids[0].clone()];
+    forked_uids.extend(uids.iter().cloned());
+    let mut sessions: Vec<String> = vec!["s0".into(); 3];
+    sessions.extend((1..rows.len()).map(|i| format!("s{i}")));
+    let batch = TrainBatch::with_grpo_sessions(forked, &forked_uids, &sessions, true).unwrap();
+    let adv = batch.advantages.as_ref().unwrap();
+    let unforked = plain.advantages.as_ref().unwrap();
+    for chain in &adv[..3] {
+        let third: Vec<f32> = unforked[0].iter().map(|a| a / 3.0).collect();
+        assert_eq!(chain, &third);
+    }
+    assert_eq!(&adv[3..], &unforked[1..]);
+    let err = TrainBatch::with_grpo_sessions(rows, &uids, &sessions, true).unwrap_err();
+    assert!(err.to_string().contains("sessions"), "{err}");
 }
 
 #[test]

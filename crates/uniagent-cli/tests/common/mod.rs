@@ -35,7 +35,6 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// stderr as text.
 /// A JSON-lines file (`trajectories.jsonl`, `metrics.jsonl`), one value per line.
 pub fn jsonl(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
@@ -45,6 +44,7 @@ pub fn jsonl(path: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// stderr as text.
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }

@@ -2,26 +2,25 @@
 //! the observations, repeat until the agent finishes or a limit ends the episode; then score it.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::config::LoopConfig;
+use super::episode::{race, Episode, Raced, Rollout};
 use super::exit::ExitReason;
-use super::trajectory::{rollout_id, EpisodeCounts, PhaseTimings, Trajectory};
+use super::trajectory::Trajectory;
 use super::turn::{execute_calls, TurnOutcome};
-use crate::error::{Error, LengthLimitKind, Result};
+use crate::error::{Error, Result};
 use crate::message::{Message, ToolSpec};
-use crate::model::{ChatModel, FinishReason};
+use crate::model::{AssistantTurn, ChatModel, FinishReason};
 use crate::reward::{RewardContext, RewardOutcome, RewardSpec};
-use crate::rollout::{AgentLoopMetrics, RolloutCache};
+use crate::rollout::{AgentLoopOutput, RolloutCache};
 use crate::sandbox::{CreateSessionRequest, Deployment};
 use crate::task::Task;
-use crate::tool::{EpisodeSignal, Tool};
-use tokio_util::sync::CancellationToken;
+use crate::tool::Tool;
 
 /// Shared handles a rollout runs under: cancellation and the model-call permits of the run.
 #[derive(Debug, Clone, Default)]
@@ -122,44 +121,6 @@ pub struct AgentInteraction {
     config: Arc<LoopConfig>,
 }
 
-/// What a raced future turned into.
-pub(crate) enum Raced<T> {
-    Done(T),
-    Deadline,
-    Cancelled,
-}
-
-/// Runs `fut` until it completes, the deadline passes or the token is cancelled.
-pub(crate) async fn race<T>(
-    fut: impl Future<Output = T>,
-    deadline: Option<Instant>,
-    cancel: &CancellationToken,
-) -> Raced<T> {
-    let sleep = async {
-        match deadline {
-            Some(d) => tokio::time::sleep_until(d).await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        biased;
-        () = cancel.cancelled() => Raced::Cancelled,
-        v = fut => Raced::Done(v),
-        () = sleep => Raced::Deadline,
-    }
-}
-
-/// Mutable state of one episode.
-#[derive(Debug, Default)]
-pub(crate) struct Episode {
-    pub(crate) counts: EpisodeCounts,
-    pub(crate) timings: PhaseTimings,
-    pub(crate) signal: Option<EpisodeSignal>,
-    pub(crate) error: Option<String>,
-    /// Messages of the last turn that were not appended to the cache.
-    pub(crate) tail: Vec<Message>,
-}
-
 impl AgentInteraction {
     /// An interaction over `model` and `tools`. Fails if the configuration is invalid or two
     /// tools share a name.
@@ -202,161 +163,153 @@ impl AgentInteraction {
         deployment: Option<Arc<dyn Deployment>>,
         control: &RolloutControl,
     ) -> Trajectory {
-        let started = Instant::now();
-        let id = rollout_id(&task.id, sample);
-        let deadline = self.config.wall_clock_budget.map(|b| started + b);
+        let rollout = Rollout::start(task, sample, deployment.as_ref(), control, &self.config);
         let mut ep = Episode::default();
-        let mut cache = None;
-        let reason = self
-            .drive(
-                &id,
-                &task,
-                deployment.as_ref(),
-                control,
-                deadline,
-                &mut ep,
-                &mut cache,
-            )
-            .await;
-        let mut cache = cache
-            .unwrap_or_else(|| RolloutCache::messages_only(&id, task.messages.clone(), Vec::new()));
+        let (reason, mut cache) = match self.start(&rollout, &mut ep).await {
+            Ok(mut cache) => (self.turns(&rollout, &mut cache, &mut ep).await, cache),
+            Err(reason) => {
+                let messages = rollout.task.messages.clone();
+                let cache = RolloutCache::messages_only(&rollout.id, messages, Vec::new());
+                (reason, cache)
+            }
+        };
         let mut messages = cache.messages().to_vec();
         messages.append(&mut ep.tail);
-        let (reason, reward) = self
-            .score(
-                reason,
-                &task,
-                &messages,
-                deployment.as_ref(),
-                control,
-                &mut ep,
-            )
-            .await;
-        self.finish(
-            &task, sample, &mut cache, messages, reason, reward, ep, started,
-        )
+        let ending = self.score(&rollout, reason, &messages, &mut ep).await;
+        let output = self.output(&mut cache);
+        let nothing_sampled = !output.response_mask.contains(&1);
+        let masked = self.config.mask.masks(ending.0) || nothing_sampled;
+        ep.into_trajectory(&rollout, output, messages, ending, masked)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn drive(
+    /// Opens the sandbox session (if configured) and starts the model's cache; `Err` is how
+    /// the rollout ended before it had one.
+    async fn start(
         &self,
-        id: &str,
-        task: &Arc<Task>,
-        deployment: Option<&Arc<dyn Deployment>>,
-        control: &RolloutControl,
-        deadline: Option<Instant>,
+        rollout: &Rollout<'_>,
         ep: &mut Episode,
-        slot: &mut Option<RolloutCache>,
-    ) -> ExitReason {
-        let cancel = &control.cancel;
-        if let (Some(d), true) = (deployment, self.config.create_session) {
+    ) -> std::result::Result<RolloutCache, ExitReason> {
+        if let (Some(d), true) = (rollout.deployment, self.config.create_session) {
             let t0 = Instant::now();
-            let created = race(
-                d.create_session(CreateSessionRequest::new(&self.config.session)),
-                deadline,
-                cancel,
-            )
-            .await;
+            let created = rollout
+                .race(d.create_session(CreateSessionRequest::new(&self.config.session)))
+                .await;
             ep.timings.sandbox_start += t0.elapsed().as_secs_f64();
             match created {
                 Raced::Done(Ok(_)) => {}
-                Raced::Done(Err(e)) => return fail(ep, ExitReason::SandboxError, &e),
-                Raced::Deadline => return ExitReason::WallClockTimeout,
-                Raced::Cancelled => return ExitReason::Cancelled,
+                Raced::Done(Err(e)) => return Err(ep.fail(ExitReason::SandboxError, &e)),
+                Raced::Deadline => return Err(ExitReason::WallClockTimeout),
+                Raced::Cancelled => return Err(ExitReason::Cancelled),
             }
         }
         let t0 = Instant::now();
-        let started = race(
-            self.model
-                .start(id, task.messages.clone(), self.tools.specs.clone()),
-            deadline,
-            cancel,
-        )
-        .await;
+        let messages = rollout.task.messages.clone();
+        let started = rollout
+            .race(
+                self.model
+                    .start(&rollout.id, messages, self.tools.specs.clone()),
+            )
+            .await;
         ep.timings.model += t0.elapsed().as_secs_f64();
-        let mut cache = match started {
-            Raced::Done(Ok(c)) => c,
-            Raced::Done(Err(e)) => return model_failure(ep, e),
-            Raced::Deadline => return ExitReason::WallClockTimeout,
-            Raced::Cancelled => return ExitReason::Cancelled,
-        };
-        let restricted = cache.restrict_limits(self.config.limits);
-        let cache = slot.insert(cache);
-        if let Err(e) = restricted {
-            return model_failure(ep, e);
+        match started {
+            Raced::Done(Ok(cache)) => Ok(cache),
+            Raced::Done(Err(e)) => Err(ep.model_failure(e)),
+            Raced::Deadline => Err(ExitReason::WallClockTimeout),
+            Raced::Cancelled => Err(ExitReason::Cancelled),
+        }
+    }
+
+    /// Query, run the calls, append the observations, until something ends the episode.
+    async fn turns(
+        &self,
+        rollout: &Rollout<'_>,
+        cache: &mut RolloutCache,
+        ep: &mut Episode,
+    ) -> ExitReason {
+        // A prompt over the limits ends the rollout here, with the prompt kept whole.
+        if let Err(e) = cache.restrict_limits(self.config.limits) {
+            return ep.model_failure(e);
         }
         loop {
-            if cancel.is_cancelled() {
+            if rollout.cancel().is_cancelled() {
                 return ExitReason::Cancelled;
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            if rollout.past_deadline() {
                 return ExitReason::WallClockTimeout;
             }
             if cache.assistant_turns() >= self.config.max_turns {
                 return ExitReason::MaxTurns;
             }
-            let t0 = Instant::now();
-            let query = async {
-                let _permit = match &control.model_permits {
-                    Some(s) => Some(s.acquire().await.map_err(|_| Error::Cancelled {
-                        reason: "model permits closed".into(),
-                    })?),
-                    None => None,
-                };
-                self.model.query(cache, &self.config.sampling).await
+            let turn = match self.query(rollout, cache, ep).await {
+                Ok(turn) => turn,
+                Err(reason) => return reason,
             };
-            let queried = race(query, deadline, cancel).await;
-            ep.timings.model += t0.elapsed().as_secs_f64();
-            let turn = match queried {
-                Raced::Done(Ok(t)) => t,
-                Raced::Done(Err(e)) => return model_failure(ep, e),
-                Raced::Deadline => return ExitReason::WallClockTimeout,
-                Raced::Cancelled => return ExitReason::Cancelled,
-            };
-            ep.counts.turns = cache.assistant_turns();
-            ep.counts.sampled_tokens += turn.sampled_tokens as u64;
-            if turn.finish_reason == FinishReason::Length {
-                if let Err(e) = cache.generation_budget(None) {
-                    if self.config.mask_truncated_turn {
-                        cache.mask_out_turn(cache.assistant_turns().saturating_sub(1));
-                    }
-                    return model_failure(ep, e);
+            let observations = match execute_calls(self, rollout, &turn, ep).await {
+                TurnOutcome::Continue(obs) => obs,
+                TurnOutcome::End(reason, obs) => {
+                    ep.tail = obs;
+                    return reason;
                 }
-            }
-            let observations =
-                match execute_calls(self, id, task, deployment, control, deadline, &turn, ep).await
-                {
-                    TurnOutcome::Continue(obs) => obs,
-                    TurnOutcome::End(reason, obs) => {
-                        ep.tail = obs;
-                        return reason;
-                    }
-                };
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            };
+            if rollout.past_deadline() {
                 ep.tail = observations;
                 return ExitReason::WallClockTimeout;
             }
             let t0 = Instant::now();
-            let appended = race(
-                self.model.append(cache, observations.clone()),
-                deadline,
-                cancel,
-            )
-            .await;
+            let appended = rollout
+                .race(self.model.append(cache, observations.clone()))
+                .await;
             ep.timings.model += t0.elapsed().as_secs_f64();
-            match appended {
-                Raced::Done(Ok(())) => {}
-                Raced::Done(Err(e)) => {
-                    ep.tail = observations;
-                    return model_failure(ep, e);
-                }
-                Raced::Deadline => {
-                    ep.tail = observations;
-                    return ExitReason::WallClockTimeout;
-                }
+            let ended = match appended {
+                Raced::Done(Ok(())) => continue,
+                Raced::Done(Err(e)) => ep.model_failure(e),
+                Raced::Deadline => ExitReason::WallClockTimeout,
                 Raced::Cancelled => return ExitReason::Cancelled,
+            };
+            ep.tail = observations;
+            return ended;
+        }
+    }
+
+    /// One model call (under the run's model permits); a turn cut by the length budget that
+    /// leaves no room for another ends the episode, masked if so configured.
+    async fn query(
+        &self,
+        rollout: &Rollout<'_>,
+        cache: &mut RolloutCache,
+        ep: &mut Episode,
+    ) -> std::result::Result<AssistantTurn, ExitReason> {
+        let t0 = Instant::now();
+        let permits = rollout.control.model_permits.as_ref();
+        let sampling = &self.config.sampling;
+        let query = async {
+            let _permit = match permits {
+                Some(s) => Some(s.acquire().await.map_err(|_| Error::Cancelled {
+                    reason: "model permits closed".into(),
+                })?),
+                None => None,
+            };
+            self.model.query(cache, sampling).await
+        };
+        let queried = rollout.race(query).await;
+        ep.timings.model += t0.elapsed().as_secs_f64();
+        let turn = match queried {
+            Raced::Done(Ok(t)) => t,
+            Raced::Done(Err(e)) => return Err(ep.model_failure(e)),
+            Raced::Deadline => return Err(ExitReason::WallClockTimeout),
+            Raced::Cancelled => return Err(ExitReason::Cancelled),
+        };
+        ep.counts.turns = cache.assistant_turns();
+        ep.counts.sampled_tokens += turn.sampled_tokens as u64;
+        if turn.finish_reason == FinishReason::Length {
+            if let Err(e) = cache.generation_budget(None) {
+                if self.config.mask_truncated_turn {
+                    cache.mask_out_turn(cache.assistant_turns().saturating_sub(1));
+                }
+                return Err(ep.model_failure(e));
             }
         }
+        Ok(turn)
     }
 
     pub(crate) fn tools(&self) -> &ToolSet {
@@ -367,30 +320,30 @@ impl AgentInteraction {
         &self.config
     }
 
+    /// Scores the ended episode (when its ending allows a reward): a failing, timed-out or
+    /// non-finite reward makes a normal ending a reward error.
     async fn score(
         &self,
+        rollout: &Rollout<'_>,
         reason: ExitReason,
-        task: &Task,
         messages: &[Message],
-        deployment: Option<&Arc<dyn Deployment>>,
-        control: &RolloutControl,
         ep: &mut Episode,
     ) -> (ExitReason, Option<RewardOutcome>) {
         let Some(reward) = &self.reward else {
             return (reason, None);
         };
-        if !reason.allows_reward() || control.cancel.is_cancelled() {
+        if !reason.allows_reward() || rollout.cancel().is_cancelled() {
             return (reason, None);
         }
         let ctx = RewardContext {
-            task,
+            task: &rollout.task,
             messages,
             signal: ep.signal.as_ref(),
-            deployment,
+            deployment: rollout.deployment,
         };
         let t0 = Instant::now();
         let deadline = self.config.reward_timeout.map(|d| t0 + d);
-        let scored = race(reward.score(&ctx), deadline, &control.cancel).await;
+        let scored = race(reward.score(&ctx), deadline, rollout.cancel()).await;
         ep.timings.reward = t0.elapsed().as_secs_f64();
         let failure = match scored {
             Raced::Done(Ok(outcome)) if outcome.score.is_finite() => {
@@ -425,18 +378,8 @@ impl AgentInteraction {
         (reason, None)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn finish(
-        &self,
-        task: &Task,
-        sample: u32,
-        cache: &mut RolloutCache,
-        messages: Vec<Message>,
-        reason: ExitReason,
-        reward: Option<RewardOutcome>,
-        mut ep: Episode,
-        started: Instant,
-    ) -> Trajectory {
+    /// The token state for the record, with the model's full re-render where it has one.
+    fn output(&self, cache: &mut RolloutCache) -> AgentLoopOutput {
         let mut output = cache.to_agent_loop_output();
         // Recorded for inspection only: a failed render leaves the trajectory as it is.
         output.rerender_ids = self.model.rerender_ids(cache).unwrap_or_else(|e| {
@@ -446,63 +389,6 @@ impl AgentInteraction {
             );
             None
         });
-        let nothing_sampled = !output.response_mask.contains(&1);
-        let masked = self.config.mask.masks(reason) || nothing_sampled;
-        output.reward_score = reward.as_ref().map(|r| r.score);
-        output.metrics = AgentLoopMetrics {
-            generate_sequences: ep.timings.model,
-            tool_calls: ep.timings.tools,
-            compute_score: ep.timings.reward,
-            num_preempted: -1,
-        };
-        ep.timings.total = started.elapsed().as_secs_f64();
-        let mut t = Trajectory {
-            id: cache.id().to_owned(),
-            task_id: task.id.clone(),
-            sample,
-            exit_reason: reason,
-            masked,
-            error: ep.error,
-            reward,
-            signal: ep.signal,
-            counts: ep.counts,
-            timings: ep.timings,
-            output,
-            messages,
-        };
-        t.set_exit(reason, masked);
-        t
-    }
-}
-
-/// Records `e` and returns `reason`.
-pub(crate) fn fail(ep: &mut Episode, reason: ExitReason, e: &Error) -> ExitReason {
-    ep.error = Some(e.to_string());
-    reason
-}
-
-/// Maps a model-side error to an exit reason: length limits are budget endings, cancellation is
-/// cancellation, anything else is a model error.
-fn model_failure(ep: &mut Episode, e: Error) -> ExitReason {
-    let reason = match &e {
-        Error::LengthLimit {
-            limit: LengthLimitKind::MaxResponseLen,
-            ..
-        } => ExitReason::TokenLimit,
-        Error::LengthLimit { .. } => ExitReason::ContextOverflow,
-        Error::Cancelled { .. } => ExitReason::Cancelled,
-        _ => ExitReason::ModelError,
-    };
-    fail(ep, reason, &e)
-}
-
-/// How long a tool may take now: the configured timeout, capped by what is left of the
-/// wall-clock budget.
-pub(crate) fn tool_timeout(config: &LoopConfig, deadline: Option<Instant>) -> Duration {
-    match deadline {
-        Some(d) => config
-            .tool_timeout
-            .min(d.saturating_duration_since(Instant::now())),
-        None => config.tool_timeout,
+        output
     }
 }

@@ -10,6 +10,7 @@
 //!   run.
 
 mod config;
+mod episode;
 mod exit;
 mod feedback;
 mod interaction;

@@ -6,14 +6,13 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio::time::Instant;
 
+use super::episode::{race, Episode, Raced, Rollout};
 use super::exit::ExitReason;
 use super::feedback::{self, clip_observation};
-use super::interaction::{race, tool_timeout, AgentInteraction, Episode, Raced, RolloutControl};
+use super::interaction::AgentInteraction;
 use crate::error::ErrorKind;
 use crate::message::{Message, ToolCall};
 use crate::model::AssistantTurn;
-use crate::sandbox::Deployment;
-use crate::task::Task;
 use crate::tool::{EpisodeSignal, ToolContext, ToolStatus};
 
 /// What the loop does after a turn's calls.
@@ -40,14 +39,9 @@ fn skip_text(reason: ExitReason) -> &'static str {
 }
 
 /// Runs the calls of `turn` in order and decides how the episode continues.
-#[allow(clippy::too_many_arguments)]
 pub(crate) async fn execute_calls(
     agent: &AgentInteraction,
-    rollout: &str,
-    task: &Arc<Task>,
-    deployment: Option<&Arc<dyn Deployment>>,
-    control: &RolloutControl,
-    deadline: Option<Instant>,
+    rollout: &Rollout<'_>,
     turn: &AssistantTurn,
     ep: &mut Episode,
 ) -> TurnOutcome {
@@ -68,82 +62,20 @@ pub(crate) async fn execute_calls(
     }
     let mut stop: Option<ExitReason> = None;
     for call in calls {
-        if let Some(reason) = stop {
-            observations.push(tool_message(call, skip_text(reason).to_owned()));
-            continue;
-        }
-        let name = call.function.name.as_str();
-        let Some(tool) = agent.tools().get(name) else {
-            format_error = true;
-            observations.push(tool_message(
-                call,
-                feedback::unknown_function(name, agent.tools().sorted_names()),
-            ));
-            continue;
-        };
-        let args = match &call.function.arguments {
-            Value::Object(map) => Value::Object(map.clone()),
-            _ => {
-                format_error = true;
-                observations.push(tool_message(call, feedback::invalid_arguments(name)));
-                continue;
-            }
-        };
-        let timeout = tool_timeout(config, deadline);
-        if timeout.is_zero() {
-            stop = Some(ExitReason::WallClockTimeout);
-            observations.push(tool_message(
-                call,
-                skip_text(ExitReason::WallClockTimeout).to_owned(),
-            ));
-            continue;
-        }
-        ep.counts.tool_calls += 1;
-        let ctx = ToolContext {
-            deployment: deployment.cloned(),
-            session: config.session.clone(),
-            timeout,
-            task: Arc::clone(task),
-            call_id: call.id.clone(),
-            rollout_id: rollout.to_owned(),
-        };
-        let t0 = Instant::now();
-        let guard = timeout + config.tool_transport_margin;
-        let ran = race(
-            tokio::time::timeout(guard, tool.call(args, &ctx)),
-            None,
-            &control.cancel,
-        )
-        .await;
-        ep.timings.tools += t0.elapsed().as_secs_f64();
-        let content = match ran {
-            Raced::Cancelled | Raced::Deadline => {
-                stop = Some(ExitReason::Cancelled);
-                skip_text(ExitReason::Cancelled).to_owned()
-            }
-            Raced::Done(Err(_elapsed)) => {
-                ep.counts.tool_timeouts += 1;
-                feedback::tool_timed_out(name, timeout.as_secs_f64())
-            }
-            Raced::Done(Ok(Ok(out))) => {
-                if out.status == ToolStatus::TimedOut {
-                    ep.counts.tool_timeouts += 1;
+        let content = match stop {
+            // After an ending, the remaining calls are answered without running.
+            Some(reason) => skip_text(reason).to_owned(),
+            None => match run_call(agent, rollout, call, ep).await {
+                Called::Ran(content) => content,
+                Called::Malformed(content) => {
+                    format_error = true;
+                    content
                 }
-                if let Some(signal) = out.signal {
-                    ep.signal.get_or_insert(signal);
+                Called::Ends(reason, content) => {
+                    stop = Some(reason);
+                    content
                 }
-                clip_observation(out.content, config.max_observation_chars)
-            }
-            Raced::Done(Ok(Err(e))) if e.kind() == ErrorKind::Timeout => {
-                ep.counts.tool_timeouts += 1;
-                feedback::tool_timed_out(name, timeout.as_secs_f64())
-            }
-            Raced::Done(Ok(Err(e))) => {
-                stop = Some(ExitReason::SandboxError);
-                let text = format!("Error: the tool `{name}` failed: {e}");
-                ep.error = Some(text.clone());
-                text
-            }
+            },
         };
         observations.push(tool_message(call, content));
         if stop.is_none() && ep.counts.tool_timeouts >= config.tool_timeout_budget {
@@ -168,4 +100,83 @@ pub(crate) async fn execute_calls(
         return TurnOutcome::End(ExitReason::FormatErrorBudget, observations);
     }
     TurnOutcome::Continue(observations)
+}
+
+/// What one call came to: its observation, and whether it was malformed or ended the episode.
+enum Called {
+    Ran(String),
+    Malformed(String),
+    Ends(ExitReason, String),
+}
+
+/// Validates and runs one call with what is left of the time budgets.
+async fn run_call(
+    agent: &AgentInteraction,
+    rollout: &Rollout<'_>,
+    call: &ToolCall,
+    ep: &mut Episode,
+) -> Called {
+    let config = agent.loop_config();
+    let name = call.function.name.as_str();
+    let Some(tool) = agent.tools().get(name) else {
+        let names = agent.tools().sorted_names();
+        return Called::Malformed(feedback::unknown_function(name, names));
+    };
+    let args = match &call.function.arguments {
+        Value::Object(map) => Value::Object(map.clone()),
+        _ => return Called::Malformed(feedback::invalid_arguments(name)),
+    };
+    let timeout = rollout.tool_timeout(config);
+    if timeout.is_zero() {
+        let reason = ExitReason::WallClockTimeout;
+        return Called::Ends(reason, skip_text(reason).to_owned());
+    }
+    ep.counts.tool_calls += 1;
+    let ctx = ToolContext {
+        deployment: rollout.deployment.cloned(),
+        session: config.session.clone(),
+        timeout,
+        task: Arc::clone(&rollout.task),
+        call_id: call.id.clone(),
+        rollout_id: rollout.id.clone(),
+    };
+    let t0 = Instant::now();
+    // The loop waits a margin longer than the tool's own timeout: a tool that honours it
+    // answers first, one that does not still cannot stall the episode.
+    let guard = timeout + config.tool_transport_margin;
+    let ran = race(
+        tokio::time::timeout(guard, tool.call(args, &ctx)),
+        None,
+        rollout.cancel(),
+    )
+    .await;
+    ep.timings.tools += t0.elapsed().as_secs_f64();
+    match ran {
+        Raced::Cancelled | Raced::Deadline => {
+            let reason = ExitReason::Cancelled;
+            Called::Ends(reason, skip_text(reason).to_owned())
+        }
+        Raced::Done(Err(_elapsed)) => {
+            ep.counts.tool_timeouts += 1;
+            Called::Ran(feedback::tool_timed_out(name, timeout.as_secs_f64()))
+        }
+        Raced::Done(Ok(Ok(out))) => {
+            if out.status == ToolStatus::TimedOut {
+                ep.counts.tool_timeouts += 1;
+            }
+            if let Some(signal) = out.signal {
+                ep.signal.get_or_insert(signal);
+            }
+            Called::Ran(clip_observation(out.content, config.max_observation_chars))
+        }
+        Raced::Done(Ok(Err(e))) if e.kind() == ErrorKind::Timeout => {
+            ep.counts.tool_timeouts += 1;
+            Called::Ran(feedback::tool_timed_out(name, timeout.as_secs_f64()))
+        }
+        Raced::Done(Ok(Err(e))) => {
+            let text = format!("Error: the tool `{name}` failed: {e}");
+            ep.error = Some(text.clone());
+            Called::Ends(ExitReason::SandboxError, text)
+        }
+    }
 }

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 pub use sink::{JsonlSink, TrajectorySink};
 #[cfg(feature = "codec")]
-pub use source::RolloutSource;
+pub use source::{RolloutPhase, RolloutSource};
 pub use summary::{PhaseStats, Stat, Summary, SummaryBuilder};
 
 use crate::agent::{AgentInteraction, CancellationToken, ExitReason, RolloutControl, Trajectory};

@@ -21,8 +21,8 @@ use crate::task::Task;
 /// use std::sync::Arc;
 /// use uniagent_core::agent::{ExitReason, Trajectory};
 /// use uniagent_core::codec::Codec;
-/// use uniagent_core::runner::RolloutSource;
-/// use uniagent_core::{Result, Task, TokenGenerator};
+/// use uniagent_core::runner::{RolloutPhase, RolloutSource};
+/// use uniagent_core::{Result, TokenGenerator};
 ///
 /// /// A source whose every rollout fails before it starts (a dead backend, say).
 /// #[derive(Debug)]
@@ -33,17 +33,10 @@ use crate::task::Task;
 ///     fn codec(&self) -> &Arc<Codec> {
 ///         &self.0
 ///     }
-///     async fn run(
-///         &self,
-///         _generator: Arc<dyn TokenGenerator>,
-///         tasks: Vec<Task>,
-///         samples: u32,
-///         _temperature: f64,
-///         _concurrency: usize,
-///     ) -> Result<Vec<Trajectory>> {
+///     async fn run(&self, _generator: Arc<dyn TokenGenerator>, phase: RolloutPhase) -> Result<Vec<Trajectory>> {
 ///         let mut out = Vec::new();
-///         for task in &tasks {
-///             for sample in 0..samples.max(1) {
+///         for task in &phase.tasks {
+///             for sample in 0..phase.samples {
 ///                 let why = Some("no backend".to_owned());
 ///                 out.push(Trajectory::empty(&task.id, sample, task.messages.clone(), ExitReason::ModelError, why));
 ///             }
@@ -57,18 +50,58 @@ pub trait RolloutSource: Send + Sync + std::fmt::Debug {
     /// The policy's tokenizer and chat template, which the trajectories' ids are encoded with.
     fn codec(&self) -> &Arc<Codec>;
 
-    /// Runs every task `samples` times (at least once) at `temperature` (0: greedy) with
-    /// `generator`, at most `concurrency` rollouts at once; returns the trajectories sorted
-    /// by id. One rollout's failure is that trajectory's exit reason, never an error of the
-    /// whole call; an error means the phase cannot run at all (bad configuration).
+    /// Runs `phase` with `generator`; returns the trajectories sorted by id. One rollout's
+    /// failure is that trajectory's exit reason, never an error of the whole call; an error
+    /// means the phase cannot run at all (bad configuration).
     async fn run(
         &self,
         generator: Arc<dyn TokenGenerator>,
-        tasks: Vec<Task>,
-        samples: u32,
-        temperature: f64,
-        concurrency: usize,
+        phase: RolloutPhase,
     ) -> Result<Vec<Trajectory>>;
+}
+
+/// What one call of [`RolloutSource::run`] rolls out: every task `samples` times (at least
+/// once) at `temperature` (0: greedy), at most `concurrency` rollouts at once.
+///
+/// ```
+/// use uniagent_core::runner::RolloutPhase;
+/// use uniagent_core::{Message, Task};
+///
+/// let tasks = vec![Task::new("t", vec![Message::user("hi")])];
+/// let eval = RolloutPhase::greedy(tasks.clone(), 8);
+/// assert_eq!((eval.samples, eval.temperature), (1, 0.0));
+/// let rl = RolloutPhase::sampled(tasks, 0, 1.0, 8);
+/// assert_eq!(rl.samples, 1, "at least one sample per task");
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct RolloutPhase {
+    /// The tasks, each run `samples` times.
+    pub tasks: Vec<Task>,
+    /// Rollouts per task (at least 1).
+    pub samples: u32,
+    /// Sampling temperature (0: greedy).
+    pub temperature: f64,
+    /// Rollouts at once (at least 1).
+    pub concurrency: usize,
+}
+
+impl RolloutPhase {
+    /// Each task once, greedily (evaluations and demonstrations).
+    pub fn greedy(tasks: Vec<Task>, concurrency: usize) -> Self {
+        Self::sampled(tasks, 1, 0.0, concurrency)
+    }
+
+    /// Each task `samples` times at `temperature` (an RL group per task); `samples` and
+    /// `concurrency` are raised to at least 1.
+    pub fn sampled(tasks: Vec<Task>, samples: u32, temperature: f64, concurrency: usize) -> Self {
+        Self {
+            tasks,
+            samples: samples.max(1),
+            temperature,
+            concurrency: concurrency.max(1),
+        }
+    }
 }
 
 #[async_trait]
@@ -79,13 +112,8 @@ impl<T: RolloutSource + ?Sized> RolloutSource for Arc<T> {
     async fn run(
         &self,
         generator: Arc<dyn TokenGenerator>,
-        tasks: Vec<Task>,
-        samples: u32,
-        temperature: f64,
-        concurrency: usize,
+        phase: RolloutPhase,
     ) -> Result<Vec<Trajectory>> {
-        (**self)
-            .run(generator, tasks, samples, temperature, concurrency)
-            .await
+        (**self).run(generator, phase).await
     }
 }

@@ -2,20 +2,21 @@
 //!
 //! They are real implementations with deterministic behaviour, not mocks that assert on call
 //! order: a [`ScriptedChatModel`] replays assistant turns and records what it was asked, a
-//! [`ScriptedDeployment`] is an in-memory sandbox with scripted command results, and a
-//! [`RecordingTool`] answers with a function of its arguments and records every call.
+//! [`ScriptedDeployment`] is an in-memory sandbox with scripted command results, a
+//! [`RecordingTool`] answers with a function of its arguments and records every call, and
+//! (feature `codec`) a [`ScriptedTokenGenerator`] replays a script as token ids through a real
+//! codec, for the real [`TokenChatModel`](crate::agent::TokenChatModel).
 
 mod deployment;
 mod model;
-mod token_model;
+#[cfg(feature = "codec")]
+mod token_generator;
 mod tool;
 
 pub use deployment::{ScriptedDeployment, ScriptedReply};
 pub use model::{ModelRequest, ScriptedChatModel, ScriptedTurn};
-pub use token_model::{
-    char_ids, render_message, ScriptedTokenChatModel, END_OF_TURN, GENERATION_PROMPT,
-    SCRIPTED_LOGPROB,
-};
+#[cfg(feature = "codec")]
+pub use token_generator::{assistant_text, ScriptedTokenGenerator, SCRIPTED_LOGPROB};
 pub use tool::{RecordedCall, RecordingTool};
 
 /// Locks a mutex, recovering the data if a panicking test poisoned it.

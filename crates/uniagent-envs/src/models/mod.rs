@@ -12,6 +12,8 @@
 //! [`TokenGenerator`]: uniagent_core::TokenGenerator
 //! [`ChatModel`]: uniagent_core::ChatModel
 
+#[cfg(all(test, any(feature = "vllm", feature = "sglang")))]
+mod hostile;
 mod http;
 #[cfg(feature = "openai")]
 mod openai;

@@ -33,9 +33,9 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use uniagent_core::agent::{ExitReason, Trajectory};
 use uniagent_core::codec::Codec;
-use uniagent_core::runner::RolloutSource;
+use uniagent_core::runner::{RolloutPhase, RolloutSource};
 use uniagent_core::{
-    Error as CoreError, GenerateOutput, GenerateRequest, Result as CoreResult, Task, TokenGenerator,
+    Error as CoreError, GenerateOutput, GenerateRequest, Result as CoreResult, TokenGenerator,
 };
 
 pub use config::{HarnessConfig, HarnessReward};
@@ -99,11 +99,15 @@ impl RolloutSource for HarnessRollouts {
     async fn run(
         &self,
         generator: Arc<dyn TokenGenerator>,
-        tasks: Vec<Task>,
-        samples: u32,
-        temperature: f64,
-        concurrency: usize,
+        phase: RolloutPhase,
     ) -> CoreResult<Vec<Trajectory>> {
+        let RolloutPhase {
+            tasks,
+            samples,
+            temperature,
+            concurrency,
+            ..
+        } = phase;
         let generator: Arc<dyn TokenGenerator> = Arc::new(PhaseSampling {
             inner: generator,
             temperature,
@@ -129,7 +133,7 @@ impl RolloutSource for HarnessRollouts {
             gateway,
             base: format!("http://{addr}"),
         });
-        let permits = Arc::new(Semaphore::new(concurrency.max(1)));
+        let permits = Arc::new(Semaphore::new(concurrency));
         let mut sessions = JoinSet::new();
         let mut which = HashMap::new();
         let order: HashMap<String, usize> = tasks
@@ -139,7 +143,7 @@ impl RolloutSource for HarnessRollouts {
             .collect();
         for task in tasks {
             let task = Arc::new(task);
-            for sample in 0..samples.max(1) {
+            for sample in 0..samples {
                 let (ctx, task2, permits) = (ctx.clone(), task.clone(), permits.clone());
                 let handle = sessions.spawn(async move {
                     let _permit = permits.acquire_owned().await;

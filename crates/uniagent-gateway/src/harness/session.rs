@@ -1,9 +1,10 @@
 //! One harness session: a work directory, the harness process, the reward, the chains.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::{json, Value};
 use uniagent_core::agent::{ExitReason, Trajectory};
 use uniagent_core::{Error as CoreError, Result as CoreResult, RewardOutcome, Task};
@@ -40,28 +41,10 @@ enum RewardState {
 pub(super) async fn run(ctx: &Context, task: &Task, sample: u32) -> CoreResult<Vec<Trajectory>> {
     let started = Instant::now();
     let id = format!("{}:{sample}", task.id);
-    let work = match tempfile::Builder::new()
-        .prefix("uniagent-harness-")
-        .tempdir()
-    {
-        Ok(dir) => dir,
-        Err(e) => {
-            return Ok(vec![failed(
-                task,
-                sample,
-                format!("creating the work directory: {e}"),
-            )])
-        }
+    let (work, task_file) = match work_dir(task) {
+        Ok(prepared) => prepared,
+        Err(why) => return Ok(vec![failed(task, sample, why)]),
     };
-    let task_file = work.path().join("task.json");
-    let task_json = serde_json::to_vec_pretty(task).unwrap_or_default();
-    if let Err(e) = std::fs::write(&task_file, task_json) {
-        return Ok(vec![failed(
-            task,
-            sample,
-            format!("writing the task file: {e}"),
-        )]);
-    }
     let env = environment(ctx, &id, &task_file, work.path());
     let cwd = ctx.config.cwd.as_deref().unwrap_or(work.path());
     let harness_log = work.path().join("harness.log");
@@ -80,18 +63,14 @@ pub(super) async fn run(ctx: &Context, task: &Task, sample: u32) -> CoreResult<V
             ctx.config.command.join(" ")
         ))
     })?;
-    let timed_out = matches!(ended, Ended::TimedOut);
-    let status = match &ended {
-        Ended::Exited(s) => s.to_string(),
-        Ended::TimedOut => format!("killed after {:?}", ctx.config.timeout),
-    };
-    let reward = match (&ctx.config.reward, timed_out) {
-        (_, true) => RewardState::Given,
-        (HarnessReward::Route, false) => RewardState::Missing(format!(
+    let reward = match (&ctx.config.reward, &ended) {
+        (_, Ended::TimedOut) => RewardState::Given,
+        (HarnessReward::Route, Ended::Exited(status)) => RewardState::Missing(format!(
             "the harness posted no reward ({status}): {}",
             process::tail(&harness_log, LOG_TAIL)
         )),
-        (HarnessReward::Command(argv), false) => {
+        (HarnessReward::Command(argv), Ended::Exited(status)) => {
+            let status = status.to_string();
             reward_command(ctx, &id, argv, cwd, &env, work.path(), &status).await?
         }
     };
@@ -101,10 +80,11 @@ pub(super) async fn run(ctx: &Context, task: &Task, sample: u32) -> CoreResult<V
         .end(&id)
         .await
         .map_err(|e| CoreError::internal(format!("harness session `{id}`: {e}")))?;
-    let mut out = Vec::with_capacity(records.len().max(1));
-    for (chain, record) in records.into_iter().enumerate() {
-        out.push(chain_trajectory(task, sample, chain, record));
-    }
+    let mut out: Vec<Trajectory> = records
+        .into_iter()
+        .enumerate()
+        .map(|(chain, record)| chain_trajectory(task, sample, chain, record))
+        .collect();
     if out.is_empty() {
         // The harness never asked the model: nothing to train on, but the outcome counts.
         let mut t = Trajectory::empty(
@@ -118,8 +98,8 @@ pub(super) async fn run(ctx: &Context, task: &Task, sample: u32) -> CoreResult<V
         t.reward = posted.clone();
         out.push(t);
     }
-    let verdict = match (timed_out, posted.is_some(), reward) {
-        (true, _, _) => Some((
+    let verdict = match ended {
+        Ended::TimedOut => Some((
             ExitReason::WallClockTimeout,
             format!(
                 "the harness ran past {:?}: {}",
@@ -127,9 +107,7 @@ pub(super) async fn run(ctx: &Context, task: &Task, sample: u32) -> CoreResult<V
                 process::tail(&harness_log, LOG_TAIL)
             ),
         )),
-        (false, _, RewardState::Failed(why)) => Some((ExitReason::RewardError, why)),
-        (false, false, RewardState::Missing(why)) => Some((ExitReason::InternalError, why)),
-        (false, true, _) | (false, false, RewardState::Given) => None,
+        Ended::Exited(_) => verdict(reward, posted.is_some()),
     };
     let wall = started.elapsed().as_secs_f64();
     for t in &mut out {
@@ -141,6 +119,29 @@ pub(super) async fn run(ctx: &Context, task: &Task, sample: u32) -> CoreResult<V
         }
     }
     Ok(out)
+}
+
+/// A fresh work directory holding the task as `task.json`; `Err` says why there is none.
+fn work_dir(task: &Task) -> Result<(tempfile::TempDir, PathBuf), String> {
+    let work = tempfile::Builder::new()
+        .prefix("uniagent-harness-")
+        .tempdir()
+        .map_err(|e| format!("creating the work directory: {e}"))?;
+    let task_file = work.path().join("task.json");
+    let task_json = serde_json::to_vec_pretty(task).unwrap_or_default();
+    std::fs::write(&task_file, task_json).map_err(|e| format!("writing the task file: {e}"))?;
+    Ok((work, task_file))
+}
+
+/// How a session that ran to its end is judged: `None` keeps its chains' own exit reasons;
+/// a failed reward command is a `reward_error` (trained with 0), a missing reward an
+/// `internal_error` (dropped). A posted reward wins over a missing one.
+fn verdict(reward: RewardState, posted: bool) -> Option<(ExitReason, String)> {
+    match reward {
+        RewardState::Failed(why) => Some((ExitReason::RewardError, why)),
+        RewardState::Missing(why) if !posted => Some((ExitReason::InternalError, why)),
+        RewardState::Missing(_) | RewardState::Given => None,
+    }
 }
 
 /// The harness's environment (see [`HarnessConfig`]).
@@ -267,18 +268,18 @@ fn failed(task: &Task, sample: u32, why: String) -> Trajectory {
     t
 }
 
-/// `s` as one URL path segment (unreserved characters and `:` kept, the rest
-/// percent-encoded; the gateway's router decodes it back).
+/// What a session id keeps in its URL path segment: unreserved characters and `:`; the
+/// gateway's router decodes the rest back.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b':');
+
+/// `s` as one URL path segment.
 fn path_segment(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~:".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    utf8_percent_encode(s, SEGMENT).to_string()
 }
 
 #[cfg(test)]
@@ -290,6 +291,19 @@ mod tests {
         assert_eq!(path_segment("file-0001:3"), "file-0001:3");
         assert_eq!(path_segment("a/b c%"), "a%2Fb%20c%25");
         assert_eq!(path_segment("é"), "%C3%A9");
+    }
+
+    #[test]
+    fn a_posted_reward_wins_over_a_missing_one_but_not_over_a_failed_command() {
+        let missing = || RewardState::Missing("no reward".into());
+        assert_eq!(verdict(missing(), true), None);
+        assert_eq!(
+            verdict(missing(), false),
+            Some((ExitReason::InternalError, "no reward".into()))
+        );
+        assert_eq!(verdict(RewardState::Given, false), None);
+        let failed = verdict(RewardState::Failed("exit 1".into()), true);
+        assert_eq!(failed, Some((ExitReason::RewardError, "exit 1".into())));
     }
 
     #[test]

@@ -90,5 +90,5 @@ pub use sft::SftOutcome;
 pub use tasks::{TaskCursor, TaskSource};
 /// The rollout side of a phase (re-exported: [`RolloutSpec`] is ours, a harness source is
 /// `uniagent_gateway::harness::HarnessRollouts`).
-pub use uniagent_core::runner::RolloutSource;
+pub use uniagent_core::runner::{RolloutPhase, RolloutSource};
 pub use weight_sync::WeightSync;

@@ -11,7 +11,9 @@ use uniagent_core::agent::{
     AgentInteraction, CancellationToken, LoopConfig, TokenChatModel, Trajectory,
 };
 use uniagent_core::codec::Codec;
-use uniagent_core::runner::{ProgressEvent, RolloutSource, Runner, RunnerConfig, SandboxFactory};
+use uniagent_core::runner::{
+    ProgressEvent, RolloutPhase, RolloutSource, Runner, RunnerConfig, SandboxFactory,
+};
 use uniagent_core::{
     Error, FinishReason, GenerateOutput, GenerateRequest, Result, RewardSpec, Task, TokenGenerator,
     Tool,
@@ -77,22 +79,19 @@ impl RolloutSource for RolloutSpec {
     async fn run(
         &self,
         generator: Arc<dyn TokenGenerator>,
-        tasks: Vec<Task>,
-        samples: u32,
-        temperature: f64,
-        concurrency: usize,
+        phase: RolloutPhase,
     ) -> Result<Vec<Trajectory>> {
         let mut config = self.loop_config.clone();
-        config.sampling.temperature = temperature;
+        config.sampling.temperature = phase.temperature;
         let model = TokenChatModel::new(generator, self.codec.clone(), config.limits);
         let agent = AgentInteraction::new(Arc::new(model), self.tools.clone(), config)?
             .with_reward(self.reward.clone());
         let mut runner = Runner::new(
             agent,
             RunnerConfig {
-                samples_per_task: samples.max(1),
-                max_concurrent_rollouts: concurrency.max(1),
-                max_concurrent_sandbox_starts: concurrency.max(1),
+                samples_per_task: phase.samples,
+                max_concurrent_rollouts: phase.concurrency,
+                max_concurrent_sandbox_starts: phase.concurrency,
                 ..RunnerConfig::default()
             },
         )?;
@@ -104,7 +103,7 @@ impl RolloutSource for RolloutSpec {
         }
         let mut sink = Collect(Vec::new());
         runner
-            .run(tasks, &CancellationToken::new(), &mut sink)
+            .run(phase.tasks, &CancellationToken::new(), &mut sink)
             .await?;
         let mut out = sink.0;
         out.sort_by(|a, b| a.id.cmp(&b.id));
@@ -199,7 +198,6 @@ impl TokenGenerator for Demonstrator {
         ids.push(self.codec.eos_token_id());
         ids.truncate(request.max_new_tokens);
         Ok(GenerateOutput {
-            // A script has no distribution; SFT does not read these.
             // A script has no distribution: no logprobs, not zeros.
             logprobs: None,
             token_ids: ids,

@@ -19,7 +19,7 @@ use uniagent_core::{Result, TokenGenerator};
 
 use super::config::AsyncConfig;
 use super::tasks::TaskSource;
-use uniagent_core::runner::RolloutSource;
+use uniagent_core::runner::{RolloutPhase, RolloutSource};
 
 /// Shared state of the rollouter.
 struct Gate {
@@ -131,10 +131,12 @@ impl Rollouter {
                     let group = spec
                         .run(
                             generator.clone(),
-                            vec![task],
-                            plan.samples,
-                            plan.temperature,
-                            plan.samples as usize,
+                            RolloutPhase::sampled(
+                                vec![task],
+                                plan.samples,
+                                plan.temperature,
+                                plan.samples as usize,
+                            ),
                         )
                         .await;
                     drop(guard);

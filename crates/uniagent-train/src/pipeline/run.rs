@@ -21,7 +21,7 @@ use crate::model::Qwen2ForCausalLM;
 use crate::trainer::{
     OptimConfig, RlObjective, StepMetrics, TrainBatch, TrainMode, Trainer, TrainerConfig,
 };
-use uniagent_core::runner::RolloutSource;
+use uniagent_core::runner::{RolloutPhase, RolloutSource};
 
 /// Runs CPU-heavy work (forward/backward passes) without stalling the runtime's other tasks
 /// when the runtime has several workers.
@@ -247,10 +247,7 @@ impl Pipeline {
             .spec
             .run(
                 demonstrator,
-                tasks,
-                1,
-                0.0,
-                self.config.max_concurrent_rollouts,
+                RolloutPhase::greedy(tasks, self.config.max_concurrent_rollouts),
             )
             .await?;
         self.records.trajectories("demonstration", 0, &ts)?;
@@ -301,10 +298,7 @@ impl Pipeline {
             .spec
             .run(
                 self.generator.clone(),
-                tasks.to_vec(),
-                1,
-                0.0,
-                self.config.max_concurrent_rollouts,
+                RolloutPhase::greedy(tasks.to_vec(), self.config.max_concurrent_rollouts),
             )
             .await?;
         self.records.trajectories(phase, step, &ts)?;
@@ -426,10 +420,12 @@ impl Pipeline {
                         self.spec
                             .run(
                                 self.generator.clone(),
-                                tasks,
-                                c.group_size,
-                                c.temperature,
-                                self.config.max_concurrent_rollouts,
+                                RolloutPhase::sampled(
+                                    tasks,
+                                    c.group_size,
+                                    c.temperature,
+                                    self.config.max_concurrent_rollouts,
+                                ),
                             )
                             .await?
                     }
@@ -612,6 +608,20 @@ impl Pipeline {
                 continue;
             }
             let uids: Vec<String> = rows.iter().map(|(t, _)| t.task_id.clone()).collect();
+            // The chains of one gateway session (`extra_fields.gateway.session`) count once in
+            // their group (see `TrainBatch::with_grpo_sessions`); any other rollout is a
+            // session of its own.
+            let sessions: Vec<String> = rows
+                .iter()
+                .enumerate()
+                .map(|(i, (t, _))| {
+                    let gateway = t.output.extra_fields.get("gateway");
+                    match gateway.and_then(|g| g.get("session")?.as_str()) {
+                        Some(session) => format!("session {session}"),
+                        None => format!("row {i}"),
+                    }
+                })
+                .collect();
             let outputs = rows
                 .iter()
                 .map(|(t, r)| {
@@ -620,7 +630,12 @@ impl Pipeline {
                     o
                 })
                 .collect();
-            let batch = TrainBatch::with_grpo(outputs, &uids, self.config.rl.norm_adv_by_std)?;
+            let batch = TrainBatch::with_grpo_sessions(
+                outputs,
+                &uids,
+                &sessions,
+                self.config.rl.norm_adv_by_std,
+            )?;
             if let Some(adv) = &batch.advantages {
                 for a in adv {
                     adv_sum += a

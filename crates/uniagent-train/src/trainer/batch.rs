@@ -1,5 +1,7 @@
 //! A batch of trajectories and its padded tensor form.
 
+use std::collections::HashMap;
+
 use tch::{Device, Kind, Tensor};
 use uniagent_core::{AgentLoopOutput, Error, Result};
 
@@ -31,32 +33,97 @@ impl TrainBatch {
         uids: &[String],
         norm_by_std: bool,
     ) -> Result<Self> {
-        if uids.len() != rows.len() {
+        let sessions: Vec<String> = (0..rows.len()).map(|i| i.to_string()).collect();
+        Self::with_grpo_sessions(rows, uids, &sessions, norm_by_std)
+    }
+
+    /// GRPO over sessions: rows with equal `uids` form a group, and rows of a group with
+    /// equal `sessions` are the chains of one session (a harness run the gateway split,
+    /// say). A session is one member of its group, scored by the mean of its chains' scores;
+    /// each of its `k` chains gets the session's advantage over `k`, so a session counts once
+    /// however often it forked. With one row per session this is [`Self::with_grpo`].
+    ///
+    /// ```
+    /// use uniagent_core::rollout::AgentLoopMetrics;
+    /// use uniagent_core::AgentLoopOutput;
+    /// use uniagent_train::trainer::TrainBatch;
+    ///
+    /// let row = |score: f64| AgentLoopOutput {
+    ///     prompt_ids: vec![1],
+    ///     response_ids: vec![2, 3],
+    ///     response_mask: vec![1, 1],
+    ///     response_logprobs: None,
+    ///     weight_versions: None,
+    ///     reward_score: Some(score),
+    ///     num_turns: 1,
+    ///     metrics: AgentLoopMetrics::default(),
+    ///     extra_fields: Default::default(),
+    ///     token_sources: None,
+    ///     rerender_ids: None,
+    /// };
+    /// let uids = vec!["t".to_owned(); 3];
+    /// // Session `t:0` forked into two chains; `t:1` did not.
+    /// let sessions = ["t:0", "t:0", "t:1"].map(String::from);
+    /// let batch = TrainBatch::with_grpo_sessions(vec![row(1.0), row(1.0), row(0.0)], &uids, &sessions, false)?;
+    /// let adv = batch.advantages.unwrap();
+    /// assert_eq!((adv[0][0], adv[1][0], adv[2][0]), (0.25, 0.25, -0.5));
+    /// # Ok::<(), uniagent_core::Error>(())
+    /// ```
+    pub fn with_grpo_sessions(
+        rows: Vec<AgentLoopOutput>,
+        uids: &[String],
+        sessions: &[String],
+        norm_by_std: bool,
+    ) -> Result<Self> {
+        if uids.len() != rows.len() || sessions.len() != rows.len() {
             return Err(Error::invalid_input(format!(
-                "{} uids for {} rows",
+                "{} uids and {} sessions for {} rows",
                 uids.len(),
+                sessions.len(),
                 rows.len()
             )));
         }
         let padded = PaddedBatch::new(&rows, None, usize::MAX, Device::Cpu)?;
-        let scores: Vec<f32> = rows
+        // Sessions in order of first appearance, keyed within their group.
+        let mut index: HashMap<(&str, &str), usize> = HashMap::new();
+        let mut session_of_row = Vec::with_capacity(rows.len());
+        let mut members: Vec<Vec<usize>> = Vec::new();
+        let mut session_uids: Vec<&str> = Vec::new();
+        for (row, (uid, session)) in uids.iter().zip(sessions).enumerate() {
+            let s = *index.entry((uid, session)).or_insert_with(|| {
+                members.push(Vec::new());
+                session_uids.push(uid);
+                members.len() - 1
+            });
+            members[s].push(row);
+            session_of_row.push(s);
+        }
+        let score = |row: usize| rows[row].reward_score.unwrap_or(0.0) as f32;
+        let session_scores: Vec<f32> = members
             .iter()
-            .map(|r| r.reward_score.unwrap_or(0.0) as f32)
+            .map(|m| m.iter().map(|&r| score(r)).sum::<f32>() / m.len() as f32)
             .collect();
-        let scores = Tensor::from_slice(&scores);
-        let rewards = token_level_rewards(&scores, &padded.response_mask).map_err(rl_error)?;
+        let n = session_scores.len() as i64;
+        let scores = Tensor::from_slice(&session_scores);
+        let one_token = Tensor::ones([n, 1], (Kind::Float, Device::Cpu));
+        let rewards = token_level_rewards(&scores, &one_token).map_err(rl_error)?;
         let adv = grpo_advantages(
             &rewards,
-            &padded.response_mask,
-            &Groups::from_uids(uids),
+            &one_token,
+            &Groups::from_uids(&session_uids),
             norm_by_std,
             GRPO_EPSILON,
         )
         .map_err(rl_error)?;
-        let advantages = (0..rows.len() as i64)
-            .map(|i| Vec::<f32>::try_from(adv.get(i).to_kind(Kind::Float)))
-            .collect::<std::result::Result<Vec<_>, _>>()
+        let session_adv = Vec::<f32>::try_from(adv.view([n]).to_kind(Kind::Float))
             .map_err(crate::model::tch_error("reading advantages"))?;
+        let mut advantages = Vec::with_capacity(rows.len());
+        for (row, &s) in session_of_row.iter().enumerate() {
+            let mask = Vec::<f32>::try_from(padded.response_mask.get(row as i64))
+                .map_err(crate::model::tch_error("reading the response mask"))?;
+            let a = session_adv[s] / members[s].len() as f32;
+            advantages.push(mask.iter().map(|&m| a * m).collect());
+        }
         Ok(Self {
             rows,
             advantages: Some(advantages),
