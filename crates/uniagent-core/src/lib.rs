@@ -1,4 +1,5 @@
 #![doc = include_str!("../README.md")]
+#![warn(unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
 pub mod agent;

@@ -1,4 +1,5 @@
 #![doc = include_str!("../README.md")]
+#![warn(unreachable_pub)]
 
 pub mod answer;
 pub mod command;

@@ -1,4 +1,5 @@
 #![doc = include_str!("../README.md")]
+#![warn(unreachable_pub)]
 
 mod install;
 pub mod search;

@@ -1,4 +1,5 @@
 #![doc = include_str!("../README.md")]
+#![warn(unreachable_pub)]
 
 #[cfg(feature = "tch")]
 pub mod model;

@@ -41,7 +41,7 @@ pub struct ExportArgs {
 }
 
 /// Runs `export`.
-pub fn main(args: ExportArgs) -> Result<()> {
+pub(super) fn main(args: ExportArgs) -> Result<()> {
     match args.format {
         ExportFormat::Verl => verl(&args),
     }

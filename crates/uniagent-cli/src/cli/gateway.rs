@@ -44,7 +44,7 @@ pub struct GatewayArgs {
 }
 
 /// Runs `gateway` until Ctrl-C / SIGTERM; open sessions are then ended and recorded.
-pub fn main(args: GatewayArgs) -> Result<()> {
+pub(super) fn main(args: GatewayArgs) -> Result<()> {
     let (config, model) = read_config(args.config.as_deref())?;
     let (codec, generator) = policy(args.model_dir.as_deref(), model.as_ref())?;
     let mut gateway = Gateway::new(codec, generator, config);

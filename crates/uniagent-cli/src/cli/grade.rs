@@ -41,7 +41,7 @@ pub struct GradeArgs {
 }
 
 /// Runs `grade`.
-pub fn main(args: GradeArgs) -> Result<()> {
+pub(super) fn main(args: GradeArgs) -> Result<()> {
     let dataset = load_dataset(&args.dataset)
         .map_err(|e| CliError::dataset(args.dataset.display(), None, e))?;
     let predictions = load_predictions(&args.predictions)

@@ -23,7 +23,7 @@ pub struct ParseLogArgs {
 }
 
 /// Runs `parse-log`.
-pub fn main(args: ParseLogArgs) -> Result<()> {
+pub(super) fn main(args: ParseLogArgs) -> Result<()> {
     let bytes = std::fs::read(&args.log)
         .map_err(|e| CliError::preflight(format!("reading {}: {e}", args.log.display())))?;
     // The package reads logs as UTF-8 text and raises on anything else.

@@ -25,7 +25,7 @@ pub struct ReplayArgs {
 }
 
 /// Runs `replay`.
-pub fn main(args: ReplayArgs, registry: &EnvironmentRegistry) -> Result<()> {
+pub(super) fn main(args: ReplayArgs, registry: &EnvironmentRegistry) -> Result<()> {
     let cassettes = read_cassettes(&args.file)?;
     let rt = super::runtime()?;
     let summary = rt.block_on(replay_all(&cassettes, args.tools, registry))?;

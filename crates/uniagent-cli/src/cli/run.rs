@@ -48,7 +48,7 @@ impl RunArgs {
 }
 
 /// Runs `run`.
-pub fn main(args: RunArgs, registry: &EnvironmentRegistry) -> Result<()> {
+pub(super) fn main(args: RunArgs, registry: &EnvironmentRegistry) -> Result<()> {
     let options = args.options();
     let prepared = prepare(&args.config, &options, registry)?;
     if args.dry_run {

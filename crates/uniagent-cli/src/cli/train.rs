@@ -26,7 +26,7 @@ pub struct TrainArgs {
 }
 
 /// Runs `train`.
-pub fn main(args: TrainArgs, registry: &EnvironmentRegistry) -> Result<()> {
+pub(super) fn main(args: TrainArgs, registry: &EnvironmentRegistry) -> Result<()> {
     let options = RunOptions {
         overrides: args.set.clone(),
         out: args.out.clone(),

@@ -25,7 +25,7 @@ pub struct ViewArgs {
 }
 
 /// Runs `view` until interrupted.
-pub fn main(args: ViewArgs) -> Result<()> {
+pub(super) fn main(args: ViewArgs) -> Result<()> {
     super::runtime()?.block_on(async move {
         let listener = super::listen(&args.host, args.port).await?;
         let viewer = Viewer::new(&args.dirs);

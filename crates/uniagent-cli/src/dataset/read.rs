@@ -46,7 +46,7 @@ fn as_object(path: &Path, row: usize, value: Value) -> Result<Map<String, Value>
 }
 
 /// A short name of a JSON value's type, for messages.
-pub fn kind(v: &Value) -> &'static str {
+pub(super) fn kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

@@ -19,7 +19,7 @@ use crate::error::Result;
 /// Settings of `command`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct CommandSettings {
+pub(super) struct CommandSettings {
     /// The reward: `command` (else each task's `reward_command`), `cwd`, `timeout_secs`,
     /// `score` (`exit_code` or `last_line`).
     pub reward: CommandReward,

@@ -24,7 +24,7 @@ use crate::dataset::GenerateConfig;
 use crate::error::Result;
 
 /// The names whose codes the sandboxes hold.
-pub const NAMES: [&str; 16] = [
+pub(super) const NAMES: [&str; 16] = [
     "apple", "river", "stone", "cloud", "maple", "tiger", "lemon", "ocean", "pixel", "raven",
     "cedar", "ember", "frost", "grape", "honey", "ivory",
 ];
@@ -269,7 +269,7 @@ impl Environment for FileLookup {
 
 /// 1.0 when the `finish` answer equals the code in the sandbox's file for the asked name.
 #[derive(Debug, Default)]
-pub struct CodeReward;
+pub(super) struct CodeReward;
 
 #[async_trait]
 impl RewardSpec for CodeReward {

@@ -18,7 +18,7 @@ use crate::error::{CliError, Result};
 /// Settings of `search-qa`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SearchQaSettings {
+pub(super) struct SearchQaSettings {
     /// The corpus: JSONL of `{id, title, text, url?}` documents, or a saved index (`.json`).
     pub corpus: PathBuf,
     /// `exact_match` or `f1`.

@@ -11,12 +11,12 @@ const APP_JS: &str = include_str!("../../assets/view/app.js");
 const STYLE_CSS: &str = include_str!("../../assets/view/style.css");
 
 /// `GET /`: the single page (it routes on the URL fragment).
-pub async fn index() -> Html<&'static str> {
+pub(super) async fn index() -> Html<&'static str> {
     Html(INDEX)
 }
 
 /// `GET /assets/{file}`.
-pub async fn file(Path(name): Path<String>) -> Response {
+pub(super) async fn file(Path(name): Path<String>) -> Response {
     let (body, kind) = match name.as_str() {
         "app.js" => (APP_JS, "text/javascript; charset=utf-8"),
         "style.css" => (STYLE_CSS, "text/css; charset=utf-8"),

@@ -90,7 +90,7 @@ fn run_json(id: usize, run: &Run) -> Result<Value, ViewError> {
 }
 
 /// `GET /api/runs`: every run with its statistics.
-pub async fn runs(State(viewer): State<Arc<Viewer>>) -> Answer {
+pub(super) async fn runs(State(viewer): State<Arc<Viewer>>) -> Answer {
     blocking(viewer, |v| {
         let runs: Result<Vec<Value>, _> = v
             .runs
@@ -104,13 +104,17 @@ pub async fn runs(State(viewer): State<Arc<Viewer>>) -> Answer {
 }
 
 /// `GET /api/runs/{run}`: one run with its statistics.
-pub async fn one_run(State(viewer): State<Arc<Viewer>>, id: Ids<usize>) -> Answer {
+pub(super) async fn one_run(State(viewer): State<Arc<Viewer>>, id: Ids<usize>) -> Answer {
     let id = ids(id)?;
     blocking(viewer, move |v| run_json(id, run(v, id)?)).await
 }
 
 /// `GET /api/runs/{run}/trajectories`: filtered, searched, paged summaries.
-pub async fn trajectories(State(viewer): State<Arc<Viewer>>, id: Ids<usize>, p: Params) -> Answer {
+pub(super) async fn trajectories(
+    State(viewer): State<Arc<Viewer>>,
+    id: Ids<usize>,
+    p: Params,
+) -> Answer {
     let id = ids(id)?;
     let query = ListQuery::parse(&params(p)?)?;
     blocking(viewer, move |v| {
@@ -164,7 +168,10 @@ pub async fn trajectories(State(viewer): State<Arc<Viewer>>, id: Ids<usize>, p: 
 }
 
 /// `GET /api/runs/{run}/trajectories/{index}`: the whole trajectory and its token view.
-pub async fn trajectory(State(viewer): State<Arc<Viewer>>, id: Ids<(usize, usize)>) -> Answer {
+pub(super) async fn trajectory(
+    State(viewer): State<Arc<Viewer>>,
+    id: Ids<(usize, usize)>,
+) -> Answer {
     let (id, n) = ids(id)?;
     blocking(viewer, move |v| {
         let run = run(v, id)?;
@@ -230,7 +237,7 @@ pub async fn trajectory(State(viewer): State<Arc<Viewer>>, id: Ids<(usize, usize
 }
 
 /// `GET /api/compare?a=RUN&b=RUN`: the two runs task by task, flipped tasks first.
-pub async fn compare_runs(State(viewer): State<Arc<Viewer>>, p: Params) -> Answer {
+pub(super) async fn compare_runs(State(viewer): State<Arc<Viewer>>, p: Params) -> Answer {
     let p = params(p)?;
     let pick = |key: &str| -> Result<usize, ViewError> {
         let v = p
@@ -267,7 +274,7 @@ pub async fn compare_runs(State(viewer): State<Arc<Viewer>>, p: Params) -> Answe
 
 /// `GET /api/runs/{run}/metrics`: every numeric field of `metrics.jsonl` as a series over
 /// `step` (the line number where a line has no step).
-pub async fn metrics(State(viewer): State<Arc<Viewer>>, id: Ids<usize>) -> Answer {
+pub(super) async fn metrics(State(viewer): State<Arc<Viewer>>, id: Ids<usize>) -> Answer {
     let id = ids(id)?;
     blocking(viewer, move |v| {
         let run = run(v, id)?;

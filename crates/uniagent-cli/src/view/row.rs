@@ -87,7 +87,7 @@ struct Line {
 }
 
 /// Extracts a [`TrajRow`] from one line.
-pub fn extract(line: &[u8]) -> Result<TrajRow, String> {
+pub(super) fn extract(line: &[u8]) -> Result<TrajRow, String> {
     let l: Line = serde_json::from_slice(line).map_err(|e| format!("not a trajectory: {e}"))?;
     let id = l.id.or_else(|| {
         l.task_id

@@ -19,7 +19,7 @@ pub const REQUEST_BUDGET: u64 = 16 << 20;
 pub const METRICS: &str = "metrics.jsonl";
 
 /// The numeric top-level fields of one `metrics.jsonl` line.
-pub type MetricRow = Map<String, Value>;
+pub(super) type MetricRow = Map<String, Value>;
 
 fn metric_row(line: &[u8]) -> Result<MetricRow, String> {
     match serde_json::from_slice::<Value>(line) {

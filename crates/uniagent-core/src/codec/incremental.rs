@@ -66,7 +66,7 @@ pub(crate) struct WindowPrompt {
 }
 
 impl Delta {
-    pub fn ids(&self) -> Vec<u32> {
+    pub(crate) fn ids(&self) -> Vec<u32> {
         self.spans
             .iter()
             .flat_map(|(ids, _)| ids.iter().copied())
