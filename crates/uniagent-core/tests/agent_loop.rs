@@ -17,8 +17,6 @@ use uniagent_core::agent::{
     AgentInteraction, CancellationToken, ExitReason, LoopConfig, MaskPolicy, RolloutControl,
     NO_FUNCTION_CALL, SKIPPED_SANDBOX, SKIPPED_TIMEOUT_BUDGET,
 };
-use uniagent_core::codec::Codec;
-use uniagent_core::parsers::ToolCallFormat;
 use uniagent_core::testing::{
     RecordingTool, ScriptedChatModel, ScriptedDeployment, ScriptedTokenGenerator, ScriptedTurn,
 };
@@ -29,22 +27,6 @@ use uniagent_core::{
 
 fn tools(list: Vec<Arc<dyn Tool>>) -> Vec<Arc<dyn Tool>> {
     list
-}
-
-/// The Qwen2.5 codec (tokenizer and chat template fixtures), loaded once.
-fn codec() -> Arc<Codec> {
-    static CODEC: std::sync::OnceLock<Arc<Codec>> = std::sync::OnceLock::new();
-    CODEC
-        .get_or_init(|| {
-            let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/fixtures/tokenizers/qwen2.5");
-            Arc::new(
-                Codec::from_dir(dir)
-                    .unwrap()
-                    .with_tool_parser(ToolCallFormat::Hermes),
-            )
-        })
-        .clone()
 }
 
 /// The real token-level model over the Qwen2.5 codec, sampling `script`.

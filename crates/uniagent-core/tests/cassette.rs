@@ -4,11 +4,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use common::codec;
 use serde_json::{json, Value};
 use uniagent_core::agent::{CancellationToken, ExitReason, LoopConfig, TokenChatModel, Trajectory};
 use uniagent_core::cassette::{
@@ -16,29 +19,12 @@ use uniagent_core::cassette::{
     ToolMode, ToolOutcome,
 };
 use uniagent_core::codec::Codec;
-use uniagent_core::parsers::ToolCallFormat;
 use uniagent_core::runner::{Runner, RunnerConfig};
 use uniagent_core::testing::RecordingTool;
 use uniagent_core::{
     agent::AgentInteraction, EpisodeSignal, FinishReason, GenerateOutput, GenerateRequest,
     LengthLimits, Message, Result, Task, TokenGenerator, Tool, ToolOutput,
 };
-
-/// Loaded once: parsing the vocabulary dominates otherwise.
-fn codec() -> Arc<Codec> {
-    static CODEC: std::sync::OnceLock<Arc<Codec>> = std::sync::OnceLock::new();
-    CODEC
-        .get_or_init(|| {
-            let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/fixtures/tokenizers/qwen2.5");
-            Arc::new(
-                Codec::from_dir(dir)
-                    .unwrap()
-                    .with_tool_parser(ToolCallFormat::Hermes),
-            )
-        })
-        .clone()
-}
 
 /// Turn 0 reads key `a`, turn 1 finishes; logprobs differ per rollout and turn.
 #[derive(Debug)]

@@ -6,8 +6,11 @@
 // Test helpers may unwrap (a panic fails the test); core's `Error` is large by design.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::sync::Arc;
 
+use common::codec;
 use proptest::prelude::*;
 use serde_json::json;
 use uniagent_core::agent::{
@@ -17,27 +20,10 @@ use uniagent_core::cassette::{
     replay, Cassette, RecordGenerator, RecordTool, Recorder, ReplaySetup, ToolMode,
 };
 use uniagent_core::codec::{messages_to_json, tools_to_json, ChatInput, Codec};
-use uniagent_core::parsers::ToolCallFormat;
 use uniagent_core::testing::{
     RecordingTool, ScriptedTokenGenerator, ScriptedTurn, SCRIPTED_LOGPROB,
 };
 use uniagent_core::{LengthLimits, Message, Task, ToolCall, ToolOutput, ToolSpec};
-
-/// Loaded once: parsing the 150k-token vocabulary dominates the cost of a case otherwise.
-fn codec() -> Arc<Codec> {
-    static CODEC: std::sync::OnceLock<Arc<Codec>> = std::sync::OnceLock::new();
-    CODEC
-        .get_or_init(|| {
-            let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/fixtures/tokenizers/qwen2.5");
-            Arc::new(
-                Codec::from_dir(dir)
-                    .unwrap()
-                    .with_tool_parser(ToolCallFormat::Hermes),
-            )
-        })
-        .clone()
-}
 
 fn echo_spec() -> ToolSpec {
     ToolSpec::function(

@@ -15,6 +15,22 @@ use uniagent_core::{
     ToolContext, ToolOutput, ToolSpec,
 };
 
+/// The Qwen2.5 codec (tokenizer and chat template fixtures, Hermes tool calls), loaded once:
+/// parsing the 150k-token vocabulary dominates a test's cost otherwise.
+#[cfg(feature = "codec")]
+pub fn codec() -> Arc<uniagent_core::codec::Codec> {
+    static CODEC: std::sync::OnceLock<Arc<uniagent_core::codec::Codec>> =
+        std::sync::OnceLock::new();
+    CODEC
+        .get_or_init(|| {
+            let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/tokenizers/qwen2.5");
+            let codec = uniagent_core::codec::Codec::from_dir(dir).unwrap();
+            Arc::new(codec.with_tool_parser(uniagent_core::parsers::ToolCallFormat::Hermes))
+        })
+        .clone()
+}
+
 pub fn call(id: &str, name: &str, args: Value) -> ToolCall {
     ToolCall::new(id, name, args)
 }
