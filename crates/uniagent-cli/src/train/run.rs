@@ -178,8 +178,9 @@ fn rollout_source(
     section: &TrainerSection,
     codec: Arc<Codec>,
 ) -> Result<Arc<dyn RolloutSource>> {
-    let (parts, loop_config, _runner) = prepared.rollout_parts()?;
     if let RolloutSection::Harness(harness) = &section.rollout {
+        // The harness brings its own tools and reward: the environment's are not built.
+        let loop_config = prepared.loop_config();
         let gateway = GatewayConfig {
             max_model_len: loop_config.limits.max_model_len,
             default_max_tokens: loop_config
@@ -197,6 +198,7 @@ fn rollout_source(
         })?;
         return Ok(Arc::new(source));
     }
+    let (parts, loop_config, _runner) = prepared.rollout_parts()?;
     let Some(reward) = parts.reward else {
         return Err(prepared.doc.error_at(
             &["environment".into()],
