@@ -608,20 +608,7 @@ impl Pipeline {
                 continue;
             }
             let uids: Vec<String> = rows.iter().map(|(t, _)| t.task_id.clone()).collect();
-            // The chains of one gateway session (`extra_fields.gateway.session`) count once in
-            // their group (see `TrainBatch::with_grpo_sessions`); any other rollout is a
-            // session of its own.
-            let sessions: Vec<String> = rows
-                .iter()
-                .enumerate()
-                .map(|(i, (t, _))| {
-                    let gateway = t.output.extra_fields.get("gateway");
-                    match gateway.and_then(|g| g.get("session")?.as_str()) {
-                        Some(session) => format!("session {session}"),
-                        None => format!("row {i}"),
-                    }
-                })
-                .collect();
+            let sessions = session_keys(rows.iter().map(|(t, _)| t));
             let outputs = rows
                 .iter()
                 .map(|(t, r)| {
@@ -795,4 +782,20 @@ pub struct RlOutcome {
     pub rollout_idle_ratio: f64,
     /// Wall time of the phase.
     pub wall_s: f64,
+}
+
+/// The GRPO session of each trajectory: the chains of one gateway session
+/// (`extra_fields.gateway.session`) count once in their group (see
+/// `TrainBatch::with_grpo_sessions`); any other rollout is a session of its own.
+fn session_keys<'a>(trajectories: impl Iterator<Item = &'a Trajectory>) -> Vec<String> {
+    trajectories
+        .enumerate()
+        .map(|(i, t)| {
+            let gateway = t.output.extra_fields.get("gateway");
+            match gateway.and_then(|g| g.get("session")?.as_str()) {
+                Some(session) => format!("session {session}"),
+                None => format!("row {i}"),
+            }
+        })
+        .collect()
 }
