@@ -61,7 +61,8 @@ fn main() {
         for agg in [LossAggMode::TokenMean, LossAggMode::SeqMeanTokenMean] {
             let ms = median_ms(|| {
                 let lp = logp.detach().set_requires_grad(true);
-                let out = policy_loss(mode, &old, &lp, &adv, &mask, &clip, agg, &info).unwrap();
+                let inputs = LossInputs::new(&old, &lp, &adv, &mask);
+                let out = policy_loss(mode, inputs, &clip, agg, &info).unwrap();
                 out.loss.backward();
             });
             ours.push((format!("{mode}/{agg}"), ms));

@@ -37,7 +37,7 @@ impl Tool for Bash {
         };
         let obs = ctx
             .require_deployment("execute_bash")?
-            .bash(&ctx.session, command, ctx.timeout.as_secs_f64())
+            .bash(&ctx.session, command, ctx.timeout)
             .await?;
         Ok(ToolOutput::success(format!(
             "{}[exit code {}]",

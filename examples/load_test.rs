@@ -89,9 +89,7 @@ impl Tool for SandboxEcho {
         let text = args["text"].as_str().unwrap_or_default();
         let sandbox = ctx.require_deployment("echo")?;
         let command = format!("echo '{text}'");
-        let out = sandbox
-            .bash(&ctx.session, &command, ctx.timeout.as_secs_f64())
-            .await?;
+        let out = sandbox.bash(&ctx.session, &command, ctx.timeout).await?;
         Ok(ToolOutput::success(out.output))
     }
 }

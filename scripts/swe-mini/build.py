@@ -151,23 +151,32 @@ def all_tasks(work):
     return [build_task(p, work) for p in sorted(os.listdir(PROJECTS))]
 
 
-def write_tasks():
-    with tempfile.TemporaryDirectory() as work:
-        tasks = all_tasks(work)
-    with open(TASKS, "w", encoding="utf-8") as f:
+def write_jsonl(tasks, path):
+    """Writes `tasks` as sorted-key JSON lines to `path`."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
         for t in tasks:
             f.write(json.dumps(t, sort_keys=True) + "\n")
-    print(f"wrote {len(tasks)} tasks to {os.path.relpath(TASKS, ROOT)}")
+    print(f"wrote {len(tasks)} tasks to {os.path.relpath(path, ROOT)}")
+
+
+def check_jsonl(tasks, path, command):
+    """Fails unless `path` holds exactly `tasks`; `command` regenerates it."""
+    with open(path, encoding="utf-8") as f:
+        stored = [json.loads(line) for line in f if line.strip()]
+    if stored != tasks:
+        raise SystemExit(f"{os.path.basename(path)} is stale: run `{command}`")
+    print(f"{os.path.basename(path)} matches the sources ({len(tasks)} tasks)")
+
+
+def write_tasks():
+    with tempfile.TemporaryDirectory() as work:
+        write_jsonl(all_tasks(work), TASKS)
 
 
 def check_tasks():
     with tempfile.TemporaryDirectory() as work:
-        tasks = all_tasks(work)
-    with open(TASKS, encoding="utf-8") as f:
-        stored = [json.loads(line) for line in f if line.strip()]
-    if stored != tasks:
-        raise SystemExit("tasks.jsonl is stale: run `python3 scripts/swe-mini/build.py tasks`")
-    print(f"tasks.jsonl matches the sources ({len(tasks)} tasks)")
+        check_jsonl(all_tasks(work), TASKS, "python3 scripts/swe-mini/build.py tasks")
 
 
 def recipe_hash():
@@ -216,20 +225,29 @@ def build_images():
             if commit != t["base_commit"]:
                 raise SystemExit(f"{project}: built {commit}, tasks.jsonl says {t['base_commit']}")
             shutil.copyfile(RUNNER, os.path.join(ctx, "runtests.py"))
-            with open(os.path.join(ctx, "Dockerfile"), "w") as f:
-                f.write(
-                    f"FROM {BASE_IMAGE}\n"
-                    "COPY runtests.py /opt/swe-mini/runtests.py\n"
-                    "COPY repo /testbed\n"
-                    "WORKDIR /testbed\n"
-                    f"LABEL dev.uniagent.swe-mini={recipe}\n"
-                )
-            subprocess.run(["docker", "build", "-q", "-t", tag, ctx], check=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            print(f"built {tag}")
+            docker_build(ctx, tag,
+                         f"FROM {BASE_IMAGE}\n"
+                         "COPY runtests.py /opt/swe-mini/runtests.py\n"
+                         "COPY repo /testbed\n"
+                         "WORKDIR /testbed\n"
+                         f"LABEL dev.uniagent.swe-mini={recipe}\n")
+
+
+def docker_build(ctx, tag, dockerfile):
+    """Builds `dockerfile` with the build context `ctx` as image `tag`, quietly."""
+    with open(os.path.join(ctx, "Dockerfile"), "w") as f:
+        f.write(dockerfile)
+    subprocess.run(["docker", "build", "-q", "-t", tag, ctx], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    print(f"built {tag}")
+
+
+def main(write, check, images):
+    """Runs the command named on the command line (`tasks` by default)."""
+    what = sys.argv[1] if len(sys.argv) > 1 else "tasks"
+    {"tasks": write, "check": check, "images": images}.get(
+        what, lambda: sys.exit(f"unknown command {what!r} (tasks, check, images)"))()
 
 
 if __name__ == "__main__":
-    what = sys.argv[1] if len(sys.argv) > 1 else "tasks"
-    {"tasks": write_tasks, "check": check_tasks, "images": build_images}.get(
-        what, lambda: sys.exit(f"unknown command {what!r} (tasks, check, images)"))()
+    main(write_tasks, check_tasks, build_images)

@@ -108,22 +108,12 @@ def all_tasks(work):
 
 def write_tasks():
     with tempfile.TemporaryDirectory() as work:
-        tasks = all_tasks(work)
-    os.makedirs(DATASET, exist_ok=True)
-    with open(TASKS, "w", encoding="utf-8") as f:
-        for t in tasks:
-            f.write(json.dumps(t, sort_keys=True) + "\n")
-    print(f"wrote {len(tasks)} tasks to {os.path.relpath(TASKS, build.ROOT)}")
+        build.write_jsonl(all_tasks(work), TASKS)
 
 
 def check_tasks():
     with tempfile.TemporaryDirectory() as work:
-        tasks = all_tasks(work)
-    with open(TASKS, encoding="utf-8") as f:
-        stored = [json.loads(line) for line in f if line.strip()]
-    if stored != tasks:
-        raise SystemExit("tasks.jsonl is stale: run `python3 scripts/swe-mini/r2e.py tasks`")
-    print(f"tasks.jsonl matches the sources ({len(tasks)} tasks)")
+        build.check_jsonl(all_tasks(work), TASKS, "python3 scripts/swe-mini/r2e.py tasks")
 
 
 def image_id(tag):
@@ -166,19 +156,12 @@ def build_images():
             shutil.copytree(hidden, os.path.join(ctx, "r2e_tests"))
             with open(os.path.join(ctx, "run_tests.sh"), "w") as f:
                 f.write(RUN_TESTS)
-            with open(os.path.join(ctx, "Dockerfile"), "w") as f:
-                f.write(
-                    f"FROM {base}\n"
-                    "COPY r2e_tests /r2e_tests\n"
-                    "COPY run_tests.sh /testbed/run_tests.sh\n"
-                    f"LABEL {LABEL}={recipe}\n"
-                )
-            subprocess.run(["docker", "build", "-q", "-t", tag, ctx], check=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            print(f"built {tag}")
+            build.docker_build(ctx, tag,
+                               f"FROM {base}\n"
+                               "COPY r2e_tests /r2e_tests\n"
+                               "COPY run_tests.sh /testbed/run_tests.sh\n"
+                               f"LABEL {LABEL}={recipe}\n")
 
 
 if __name__ == "__main__":
-    what = sys.argv[1] if len(sys.argv) > 1 else "tasks"
-    {"tasks": write_tasks, "check": check_tasks, "images": build_images}.get(
-        what, lambda: sys.exit(f"unknown command {what!r} (tasks, check, images)"))()
+    build.main(write_tasks, check_tasks, build_images)

@@ -28,8 +28,8 @@ use uniagent_cli::run::{execute, prepare, RunOptions};
 use uniagent_core::agent::{AgentInteraction, CancellationToken};
 use uniagent_core::runner::{Runner, RunnerConfig};
 use uniagent_core::{
-    AssistantTurn, ChatModel, FinishReason, Message, ModelCapabilities, Result, Role, RolloutCache,
-    SamplingParams, Task, ToolCall, ToolSpec,
+    AssistantTurn, ChatModel, FinishReason, Message, Result, Role, RolloutCache, SamplingParams,
+    Task, ToolCall, ToolSpec,
 };
 
 /// Reads the asked file, then finishes with its digits; the first turn waits for all rollouts.
@@ -58,9 +58,6 @@ impl FileReader {
 impl ChatModel for FileReader {
     fn name(&self) -> &str {
         "scripted-file-reader"
-    }
-    fn capabilities(&self) -> ModelCapabilities {
-        ModelCapabilities::api()
     }
     async fn start(
         &self,
@@ -124,12 +121,6 @@ impl ChatModel for FileReader {
             format_error: None,
             sampled_tokens: 0,
         })
-    }
-    async fn append(&self, cache: &mut RolloutCache, messages: Vec<Message>) -> Result<()> {
-        for m in messages {
-            cache.push_message(m);
-        }
-        Ok(())
     }
 }
 

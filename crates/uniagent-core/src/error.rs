@@ -8,6 +8,25 @@ use std::time::Duration;
 
 use crate::sandbox::ExceptionClass;
 
+/// An error and its causes on one line, `outer: inner: innermost` (HTTP clients' own messages
+/// hide the OS error underneath).
+///
+/// ```
+/// let io = std::io::Error::new(std::io::ErrorKind::Other, "reset by peer");
+/// let e = uniagent_core::Error::io("reading the answer", io);
+/// assert!(uniagent_core::error_chain(&e).ends_with(": reset by peer"));
+/// ```
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 /// Whether a request answered with HTTP `status` may succeed if sent again.
 ///
 /// `429`, `502` and `503` say the request was refused before it ran: always worth a retry.
@@ -305,6 +324,19 @@ impl Error {
         Self::Runtime {
             backend: backend.into(),
             exception: Box::new(exception),
+        }
+    }
+
+    /// Shorthand for [`Error::Config`] without a source.
+    ///
+    /// ```
+    /// let e = uniagent_core::Error::config("batch_size must be positive");
+    /// assert_eq!(e.kind(), uniagent_core::ErrorKind::Config);
+    /// ```
+    pub fn config(message: impl Into<String>) -> Self {
+        Self::Config {
+            message: message.into(),
+            source: None,
         }
     }
 

@@ -13,6 +13,7 @@ mod message;
 mod model;
 pub mod openai;
 pub mod parsers;
+pub mod pyfmt;
 mod retry;
 mod reward;
 pub mod rollout;
@@ -24,7 +25,9 @@ mod task;
 pub mod testing;
 mod tool;
 
-pub use error::{retryable_http_status, BoxError, Error, ErrorKind, LengthLimitKind, Result};
+pub use error::{
+    error_chain, retryable_http_status, BoxError, Error, ErrorKind, LengthLimitKind, Result,
+};
 pub use generator::{GenerateOutput, GenerateRequest, TokenGenerator};
 pub use message::{FunctionCall, FunctionSpec, Message, Role, ToolCall, ToolSpec};
 pub use model::{AssistantTurn, ChatModel, FinishReason, ModelCapabilities};

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::error::Result;
-use crate::message::{Message, ToolSpec};
+use crate::error::{Error, Result};
+use crate::message::{Message, Role, ToolSpec};
 use crate::rollout::RolloutCache;
 use crate::sampling::SamplingParams;
 
@@ -88,21 +88,30 @@ pub struct AssistantTurn {
 ///   the [`RolloutCache`], never in the model.
 /// - Transient backend failures are retried inside the backend; what reaches the caller as
 ///   [`Error::Model`](crate::Error::Model) ended the attempt.
+///
+/// An API-level model (messages in, a message out, no token ids) implements only
+/// [`name`](ChatModel::name) and [`query`](ChatModel::query): the defaults keep the messages
+/// (`RolloutCache::messages_only`) and say so in [`capabilities`](ChatModel::capabilities).
+/// Token-level backends override all three.
 #[async_trait]
 pub trait ChatModel: Send + Sync + Debug + 'static {
     /// Backend name for logs (`vllm`, `sglang`, `openai`, `tch`, `scripted`).
     fn name(&self) -> &str;
 
-    /// What this backend provides.
-    fn capabilities(&self) -> ModelCapabilities;
+    /// What this backend provides (default: an API-level model, [`ModelCapabilities::api`]).
+    fn capabilities(&self) -> ModelCapabilities {
+        ModelCapabilities::api()
+    }
 
-    /// Creates the cache of a new trajectory.
+    /// Creates the cache of a new trajectory (default: the messages and tools only).
     async fn start(
         &self,
         id: &str,
         messages: Vec<Message>,
         tools: Vec<ToolSpec>,
-    ) -> Result<RolloutCache>;
+    ) -> Result<RolloutCache> {
+        Ok(RolloutCache::messages_only(id, messages, tools))
+    }
 
     /// Samples the next assistant turn and appends it to the cache.
     async fn query(
@@ -111,8 +120,17 @@ pub trait ChatModel: Send + Sync + Debug + 'static {
         sampling: &SamplingParams,
     ) -> Result<AssistantTurn>;
 
-    /// Appends tool results or user messages to the cache.
-    async fn append(&self, cache: &mut RolloutCache, messages: Vec<Message>) -> Result<()>;
+    /// Appends tool results or user messages to the cache (default: the messages only; an
+    /// assistant message is refused, it comes from [`query`](ChatModel::query)).
+    async fn append(&self, cache: &mut RolloutCache, messages: Vec<Message>) -> Result<()> {
+        if messages.iter().any(|m| m.role == Role::Assistant) {
+            return Err(Error::invalid_input(
+                "append takes non-assistant messages only",
+            ));
+        }
+        messages.into_iter().for_each(|m| cache.push_message(m));
+        Ok(())
+    }
 
     /// The chat template's full render of `cache`'s messages when the token stream is not
     /// append-only (it differs from that render), for the trajectory record; `None` when the
@@ -123,64 +141,40 @@ pub trait ChatModel: Send + Sync + Debug + 'static {
     }
 }
 
-#[async_trait]
-impl<T: ChatModel + ?Sized> ChatModel for Arc<T> {
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-    fn capabilities(&self) -> ModelCapabilities {
-        (**self).capabilities()
-    }
-    async fn start(
-        &self,
-        id: &str,
-        messages: Vec<Message>,
-        tools: Vec<ToolSpec>,
-    ) -> Result<RolloutCache> {
-        (**self).start(id, messages, tools).await
-    }
-    async fn query(
-        &self,
-        cache: &mut RolloutCache,
-        sampling: &SamplingParams,
-    ) -> Result<AssistantTurn> {
-        (**self).query(cache, sampling).await
-    }
-    async fn append(&self, cache: &mut RolloutCache, messages: Vec<Message>) -> Result<()> {
-        (**self).append(cache, messages).await
-    }
-    fn rerender_ids(&self, cache: &RolloutCache) -> Result<Option<Vec<u32>>> {
-        (**self).rerender_ids(cache)
-    }
+/// A model behind a smart pointer is a model: every method forwards to the pointee.
+macro_rules! forward_chat_model {
+    ($($pointer:ident),+) => {$(
+        #[async_trait]
+        impl<T: ChatModel + ?Sized> ChatModel for $pointer<T> {
+            fn name(&self) -> &str {
+                (**self).name()
+            }
+            fn capabilities(&self) -> ModelCapabilities {
+                (**self).capabilities()
+            }
+            async fn start(
+                &self,
+                id: &str,
+                messages: Vec<Message>,
+                tools: Vec<ToolSpec>,
+            ) -> Result<RolloutCache> {
+                (**self).start(id, messages, tools).await
+            }
+            async fn query(
+                &self,
+                cache: &mut RolloutCache,
+                sampling: &SamplingParams,
+            ) -> Result<AssistantTurn> {
+                (**self).query(cache, sampling).await
+            }
+            async fn append(&self, cache: &mut RolloutCache, messages: Vec<Message>) -> Result<()> {
+                (**self).append(cache, messages).await
+            }
+            fn rerender_ids(&self, cache: &RolloutCache) -> Result<Option<Vec<u32>>> {
+                (**self).rerender_ids(cache)
+            }
+        }
+    )+};
 }
 
-#[async_trait]
-impl<T: ChatModel + ?Sized> ChatModel for Box<T> {
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-    fn capabilities(&self) -> ModelCapabilities {
-        (**self).capabilities()
-    }
-    async fn start(
-        &self,
-        id: &str,
-        messages: Vec<Message>,
-        tools: Vec<ToolSpec>,
-    ) -> Result<RolloutCache> {
-        (**self).start(id, messages, tools).await
-    }
-    async fn query(
-        &self,
-        cache: &mut RolloutCache,
-        sampling: &SamplingParams,
-    ) -> Result<AssistantTurn> {
-        (**self).query(cache, sampling).await
-    }
-    async fn append(&self, cache: &mut RolloutCache, messages: Vec<Message>) -> Result<()> {
-        (**self).append(cache, messages).await
-    }
-    fn rerender_ids(&self, cache: &RolloutCache) -> Result<Option<Vec<u32>>> {
-        (**self).rerender_ids(cache)
-    }
-}
+forward_chat_model!(Arc, Box);

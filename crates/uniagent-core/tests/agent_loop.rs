@@ -18,7 +18,8 @@ use uniagent_core::agent::{
     NO_FUNCTION_CALL, SKIPPED_SANDBOX, SKIPPED_TIMEOUT_BUDGET,
 };
 use uniagent_core::testing::{
-    RecordingTool, ScriptedChatModel, ScriptedDeployment, ScriptedTokenGenerator, ScriptedTurn,
+    BashTool, RecordingTool, ScriptedChatModel, ScriptedDeployment, ScriptedTokenGenerator,
+    ScriptedTurn,
 };
 use uniagent_core::{
     Deployment, Error, LengthLimits, Message, Result, RewardContext, RewardOutcome, RewardSpec,

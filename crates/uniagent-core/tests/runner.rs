@@ -66,7 +66,9 @@ impl RewardSpec for SandboxReward {
         let d = ctx
             .deployment
             .ok_or_else(|| Error::internal("no sandbox"))?;
-        let out = d.bash("default", "echo scored", 5.0).await?;
+        let out = d
+            .bash("default", "echo scored", Duration::from_secs(5))
+            .await?;
         Ok(RewardOutcome::binary(out.output == "scored\n"))
     }
 }

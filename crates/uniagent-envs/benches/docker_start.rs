@@ -24,8 +24,12 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use uniagent_core::{Deployment, DeploymentExt};
+use uniagent_core::Deployment;
 use uniagent_envs::{DockerConfig, DockerDeployment, HostConfig, HostDeployment, NetworkMode};
+
+mod common;
+
+use common::start_to_first_command;
 
 const SEQUENTIAL: usize = 20;
 const CONCURRENT: usize = 32;
@@ -55,20 +59,6 @@ fn run_id() -> String {
     format!("bench-{}", std::process::id())
 }
 
-async fn start_to_first_exec<D: Deployment>(sandbox: &D) -> Duration {
-    let t0 = Instant::now();
-    sandbox
-        .start()
-        .await
-        .unwrap_or_else(|e| panic!("start: {e}"));
-    let out = sandbox
-        .sh("echo ready", 30.0)
-        .await
-        .unwrap_or_else(|e| panic!("exec: {e}"));
-    assert_eq!(out.stdout, "ready\n");
-    t0.elapsed()
-}
-
 fn stats(mut samples: Vec<Duration>) -> (f64, f64) {
     samples.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
@@ -82,7 +72,7 @@ async fn sequential_docker(network: NetworkMode) -> (f64, f64) {
     let mut samples = Vec::new();
     for _ in 0..SEQUENTIAL {
         let sandbox = DockerDeployment::new(config(network));
-        samples.push(start_to_first_exec(&sandbox).await);
+        samples.push(start_to_first_command(&sandbox).await);
         sandbox.stop().await.unwrap_or_else(|e| panic!("stop: {e}"));
     }
     stats(samples)
@@ -93,7 +83,7 @@ async fn concurrent_docker() -> (f64, f64) {
         .map(|_| DockerDeployment::new(config(NetworkMode::None)))
         .collect();
     let t0 = Instant::now();
-    let samples = join_all(sandboxes.iter().map(start_to_first_exec)).await;
+    let samples = join_all(sandboxes.iter().map(start_to_first_command)).await;
     let wall = t0.elapsed().as_secs_f64() * 1e3;
     join_all(sandboxes.iter().map(|s| s.stop())).await;
     (wall, stats(samples).0)
@@ -106,7 +96,7 @@ async fn sequential_host() -> (f64, f64) {
             server_binary: Some(PathBuf::from(env!("CARGO_BIN_EXE_uniagent-sandbox"))),
             ..HostConfig::default()
         });
-        samples.push(start_to_first_exec(&sandbox).await);
+        samples.push(start_to_first_command(&sandbox).await);
         sandbox.stop().await.unwrap_or_else(|e| panic!("stop: {e}"));
     }
     stats(samples)
@@ -119,7 +109,7 @@ async fn run() {
     }
     // Warm-up: the first start commits the payload image.
     let warm = DockerDeployment::new(config(NetworkMode::None));
-    let first = start_to_first_exec(&warm).await;
+    let first = start_to_first_command(&warm).await;
     warm.stop().await.unwrap_or_else(|e| panic!("stop: {e}"));
     println!(
         "first start (commits the payload image): {:.0} ms",

@@ -27,9 +27,13 @@ use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use uniagent_core::config::{parse, ConfigFormat};
-use uniagent_core::{Deployment, DeploymentExt};
+use uniagent_core::Deployment;
 use uniagent_envs::pool::{Pool, PoolConfig};
 use uniagent_envs::{DockerConfig, DockerDeployment, FaasConfig, FaasDeployment};
+
+mod common;
+
+use common::start_to_first_command;
 
 const ROUNDS: usize = 15;
 const WARM: usize = 4;
@@ -56,20 +60,6 @@ fn stats(mut samples: Vec<Duration>) -> (Duration, Duration) {
     samples.sort();
     let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q).round() as usize];
     (at(0.5), at(0.9))
-}
-
-async fn first_command<D: Deployment>(sandbox: &D) -> Duration {
-    let t0 = Instant::now();
-    sandbox
-        .start()
-        .await
-        .unwrap_or_else(|e| panic!("start: {e}"));
-    let out = sandbox
-        .sh("echo ok", 30.0)
-        .await
-        .unwrap_or_else(|e| panic!("execute: {e}"));
-    assert_eq!(out.stdout, "ok\n");
-    t0.elapsed()
 }
 
 async fn run() {
@@ -120,18 +110,27 @@ async fn run() {
         ..DockerConfig::default()
     };
 
-    // 1. Acquire to first command, cold docker vs warm pool, interleaved round by round so
-    //    that both see the same machine load.
+    acquire_cold_and_warm(&pool, &faas, &docker).await;
+    sustained_leases(&pool, &faas).await;
+    renewals_per_second(&url).await;
+    let _ = stop_tx.send(());
+    let _ = serving.await;
+    nothing_left_behind(&name).await;
+}
+
+/// 1. Acquire to first command, cold docker vs warm pool, interleaved round by round so that
+///    both see the same machine load.
+async fn acquire_cold_and_warm(pool: &Pool, faas: &FaasConfig, docker: &DockerConfig) {
     let (mut cold, mut warm) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
-        wait_warm(&pool).await;
+        wait_warm(pool).await;
         let sandbox = FaasDeployment::new(faas.clone()).unwrap_or_else(|e| panic!("{e}"));
-        warm.push(first_command(&sandbox).await);
+        warm.push(start_to_first_command(&sandbox).await);
         let was_warm = sandbox.info().await.is_some_and(|i| i.lease.warm);
         assert!(was_warm, "the warm pool was empty; raise WARM");
         sandbox.stop().await.unwrap_or_else(|e| panic!("stop: {e}"));
         let sandbox = DockerDeployment::new(docker.clone());
-        cold.push(first_command(&sandbox).await);
+        cold.push(start_to_first_command(&sandbox).await);
         sandbox.stop().await.unwrap_or_else(|e| panic!("stop: {e}"));
     }
     let (cold_med, cold_p90) = stats(cold);
@@ -143,9 +142,11 @@ async fn run() {
         "  ratio cold / warm (median): {:.1}x",
         cold_med.as_secs_f64() / warm_med.as_secs_f64()
     );
+}
 
-    // 2. Leases per second: lease, one command, release, from CLIENTS clients.
-    wait_warm(&pool).await;
+/// 2. Leases per second: lease, one command, release, from CLIENTS clients.
+async fn sustained_leases(pool: &Pool, faas: &FaasConfig) {
+    wait_warm(pool).await;
     let done = Arc::new(AtomicUsize::new(0));
     let until = Instant::now() + WINDOW;
     let t0 = Instant::now();
@@ -154,7 +155,7 @@ async fn run() {
         async move {
             while Instant::now() < until {
                 let sandbox = FaasDeployment::new(faas.clone()).unwrap_or_else(|e| panic!("{e}"));
-                first_command(&sandbox).await;
+                start_to_first_command(&sandbox).await;
                 sandbox.stop().await.unwrap_or_else(|e| panic!("stop: {e}"));
                 done.fetch_add(1, Ordering::Relaxed);
             }
@@ -167,8 +168,10 @@ async fn run() {
         "leases sustained by one pool ({CLIENTS} clients, warm {WARM}, lease + command + release): {leases} in {elapsed:.1} s = {:.2}/s",
         leases as f64 / elapsed
     );
+}
 
-    // 3. Control requests per second: renewals of one lease.
+/// 3. Control requests per second: renewals of one lease.
+async fn renewals_per_second(url: &str) {
     let http = reqwest::Client::new();
     let lease: serde_json::Value = http
         .post(format!("{url}/v1/leases"))
@@ -187,7 +190,7 @@ async fn run() {
     let t0 = Instant::now();
     join_all((0..CLIENTS).map(|_| {
         let (http, renewals) = (http.clone(), renewals.clone());
-        let (url, id, token) = (url.clone(), id.clone(), token.clone());
+        let (url, id, token) = (url.to_owned(), id.clone(), token.clone());
         async move {
             while Instant::now() < until {
                 let ok = http
@@ -207,9 +210,10 @@ async fn run() {
         "control requests (renewals, {CLIENTS} clients): {:.0}/s",
         renewals.load(Ordering::Relaxed) as f64 / elapsed
     );
+}
 
-    let _ = stop_tx.send(());
-    let _ = serving.await;
+/// The pool's releases and the cold containers are all removed.
+async fn nothing_left_behind(name: &str) {
     let docker_engine = uniagent_envs::docker::engine()
         .await
         .unwrap_or_else(|e| panic!("{e}"));

@@ -73,25 +73,25 @@ impl DeploymentConfig {
                     return Err(feature_off("docker"));
                 }
                 if c.image.trim().is_empty() {
-                    return Err(config_error("docker.image must name a local image"));
+                    return Err(Error::config("docker.image must name a local image"));
                 }
                 if c.cpus.is_some_and(|cpus| !(cpus > 0.0 && cpus.is_finite())) {
-                    return Err(config_error("docker.cpus must be a positive number"));
+                    return Err(Error::config("docker.cpus must be a positive number"));
                 }
                 if c.max_concurrent_starts == 0 {
-                    return Err(config_error(
+                    return Err(Error::config(
                         "docker.max_concurrent_starts must be at least 1",
                     ));
                 }
                 // Docker reads 0 (and pids <= 0) as "unlimited": refuse instead of silently
                 // running without the limit the capabilities then claim.
                 if let Some(bytes) = c.memory_bytes.filter(|b| *b < MIN_DOCKER_MEMORY) {
-                    return Err(config_error(format!(
+                    return Err(Error::config(format!(
                         "docker.memory_bytes must be at least {MIN_DOCKER_MEMORY} (6 MiB, Docker's minimum), got {bytes}; leave it out for no limit"
                     )));
                 }
                 if let Some(pids) = c.pids_limit.filter(|p| *p <= 0) {
-                    return Err(config_error(format!(
+                    return Err(Error::config(format!(
                         "docker.pids_limit must be at least 1, got {pids}; leave it out for no limit"
                     )));
                 }
@@ -99,7 +99,7 @@ impl DeploymentConfig {
                     check_positive("docker.lifetime", lifetime)?;
                 }
                 if c.user.as_deref().is_some_and(|u| u.trim().is_empty()) {
-                    return Err(config_error(
+                    return Err(Error::config(
                         "docker.user must name a user (or be left out for the image's)",
                     ));
                 }
@@ -107,7 +107,7 @@ impl DeploymentConfig {
                     // The tmpfs work dir is created for the user's uid: Docker ignores a tmpfs
                     // `mode`, so a name it alone resolves would get a directory it cannot write.
                     if numeric_user(user).is_none() {
-                        return Err(config_error(format!(
+                        return Err(Error::config(format!(
                             "docker.user must be `uid` or `uid:gid` with read_only_root (the \
                              writable work dir is created for that uid), got `{user}`"
                         )));
@@ -129,7 +129,7 @@ impl DeploymentConfig {
                 }
                 let endpoints = c.all_endpoints();
                 if endpoints.is_empty() {
-                    return Err(config_error(
+                    return Err(Error::config(
                         "faas.control_url (or faas.endpoints) must name at least one pool",
                     ));
                 }
@@ -137,7 +137,7 @@ impl DeploymentConfig {
                     check_url("faas.endpoints", url)?;
                 }
                 if c.image.trim().is_empty() {
-                    return Err(config_error(
+                    return Err(Error::config(
                         "faas.image must name an image the pools serve",
                     ));
                 }
@@ -181,26 +181,19 @@ impl DeploymentConfig {
     }
 }
 
-fn config_error(message: impl Into<String>) -> Error {
-    Error::Config {
-        message: message.into(),
-        source: None,
-    }
-}
-
 /// Docker refuses memory limits below 6 MiB.
 const MIN_DOCKER_MEMORY: u64 = 6 << 20;
 
 fn check_positive(key: &str, d: Duration) -> Result<()> {
     if d.is_zero() {
-        return Err(config_error(format!("{key} must be greater than 0")));
+        return Err(Error::config(format!("{key} must be greater than 0")));
     }
     Ok(())
 }
 
 fn check_url(key: &str, url: &str) -> Result<()> {
     if !(url.starts_with("http://") || url.starts_with("https://")) {
-        return Err(config_error(format!(
+        return Err(Error::config(format!(
             "{key} must be an http:// or https:// URL, got `{url}`"
         )));
     }

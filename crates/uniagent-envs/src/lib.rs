@@ -1,6 +1,10 @@
 #![doc = include_str!("../README.md")]
 #![warn(unreachable_pub)]
 
+#[cfg(any(feature = "host", feature = "docker"))]
+mod binaries;
+#[cfg(any(feature = "docker", feature = "faas"))]
+mod blocking;
 #[cfg(feature = "client")]
 pub mod client;
 pub mod config;

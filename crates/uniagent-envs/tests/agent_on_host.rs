@@ -16,44 +16,12 @@ use uniagent_core::agent::{
     AgentInteraction, CancellationToken, ExitReason, LoopConfig, Trajectory,
 };
 use uniagent_core::runner::{Runner, RunnerConfig};
-use uniagent_core::sandbox::ExceptionClass;
-use uniagent_core::testing::{RecordingTool, ScriptedChatModel, ScriptedTurn};
+use uniagent_core::testing::{BashTool, RecordingTool, ScriptedChatModel, ScriptedTurn};
 use uniagent_core::{
     Deployment, DeploymentExt, EpisodeSignal, Error, Message, Result, RewardContext, RewardOutcome,
-    RewardSpec, Task, Tool, ToolCall, ToolContext, ToolOutput, ToolSpec,
+    RewardSpec, Task, ToolCall, ToolOutput,
 };
 use uniagent_envs::{HostConfig, HostDeployment};
-
-#[derive(Debug)]
-struct Bash;
-
-#[async_trait]
-impl Tool for Bash {
-    fn spec(&self) -> ToolSpec {
-        ToolSpec::function(
-            "bash",
-            "Run a bash command.",
-            json!({"type": "object", "properties": {"command": {"type": "string"}}}),
-        )
-    }
-
-    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
-        let command = args["command"].as_str().unwrap_or_default();
-        let sandbox = ctx.require_deployment("bash")?;
-        match sandbox
-            .bash(&ctx.session, command, ctx.timeout.as_secs_f64())
-            .await
-        {
-            Ok(obs) => Ok(ToolOutput::success(obs.output)),
-            Err(Error::Runtime { exception, .. })
-                if exception.class() == ExceptionClass::CommandTimeout =>
-            {
-                Ok(ToolOutput::timed_out(exception.message))
-            }
-            Err(e) => Err(e),
-        }
-    }
-}
 
 /// 1.0 when `answer.txt` in the sandbox's work directory holds the task's number.
 #[derive(Debug)]
@@ -68,7 +36,9 @@ impl RewardSpec for FileReward {
         let sandbox = ctx
             .deployment
             .ok_or_else(|| Error::internal("no sandbox"))?;
-        let out = sandbox.bash("default", "cat answer.txt", 10.0).await?;
+        let out = sandbox
+            .bash("default", "cat answer.txt", Duration::from_secs(10))
+            .await?;
         let want = ctx.task.metadata["n"]
             .as_u64()
             .unwrap_or_default()
@@ -127,7 +97,7 @@ async fn rollouts_run_commands_in_their_own_sandbox_and_are_scored_before_stop()
     ]);
     let agent = AgentInteraction::new(
         Arc::new(model),
-        vec![Arc::new(Bash), Arc::new(finish_tool())],
+        vec![Arc::new(BashTool), Arc::new(finish_tool())],
         LoopConfig::default(),
     )
     .unwrap()
@@ -191,7 +161,7 @@ impl Deployment for Seeded {
     async fn start(&self) -> Result<()> {
         self.inner.start().await?;
         self.inner
-            .sh(&format!("echo {} > n.txt", self.n), 10.0)
+            .sh(&format!("echo {} > n.txt", self.n), Duration::from_secs(10))
             .await?;
         Ok(())
     }
@@ -260,7 +230,7 @@ async fn a_hanging_command_is_cut_by_the_tool_timeout_and_ends_the_budget() {
         tool_timeout_budget: 1,
         ..LoopConfig::default()
     };
-    let agent = AgentInteraction::new(Arc::new(model), vec![Arc::new(Bash)], cfg).unwrap();
+    let agent = AgentInteraction::new(Arc::new(model), vec![Arc::new(BashTool)], cfg).unwrap();
     let created = Arc::new(Mutex::new(Vec::new()));
     let runner = Runner::new(agent, RunnerConfig::default())
         .unwrap()

@@ -193,6 +193,23 @@ async fn connection_failures_are_retried_with_the_same_request_id() {
 }
 
 #[tokio::test]
+async fn close_is_resent_after_the_connection_broke() {
+    // Closing every session twice closes nothing the second time: a `/close` whose answer was
+    // lost (a keep-alive connection the server dropped) is sent again.
+    let (url, seen) = peer(vec![
+        Reply::Hangup,
+        Reply::Answer {
+            delay_ms: 0,
+            status: 200,
+            body: "{}",
+        },
+    ])
+    .await;
+    client(&url, 1000).close().await.unwrap();
+    assert_eq!(seen.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
 async fn a_command_is_not_resent_after_the_connection_broke() {
     // The request went out, then the connection closed: the server may have run the command
     // (and, restarted, would not know the request id), so it is not sent again.

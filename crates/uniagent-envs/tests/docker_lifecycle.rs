@@ -21,28 +21,41 @@ async fn commands_sessions_and_files_run_in_the_container_and_stop_removes_it() 
     let run = config.run_id.clone().unwrap();
     let sandbox = DockerDeployment::new(config);
     assert!(sandbox.info().await.is_none());
-    assert!(sandbox.sh("true", 5.0).await.is_err(), "not started yet");
+    assert!(
+        sandbox.sh("true", Duration::from_secs(5)).await.is_err(),
+        "not started yet"
+    );
     sandbox.start().await.unwrap();
     let info = sandbox.info().await.unwrap();
     assert_eq!(info.run_id, run);
     assert_eq!(containers_of(&run).await, 1);
     let out = sandbox
-        .sh("echo hi; cat /etc/debian_version >/dev/null; pwd", 10.0)
+        .sh(
+            "echo hi; cat /etc/debian_version >/dev/null; pwd",
+            Duration::from_secs(10),
+        )
         .await
         .unwrap();
     assert_eq!(out.stdout, "hi\n/work\n");
     assert_eq!(out.exit_code, Some(0));
-    assert_eq!(sandbox.sh("exit 3", 10.0).await.unwrap().exit_code, Some(3));
+    assert_eq!(
+        sandbox
+            .sh("exit 3", Duration::from_secs(10))
+            .await
+            .unwrap()
+            .exit_code,
+        Some(3)
+    );
     sandbox
         .create_session(CreateSessionRequest::new("default"))
         .await
         .unwrap();
     sandbox
-        .bash("default", "export X=41; cd /tmp", 10.0)
+        .bash("default", "export X=41; cd /tmp", Duration::from_secs(10))
         .await
         .unwrap();
     let obs = sandbox
-        .bash("default", "echo $((X+1)) $PWD", 10.0)
+        .bash("default", "echo $((X+1)) $PWD", Duration::from_secs(10))
         .await
         .unwrap();
     assert_eq!(obs.output.trim(), "42 /tmp");
@@ -52,20 +65,26 @@ async fn commands_sessions_and_files_run_in_the_container_and_stop_removes_it() 
         .unwrap();
     assert_eq!(sandbox.read_text("/work/a/b.txt").await.unwrap(), "content");
     let which = sandbox
-        .sh("command -v uniagent-sandbox; id -u", 10.0)
+        .sh(
+            "command -v uniagent-sandbox; id -u",
+            Duration::from_secs(10),
+        )
         .await
         .unwrap();
     assert_eq!(which.stdout, "/opt/uniagent/bin/uniagent-sandbox\n0\n");
     // All capabilities are dropped: the effective set is empty.
     let caps = sandbox
-        .sh("grep CapEff /proc/self/status", 10.0)
+        .sh("grep CapEff /proc/self/status", Duration::from_secs(10))
         .await
         .unwrap();
     assert_eq!(caps.stdout.trim(), "CapEff:\t0000000000000000");
     sandbox.stop().await.unwrap();
     sandbox.stop().await.unwrap();
     assert_eq!(containers_of(&run).await, 0, "stop removes the container");
-    assert!(sandbox.sh("true", 5.0).await.is_err(), "stopped");
+    assert!(
+        sandbox.sh("true", Duration::from_secs(5)).await.is_err(),
+        "stopped"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -83,7 +102,10 @@ async fn drop_and_panic_remove_the_container() {
     let task = tokio::spawn(async move {
         let sandbox = DockerDeployment::new(config);
         sandbox.start().await.unwrap();
-        let out = sandbox.sh("echo up", 10.0).await.unwrap();
+        let out = sandbox
+            .sh("echo up", Duration::from_secs(10))
+            .await
+            .unwrap();
         assert_eq!(out.stdout, "up\n");
         panic!("rollout panicked while holding a sandbox");
     });
@@ -124,7 +146,10 @@ async fn the_lifetime_limit_is_enforced() {
     let run = config.run_id.clone().unwrap();
     let sandbox = DockerDeployment::new(config);
     sandbox.start().await.unwrap();
-    let err = sandbox.sh("sleep 30", 60.0).await.unwrap_err();
+    let err = sandbox
+        .sh("sleep 30", Duration::from_secs(60))
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::Sandbox { .. }), "{err}");
     assert!(err.to_string().contains("lifetime"), "{err}");
     assert_eq!(
@@ -146,7 +171,7 @@ async fn a_read_only_root_keeps_the_work_dir_writable() {
     let out = sandbox
         .sh(
             "touch /etc/x 2>&1; echo w > /work/f && cat /work/f; echo t > /tmp/f && cat /tmp/f",
-            10.0,
+            Duration::from_secs(10),
         )
         .await
         .unwrap();
@@ -161,7 +186,7 @@ async fn relay_processes(sandbox: &DockerDeployment) -> usize {
         .sh(
             "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f 2>/dev/null; echo; done \
              | grep -c '^/opt/uniagent/bin/uniagent-sandbox --relay-stdio' || true",
-            10.0,
+            Duration::from_secs(10),
         )
         .await
         .unwrap();

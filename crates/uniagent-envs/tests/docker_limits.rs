@@ -4,6 +4,8 @@
 #![cfg(feature = "docker")]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers fail by panicking
 
+use std::time::Duration;
+
 mod docker_common;
 
 use docker_common::config_or_skip;
@@ -20,7 +22,7 @@ async fn a_memory_hog_is_oom_killed_and_reported_as_a_sandbox_error() {
     config.memory_bytes = Some(96 << 20);
     let sandbox = DockerDeployment::new(config);
     sandbox.start().await.unwrap();
-    let err = sandbox.sh(HOG, 60.0).await.unwrap_err();
+    let err = sandbox.sh(HOG, Duration::from_secs(60)).await.unwrap_err();
     assert!(
         matches!(
             err,
@@ -38,7 +40,7 @@ async fn a_memory_hog_is_oom_killed_and_reported_as_a_sandbox_error() {
     );
     // The sandbox survives the hog, and a plain SIGKILL is not mistaken for an OOM kill.
     let out = sandbox
-        .sh("echo alive; sh -c 'kill -9 $$'", 10.0)
+        .sh("echo alive; sh -c 'kill -9 $$'", Duration::from_secs(10))
         .await
         .unwrap();
     assert_eq!((out.stdout.as_str(), out.exit_code), ("alive\n", Some(137)));
@@ -47,11 +49,14 @@ async fn a_memory_hog_is_oom_killed_and_reported_as_a_sandbox_error() {
         .create_session(uniagent_core::sandbox::CreateSessionRequest::new("s"))
         .await
         .unwrap();
-    let err = sandbox.bash("s", HOG, 60.0).await.unwrap_err();
+    let err = sandbox
+        .bash("s", HOG, Duration::from_secs(60))
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("out of memory"), "{err}");
     assert_eq!(
         sandbox
-            .bash("s", "echo ok", 10.0)
+            .bash("s", "echo ok", Duration::from_secs(10))
             .await
             .unwrap()
             .output
@@ -88,7 +93,7 @@ while True:
         continue
     forked += 1
 EOF"#;
-    let out = sandbox.sh(bomb, 60.0).await.unwrap();
+    let out = sandbox.sh(bomb, Duration::from_secs(60)).await.unwrap();
     assert!(
         out.stdout.starts_with("errno=11 max=48 current="),
         "{out:?}"
@@ -103,7 +108,10 @@ EOF"#;
         .unwrap();
     assert!(current <= 48, "{out:?}");
     // The server and new processes still work after the bomb is gone.
-    let after = sandbox.sh("echo survived", 10.0).await.unwrap();
+    let after = sandbox
+        .sh("echo survived", Duration::from_secs(10))
+        .await
+        .unwrap();
     assert_eq!(after.stdout, "survived\n");
     sandbox.stop().await.unwrap();
 }
@@ -201,14 +209,17 @@ async fn the_network_is_unreachable_by_default() {
     );
 
     // Only loopback inside.
-    let interfaces = isolated.sh("ls /sys/class/net", 10.0).await.unwrap();
+    let interfaces = isolated
+        .sh("ls /sys/class/net", Duration::from_secs(10))
+        .await
+        .unwrap();
     assert_eq!(
         interfaces.stdout.split_whitespace().collect::<Vec<_>>(),
         ["lo"]
     );
 
     let probe = connect_probe(&targets);
-    let out = isolated.sh(&probe, 60.0).await.unwrap();
+    let out = isolated.sh(&probe, Duration::from_secs(60)).await.unwrap();
     let lines: Vec<&str> = out.stdout.lines().collect();
     assert_eq!(lines.len(), targets.len(), "{out:?}");
     for line in &lines {
@@ -219,7 +230,10 @@ async fn the_network_is_unreachable_by_default() {
     }
     // The probe does detect a connection: the sandbox's own server on loopback answers.
     let own = isolated
-        .sh(&connect_probe(&[("127.0.0.1".into(), 8000)]), 10.0)
+        .sh(
+            &connect_probe(&[("127.0.0.1".into(), 8000)]),
+            Duration::from_secs(10),
+        )
         .await
         .unwrap();
     assert_eq!(own.stdout, "127.0.0.1 8000 connected\n", "{own:?}");
@@ -227,7 +241,7 @@ async fn the_network_is_unreachable_by_default() {
         .sh(
             "python3 -c \"import socket; socket.getaddrinfo('deb.debian.org', 80)\" 2>/dev/null \
              && echo resolved || echo failed",
-            30.0,
+            Duration::from_secs(30),
         )
         .await
         .unwrap();
@@ -235,7 +249,10 @@ async fn the_network_is_unreachable_by_default() {
 
     // Positive control: the same probe from a bridged sandbox reaches the host's bridge address.
     let out = bridged
-        .sh(&connect_probe(&[(gateway.clone(), port)]), 30.0)
+        .sh(
+            &connect_probe(&[(gateway.clone(), port)]),
+            Duration::from_secs(30),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -260,7 +277,10 @@ async fn a_non_root_user_runs_the_server_and_its_shells_without_root_powers() {
     let sandbox = DockerDeployment::new(config);
     sandbox.start().await.unwrap();
     let out = sandbox
-        .sh("id -u; id -g; echo hi > note && cat note", 10.0)
+        .sh(
+            "id -u; id -g; echo hi > note && cat note",
+            Duration::from_secs(10),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -272,7 +292,7 @@ async fn a_non_root_user_runs_the_server_and_its_shells_without_root_powers() {
     let out = sandbox
         .sh(
             "touch /root/x 2>&1; touch /etc/x 2>&1; cat /etc/shadow 2>&1; echo done",
-            10.0,
+            Duration::from_secs(10),
         )
         .await
         .unwrap();
@@ -288,7 +308,10 @@ async fn a_non_root_user_runs_the_server_and_its_shells_without_root_powers() {
         .create_session(uniagent_core::sandbox::CreateSessionRequest::new("s"))
         .await
         .unwrap();
-    let out = sandbox.bash("s", "id -u", 10.0).await.unwrap();
+    let out = sandbox
+        .bash("s", "id -u", Duration::from_secs(10))
+        .await
+        .unwrap();
     assert_eq!(out.output.trim(), "65534");
     sandbox.stop().await.unwrap();
 }

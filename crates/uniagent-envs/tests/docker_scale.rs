@@ -6,6 +6,7 @@
 mod docker_common;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use docker_common::{config_or_skip, containers_of};
 use futures::future::join_all;
@@ -30,11 +31,17 @@ async fn run_many(network: NetworkMode, test: &str) {
         let s = s.clone();
         async move {
             s.start().await?;
-            let out = s.sh(&format!("echo {i} $(hostname)"), 60.0).await?;
+            let out = s
+                .sh(&format!("echo {i} $(hostname)"), Duration::from_secs(60))
+                .await?;
             s.create_session(CreateSessionRequest::new("default"))
                 .await?;
             let obs = s
-                .bash("default", &format!("X={i}; echo $((X*2))"), 60.0)
+                .bash(
+                    "default",
+                    &format!("X={i}; echo $((X*2))"),
+                    Duration::from_secs(60),
+                )
                 .await?;
             Ok::<_, uniagent_core::Error>((out.stdout, obs.output, s.info().await))
         }

@@ -62,14 +62,23 @@ async fn a_daemon_restart_mid_command_is_a_typed_error_and_the_next_sandbox_star
     let run = config.run_id.clone().unwrap();
     let sandbox = std::sync::Arc::new(DockerDeployment::new(config.clone()));
     sandbox.start().await.unwrap();
-    assert_eq!(sandbox.sh("echo up", 10.0).await.unwrap().stdout, "up\n");
+    assert_eq!(
+        sandbox
+            .sh("echo up", Duration::from_secs(10))
+            .await
+            .unwrap()
+            .stdout,
+        "up\n"
+    );
 
     let running = {
         let sandbox = sandbox.clone();
         tokio::spawn(async move {
             let clock = Instant::now();
             (
-                sandbox.sh("sleep 60; echo late", 90.0).await,
+                sandbox
+                    .sh("sleep 60; echo late", Duration::from_secs(90))
+                    .await,
                 clock.elapsed(),
             )
         })
@@ -90,13 +99,22 @@ async fn a_daemon_restart_mid_command_is_a_typed_error_and_the_next_sandbox_star
         "the error came when the command would have ended anyway ({took:?}): {err}"
     );
     // Later calls fail the same way, and stopping the dead sandbox works.
-    assert!(sandbox.sh("echo again", 10.0).await.is_err());
+    assert!(sandbox
+        .sh("echo again", Duration::from_secs(10))
+        .await
+        .is_err());
     sandbox.stop().await.unwrap();
 
     // The daemon is back: a new sandbox starts and works.
     let next = DockerDeployment::new(config);
     next.start().await.unwrap();
-    assert_eq!(next.sh("echo next", 10.0).await.unwrap().stdout, "next\n");
+    assert_eq!(
+        next.sh("echo next", Duration::from_secs(10))
+            .await
+            .unwrap()
+            .stdout,
+        "next\n"
+    );
     next.stop().await.unwrap();
     assert_eq!(
         containers_of(&run).await,

@@ -52,8 +52,14 @@ async fn start_with_descendants(d: &HostDeployment) -> (HostInfo, Vec<u32>) {
     d.create_session(CreateSessionRequest::new("s"))
         .await
         .unwrap();
-    let job = d.bash("s", "sleep 1001 & echo $!", 10.0).await.unwrap();
-    let shell = d.bash("s", "echo $$", 10.0).await.unwrap();
+    let job = d
+        .bash("s", "sleep 1001 & echo $!", Duration::from_secs(10))
+        .await
+        .unwrap();
+    let shell = d
+        .bash("s", "echo $$", Duration::from_secs(10))
+        .await
+        .unwrap();
     let daemon = d
         .execute(Command::shell(
             "setsid sleep 1002 >/dev/null 2>&1 < /dev/null & echo $!",
@@ -98,7 +104,7 @@ async fn stop_ends_every_process_and_removes_the_work_dir() {
     assert!(marked_processes(&format!("{INSTANCE_ENV}={}", info.instance_id)).is_empty());
     assert!(!info.work_dir.exists(), "work dir left behind");
     d.stop().await.unwrap();
-    let err = d.sh("echo hi", 5.0).await.unwrap_err();
+    let err = d.sh("echo hi", Duration::from_secs(5)).await.unwrap_err();
     assert!(err.to_string().contains("stopped"), "{err}");
 }
 
@@ -184,7 +190,7 @@ async fn a_cancelled_start_kills_what_it_spawned() {
     let pids = recorded_pids(dir.path());
     assert_eq!(pids.len(), 2, "the fake server did not run: {pids:?}");
     assert!(all_gone(&pids).await, "survivors among {pids:?}");
-    let err = d.sh("echo hi", 5.0).await.unwrap_err();
+    let err = d.sh("echo hi", Duration::from_secs(5)).await.unwrap_err();
     assert!(err.to_string().contains("not started"), "{err}");
 }
 

@@ -113,11 +113,18 @@ async fn leases_are_listed_renewed_released_and_guarded_by_their_token() {
     // The renewer keeps the 3 s lease alive well past its TTL.
     tokio::time::sleep(Duration::from_secs(7)).await;
     assert_eq!(
-        sandbox.sh("echo still", 10.0).await.unwrap().stdout,
+        sandbox
+            .sh("echo still", Duration::from_secs(10))
+            .await
+            .unwrap()
+            .stdout,
         "still\n"
     );
     sandbox.stop().await.unwrap();
-    let err = sandbox.sh("echo no", 10.0).await.unwrap_err();
+    let err = sandbox
+        .sh("echo no", Duration::from_secs(10))
+        .await
+        .unwrap_err();
     assert!(
         matches!(
             err,
@@ -169,7 +176,14 @@ async fn a_pool_with_an_api_key_refuses_clients_without_it() {
     config.api_key_env = Some("UNIAGENT_TEST_FAAS_KEY".into());
     let sandbox = FaasDeployment::new(config).unwrap();
     sandbox.start().await.unwrap();
-    assert_eq!(sandbox.sh("echo ok", 10.0).await.unwrap().stdout, "ok\n");
+    assert_eq!(
+        sandbox
+            .sh("echo ok", Duration::from_secs(10))
+            .await
+            .unwrap()
+            .stdout,
+        "ok\n"
+    );
     sandbox.stop().await.unwrap();
     wait_for_containers(&pool.name, 0, Duration::from_secs(30)).await;
 }

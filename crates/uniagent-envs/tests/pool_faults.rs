@@ -82,7 +82,14 @@ async fn a_full_pool_answers_with_a_typed_retryable_error_and_never_hangs() {
     // A freed slot is leased again.
     first.stop().await.unwrap();
     let third = started(quick(pool.faas())).await;
-    assert_eq!(third.sh("echo ok", 10.0).await.unwrap().stdout, "ok\n");
+    assert_eq!(
+        third
+            .sh("echo ok", Duration::from_secs(10))
+            .await
+            .unwrap()
+            .stdout,
+        "ok\n"
+    );
     drop((second, third));
     wait_for_containers(&pool.name, 0, Duration::from_secs(30)).await;
 }
@@ -121,7 +128,10 @@ async fn a_killed_pool_fails_its_sandboxes_and_new_leases_go_to_the_others() {
 
     a.kill();
     for sandbox in &on_a {
-        let err = sandbox.sh("echo hi", 10.0).await.unwrap_err();
+        let err = sandbox
+            .sh("echo hi", Duration::from_secs(10))
+            .await
+            .unwrap_err();
         // What the agent loop ends a rollout with as `sandbox_error`: an infrastructure error,
         // not a timeout.
         let last = match &err {
@@ -132,7 +142,14 @@ async fn a_killed_pool_fails_its_sandboxes_and_new_leases_go_to_the_others() {
         assert_ne!(err.kind(), uniagent_core::ErrorKind::Timeout, "{err}");
     }
     for sandbox in &on_b {
-        assert_eq!(sandbox.sh("echo hi", 10.0).await.unwrap().stdout, "hi\n");
+        assert_eq!(
+            sandbox
+                .sh("echo hi", Duration::from_secs(10))
+                .await
+                .unwrap()
+                .stdout,
+            "hi\n"
+        );
     }
     // The batch goes on: new leases skip the dead pool.
     let fresh = started(config.clone()).await;
@@ -157,7 +174,10 @@ async fn a_sigtermed_pool_drains_live_leases_finish_and_new_ones_go_elsewhere() 
     let b = PoolProcess::start(&unique("db"), &PoolSpec::default(), 0);
     let live = started(quick(a.faas())).await;
     assert_eq!(
-        live.sh("echo before", 10.0).await.unwrap().stdout,
+        live.sh("echo before", Duration::from_secs(10))
+            .await
+            .unwrap()
+            .stdout,
         "before\n"
     );
     // The leased sandbox and (once refilled) the warm one.
@@ -181,7 +201,10 @@ async fn a_sigtermed_pool_drains_live_leases_finish_and_new_ones_go_elsewhere() 
     wait_for_containers(&a.name, 1, Duration::from_secs(30)).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(
-        live.sh("echo during", 10.0).await.unwrap().stdout,
+        live.sh("echo during", Duration::from_secs(10))
+            .await
+            .unwrap()
+            .stdout,
         "during\n"
     );
     // New leases are refused with a retryable error and go to the other pool.
@@ -352,7 +375,13 @@ async fn a_restarted_pool_recovers_live_leases_from_labels_and_reaps_only_expire
     let listed = get_json(&format!("{}/v1/leases", pool.url)).await;
     assert_eq!(listed["leases"].as_array().unwrap().len(), 1, "{listed}");
     assert_eq!(listed["leases"][0]["id"], live_id.as_str());
-    assert_eq!(live.sh("echo alive", 10.0).await.unwrap().stdout, "alive\n");
+    assert_eq!(
+        live.sh("echo alive", Duration::from_secs(10))
+            .await
+            .unwrap()
+            .stdout,
+        "alive\n"
+    );
     live.stop().await.unwrap();
     wait_for_containers(&pool.name, 0, Duration::from_secs(30)).await;
 }
@@ -386,7 +415,11 @@ async fn a_warm_sandbox_that_died_is_replaced_not_leased() {
         "the dead warm one was not handed out"
     );
     assert_eq!(
-        sandbox.sh("echo fresh", 10.0).await.unwrap().stdout,
+        sandbox
+            .sh("echo fresh", Duration::from_secs(10))
+            .await
+            .unwrap()
+            .stdout,
         "fresh\n"
     );
     sandbox.stop().await.unwrap();

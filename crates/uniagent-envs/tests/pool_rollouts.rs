@@ -41,7 +41,7 @@ impl Tool for Bash {
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
         let command = args["command"].as_str().unwrap_or_default();
         let sandbox = ctx.require_deployment("bash")?;
-        let out = sandbox.sh(command, 60.0).await?;
+        let out = sandbox.sh(command, Duration::from_secs(60)).await?;
         Ok(ToolOutput::success(out.stdout))
     }
 }

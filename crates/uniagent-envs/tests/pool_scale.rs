@@ -50,7 +50,9 @@ async fn concurrent_leases_across_three_pools_then_every_container_is_gone() {
         async move {
             let sandbox = FaasDeployment::new(config).unwrap();
             sandbox.start().await?;
-            let out = sandbox.sh(&format!("echo {i}"), 30.0).await?;
+            let out = sandbox
+                .sh(&format!("echo {i}"), Duration::from_secs(30))
+                .await?;
             assert_eq!(out.stdout, format!("{i}\n"));
             let node = sandbox.info().await.unwrap().lease.node;
             sandbox.stop().await?;

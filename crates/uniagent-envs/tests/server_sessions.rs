@@ -12,6 +12,17 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use server_common::{class_path, message, pid_alive, TestServer};
 
+/// `bash_interrupt` of `session` with `timeout`; it must answer 200.
+async fn interrupt(s: &TestServer, session: &str, timeout: f64) {
+    let (st, b) = s
+        .post(
+            "/run_in_session",
+            json!({"action_type": "bash_interrupt", "session": session, "timeout": timeout}),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn commands_outputs_and_state() {
     let s = TestServer::start().await;
@@ -189,13 +200,7 @@ async fn interrupt_reaches_a_command_without_timeout() {
     // `sleep` has been exec'd by now (the marker is written just before it).
     tokio::time::sleep(Duration::from_millis(100)).await;
     let started = Instant::now();
-    let (st, _) = s
-        .post(
-            "/run_in_session",
-            json!({"action_type": "bash_interrupt", "session": "i", "timeout": 5.0}),
-        )
-        .await;
-    assert_eq!(st, 200);
+    interrupt(&s, "i", 5.0).await;
     let long = long.await.unwrap();
     let _ = std::fs::remove_file(&marker);
     // 130: SIGINT ended it (a kill after the interrupt's timeout gives 137).
@@ -205,6 +210,48 @@ async fn interrupt_reaches_a_command_without_timeout() {
         "not the 60 s sleep"
     );
     assert_eq!(s.ok("i", "echo ok").await.0, "ok\n");
+}
+
+/// A command whose timeout is zero times out before bash has read its line; the Ctrl-C that
+/// follows flushes or discards the line. The session must come back at its prompt, not be
+/// given up as stuck (seen under load: the shell was killed and later calls got EOF).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn zero_timeout_commands_leave_a_working_session() {
+    let s = TestServer::start().await;
+    s.create("z").await;
+    for i in 0..20 {
+        let (st, b) = s.run("z", "true", Some(0.0)).await;
+        assert!(
+            st == 200 || class_path(&b) == "swerex.exceptions.CommandTimeoutError",
+            "round {i}: {st} {b}"
+        );
+        assert_eq!(s.ok("z", &format!("echo r{i}")).await.0, format!("r{i}\n"));
+    }
+}
+
+/// An interrupt of an idle shell whose `timeout` is zero still lets the shell handle its SIGINT
+/// before the next command line goes out: otherwise bash discards that line and the command
+/// never runs (seen under load, where the prompt takes longer than the caller's timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn zero_timeout_interrupts_of_an_idle_shell_lose_no_command() {
+    let s = TestServer::start().await;
+    s.create("z").await;
+    for i in 0..20 {
+        interrupt(&s, "z", 0.0).await;
+        let (st, b) = s.run("z", &format!("echo n{i}"), Some(20.0)).await;
+        assert_eq!(
+            (st, b["output"].as_str()),
+            (200, Some(format!("n{i}\n").as_str())),
+            "{b}"
+        );
+    }
+    // A shell that ignores SIGINT prints no prompt for it: the interrupt and the next command
+    // still answer, each within a bounded wait.
+    s.ok("z", "trap '' INT").await;
+    let started = Instant::now();
+    interrupt(&s, "z", 0.0).await;
+    assert_eq!(s.ok("z", "echo still").await.0, "still\n");
+    assert!(started.elapsed() < Duration::from_secs(20));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -12,6 +12,7 @@ use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use futures::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tokio::net::TcpListener;
@@ -63,8 +64,14 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
     let state = Arc::new(AppState { gateway });
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
-        .route("/sessions/{session}/v1/chat/completions", post(chat))
-        .route("/sessions/{session}/v1/messages", post(messages))
+        .route(
+            "/sessions/{session}/v1/chat/completions",
+            post(model_route(Route::ChatCompletions)),
+        )
+        .route(
+            "/sessions/{session}/v1/messages",
+            post(model_route(Route::Messages)),
+        )
         .route("/sessions/{session}/v1/models", get(models))
         .route("/sessions/{session}/reward", post(reward))
         .route("/sessions/{session}/end", post(end))
@@ -111,30 +118,13 @@ fn respond(reply: Reply) -> Response {
     }
 }
 
-async fn chat(
-    State(state): State<Arc<AppState>>,
-    Path(session): Path<String>,
-    body: Bytes,
-) -> Response {
-    respond(
-        state
-            .gateway
-            .exchange(&session, Route::ChatCompletions, &body, None)
-            .await,
-    )
-}
-
-async fn messages(
-    State(state): State<Arc<AppState>>,
-    Path(session): Path<String>,
-    body: Bytes,
-) -> Response {
-    respond(
-        state
-            .gateway
-            .exchange(&session, Route::Messages, &body, None)
-            .await,
-    )
+/// The handler of one model route (`/v1/chat/completions` or `/v1/messages`).
+fn model_route(
+    route: Route,
+) -> impl Fn(State<Arc<AppState>>, Path<String>, Bytes) -> BoxFuture<'static, Response> + Clone {
+    move |State(state), Path(session), body| {
+        Box::pin(async move { respond(state.gateway.exchange(&session, route, &body, None).await) })
+    }
 }
 
 async fn models(State(state): State<Arc<AppState>>) -> Response {

@@ -1,5 +1,7 @@
 //! [`CommandReward`]: the task is solved when a command in the sandbox says so.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -29,7 +31,7 @@ pub enum CommandScore {
 /// ```
 /// use uniagent_rewards::command::{CommandReward, CommandScore};
 /// let reward = CommandReward::new("python3 check.py").scored_by(CommandScore::LastLine);
-/// assert_eq!(reward.timeout_secs, 60.0);
+/// assert_eq!(reward.timeout, std::time::Duration::from_secs(60));
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -40,8 +42,8 @@ pub struct CommandReward {
     pub cwd: Option<String>,
     /// Seconds before the command is interrupted (and the episode scores 0). Must be positive and at most a
     /// week; other values are refused when the config is loaded.
-    #[serde(deserialize_with = "crate::config::timeout_secs")]
-    pub timeout_secs: f64,
+    #[serde(rename = "timeout_secs", with = "crate::config::timeout_secs")]
+    pub timeout: Duration,
     /// How the result becomes a score.
     pub score: CommandScore,
     /// Bytes of output kept in the details.
@@ -53,7 +55,7 @@ impl Default for CommandReward {
         Self {
             command: None,
             cwd: None,
-            timeout_secs: 60.0,
+            timeout: Duration::from_secs(60),
             score: CommandScore::ExitCode,
             output_tail_bytes: 2000,
         }
@@ -86,9 +88,9 @@ impl CommandReward {
         self
     }
 
-    /// Interrupts the command after `secs` seconds.
-    pub fn with_timeout(mut self, secs: f64) -> Self {
-        self.timeout_secs = secs;
+    /// Interrupts the command after `timeout`.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
         self
     }
 
@@ -117,11 +119,10 @@ impl CommandReward {
     ) -> std::result::Result<RewardOutcome, RewardError> {
         let command = self.resolve_command(ctx)?;
         let deployment = sandbox(ctx)?;
-        let response =
-            match run(deployment, command, self.cwd.as_deref(), self.timeout_secs).await? {
-                Run::TimedOut => return Ok(timed_out(self.timeout_secs)),
-                Run::Finished(response) => response,
-            };
+        let response = match run(deployment, command, self.cwd.as_deref(), self.timeout).await? {
+            Run::TimedOut => return Ok(timed_out(self.timeout)),
+            Run::Finished(response) => response,
+        };
         let passed = response.exit_code == Some(0);
         let score = match self.score {
             CommandScore::ExitCode => f64::from(u8::from(passed)),

@@ -1,7 +1,5 @@
 //! Checks on configuration numbers, applied when a reward's config is loaded.
 
-use serde::{Deserialize, Deserializer};
-
 /// The longest timeout a reward accepts: a week. Longer values are typos (or `1e300`) and would
 /// overflow deadline arithmetic further down.
 pub(crate) const MAX_TIMEOUT_SECS: f64 = 7.0 * 24.0 * 3600.0;
@@ -21,13 +19,25 @@ pub(crate) fn timeout_problem(secs: f64) -> Option<String> {
     }
 }
 
-/// Deserialises a timeout in seconds, refusing NaN, infinities, zero, negative and absurdly
-/// large values at load time.
-pub(crate) fn timeout_secs<'de, D: Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
-    let secs = f64::deserialize(deserializer)?;
-    match timeout_problem(secs) {
-        Some(problem) => Err(serde::de::Error::custom(problem)),
-        None => Ok(secs),
+/// A reward timeout in a config: seconds (fractional allowed) on the wire, a [`Duration`] in
+/// code. Loading refuses NaN, infinities, zero, negative and absurdly large values.
+pub(crate) mod timeout_secs {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Writes the seconds as a float.
+    pub(crate) fn serialize<S: Serializer>(timeout: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(timeout.as_secs_f64())
+    }
+
+    /// Reads positive seconds, at most a week.
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let secs = f64::deserialize(d)?;
+        match super::timeout_problem(secs) {
+            Some(problem) => Err(serde::de::Error::custom(problem)),
+            None => Ok(Duration::from_secs_f64(secs)),
+        }
     }
 }
 
@@ -54,7 +64,8 @@ mod tests {
         );
         assert!(super::timeout_problem(f64::NAN).is_some());
         assert!(super::timeout_problem(f64::INFINITY).is_some());
-        let ok: TestsReward = serde_json::from_str(r#"{"timeout_secs": 30}"#).unwrap();
-        assert_eq!(ok.timeout_secs, 30.0);
+        let ok: TestsReward = serde_json::from_str(r#"{"timeout_secs": 30.5}"#).unwrap();
+        assert_eq!(ok.timeout, std::time::Duration::from_millis(30_500));
+        assert_eq!(serde_json::to_value(&ok).unwrap()["timeout_secs"], 30.5);
     }
 }

@@ -1,6 +1,7 @@
 //! Running a scoring command in the task's sandbox, where a timeout is a result, not an error.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::json;
 use uniagent_core::sandbox::{Command, CommandResponse};
@@ -29,12 +30,12 @@ pub(crate) async fn run(
     deployment: &Arc<dyn Deployment>,
     script: &str,
     cwd: Option<&str>,
-    timeout_secs: f64,
+    timeout: Duration,
 ) -> Result<Run, RewardError> {
-    if let Some(message) = crate::config::timeout_problem(timeout_secs) {
+    if let Some(message) = crate::config::timeout_problem(timeout.as_secs_f64()) {
         return Err(RewardError::BadConfig { message });
     }
-    let mut command = Command::shell(script, Some(timeout_secs));
+    let mut command = Command::shell(script, Some(timeout.as_secs_f64()));
     command.cwd = cwd.map(str::to_owned);
     command.merge_output_streams = true;
     match deployment.execute(command).await {
@@ -47,8 +48,8 @@ pub(crate) async fn run(
 pub(crate) use uniagent_core::sandbox::shell_quote;
 
 /// The outcome of a scoring command that ran past its timeout: a failure that says so.
-pub(crate) fn timed_out(timeout_secs: f64) -> RewardOutcome {
+pub(crate) fn timed_out(timeout: Duration) -> RewardOutcome {
     RewardOutcome::binary(false)
         .with_detail("timed_out", json!(true))
-        .with_detail("timeout_secs", json!(timeout_secs))
+        .with_detail("timeout_secs", json!(timeout.as_secs_f64()))
 }

@@ -12,6 +12,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 use uniagent_core::runner::SandboxFactory;
@@ -65,8 +66,7 @@ async fn diff_in(docker: &Docker, image: &str, script: &str) -> String {
     let out = d
         .sh(
             &format!("cd /testbed && {{ {script} ; }} >/dev/null && git add -A -- . ':(exclude)run_tests.sh' && git diff --cached --binary"),
-            60.0,
-        )
+            Duration::from_secs(60),)
         .await
         .unwrap();
     d.stop().await.unwrap();
@@ -193,7 +193,7 @@ async fn r2e_gym_instances_grade_in_fresh_containers_and_resist_tampering() {
         let agent = Arc::clone(&agent);
         async move {
             let out = agent
-                .sh(&format!("cd /testbed && {script}"), 60.0)
+                .sh(&format!("cd /testbed && {script}"), Duration::from_secs(60))
                 .await
                 .unwrap();
             assert_eq!(out.exit_code, Some(0), "{script}: {}", out.stdout);

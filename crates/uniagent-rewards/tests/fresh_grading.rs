@@ -10,8 +10,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: panics are failures
 
 use std::path::{Path, PathBuf};
-use std::process::Command as Process;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::json;
 use uniagent_core::runner::SandboxFactory;
@@ -23,24 +23,15 @@ use uniagent_rewards::grade::{
 };
 use uniagent_rewards::swebench::Parser;
 
+mod calc_task;
+
 const CALC: &str = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n";
 const FIXED: &str = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n";
 const TESTS: &str = "import unittest\n\nfrom calc import add, sub\n\n\nclass CalcTest(unittest.TestCase):\n    def test_sub(self):\n        self.assertEqual(sub(5, 3), 2)\n";
 const NEW_TEST: &str = "\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n";
 
 fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Process::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    calc_task::run(dir, "git", args)
 }
 
 /// The template repository (base commit with the bug), the test patch and the gold patch.
@@ -249,7 +240,7 @@ async fn gold_resolves_and_empty_wrong_and_broken_patches_do_not() {
     let mut hang = fx.unittest("hang");
     hang.test_cmd = "sleep 30".into();
     let quick = GradeOptions {
-        test_timeout_secs: 1.0,
+        test_timeout: Duration::from_secs(1),
         ..GradeOptions::default()
     };
     let graded = fx.grade(&hang, &fx.gold, &quick).await;
@@ -486,7 +477,10 @@ async fn pytest_config_in_the_patch_cannot_load_a_plugin_that_rewrites_outcomes(
 
 /// Runs `script` in the agent's sandbox, in its repository.
 async fn agent_sh(d: &Arc<dyn Deployment>, repo: &str, script: &str) {
-    let out = d.sh(&format!("cd {repo} && {script}"), 30.0).await.unwrap();
+    let out = d
+        .sh(&format!("cd {repo} && {script}"), Duration::from_secs(30))
+        .await
+        .unwrap();
     assert_eq!(
         out.exit_code,
         Some(0),

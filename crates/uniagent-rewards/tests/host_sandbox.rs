@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: panics are failures
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::json;
 use uniagent_core::{
@@ -35,7 +36,7 @@ async fn sandbox() -> Option<Arc<dyn Deployment>> {
 }
 
 async fn sh(d: &Arc<dyn Deployment>, script: &str) -> String {
-    let out = d.sh(script, 30.0).await.unwrap();
+    let out = d.sh(script, Duration::from_secs(30)).await.unwrap();
     assert_eq!(
         out.exit_code,
         Some(0),
@@ -206,7 +207,7 @@ async fn broken_task_data_is_a_typed_error_and_a_hang_scores_zero() {
 
     let hang = TestsReward::new("sleep 30")
         .in_repo(&repo)
-        .with_timeout(1.0);
+        .with_timeout(Duration::from_secs(1));
     let task = task.with_metadata("base_commit", json!(base));
     let out = score(&hang, &task, &d).await.unwrap();
     assert_eq!((out.score, out.success), (0.0, false));
@@ -233,7 +234,7 @@ async fn command_reward_reads_exit_codes_and_printed_scores() {
     assert_eq!(out.score, 0.0);
     assert_eq!(out.details["exit_code"], json!(3));
 
-    let hang = CommandReward::new("sleep 30").with_timeout(1.0);
+    let hang = CommandReward::new("sleep 30").with_timeout(Duration::from_secs(1));
     assert_eq!(
         score(&hang, &task, &d).await.unwrap().details["timed_out"],
         json!(true)

@@ -1,6 +1,7 @@
 //! Putting the toolbox binary into a sandbox: [`install_toolbox`].
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use uniagent_core::sandbox::{Command, UploadRequest};
 use uniagent_core::{Deployment, Error, Result};
@@ -23,8 +24,8 @@ pub struct ToolboxConfig {
     /// (`<dir>/state`: edit histories, argument files). Sandboxes sharing a file system (two
     /// host sandboxes) should use different directories.
     pub install_dir: String,
-    /// Seconds the install steps may take.
-    pub timeout_secs: f64,
+    /// How long each install step may take.
+    pub timeout: Duration,
 }
 
 impl Default for ToolboxConfig {
@@ -32,7 +33,7 @@ impl Default for ToolboxConfig {
         Self {
             binary: None,
             install_dir: "/tmp/uniagent-toolbox".into(),
-            timeout_secs: 60.0,
+            timeout: Duration::from_secs(60),
         }
     }
 }
@@ -70,7 +71,7 @@ pub fn find_toolbox_binary(configured: Option<&Path>) -> Result<PathBuf> {
         return if path.is_file() {
             Ok(path.to_path_buf())
         } else {
-            Err(config_error(format!(
+            Err(Error::config(format!(
                 "toolbox binary `{}` is not a file",
                 path.display()
             )))
@@ -82,7 +83,7 @@ pub fn find_toolbox_binary(configured: Option<&Path>) -> Result<PathBuf> {
         return if path.is_file() {
             Ok(path)
         } else {
-            Err(config_error(format!(
+            Err(Error::config(format!(
                 "{TOOLBOX_BINARY_ENV}=`{}` is not a file",
                 path.display()
             )))
@@ -104,18 +105,11 @@ pub fn find_toolbox_binary(configured: Option<&Path>) -> Result<PathBuf> {
         candidates.extend(std::env::split_paths(&path).map(|d| d.join(TOOLBOX_BINARY_NAME)));
     }
     candidates.into_iter().find(|p| p.is_file()).ok_or_else(|| {
-        config_error(format!(
+        Error::config(format!(
             "cannot find the `{TOOLBOX_BINARY_NAME}` binary: set {TOOLBOX_BINARY_ENV}, or build it with \
              `cargo build -p uniagent-tools --bin {TOOLBOX_BINARY_NAME}` (scripts/build-static-toolbox.sh for containers)"
         ))
     })
-}
-
-fn config_error(message: String) -> Error {
-    Error::Config {
-        message,
-        source: None,
-    }
 }
 
 /// Uploads the toolbox into the sandbox with the default [`ToolboxConfig`] and checks that it
@@ -162,7 +156,7 @@ pub async fn install_toolbox_with(
         &config.state_dir(),
     ];
     let response = deployment
-        .execute(Command::argv(argv, Some(config.timeout_secs)))
+        .execute(Command::argv(argv, Some(config.timeout.as_secs_f64())))
         .await?;
     if response.exit_code != Some(0) || !response.stdout.starts_with(VERSION) {
         return Err(Error::Sandbox {

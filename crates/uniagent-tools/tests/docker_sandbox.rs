@@ -52,13 +52,16 @@ async fn tools_pass_the_scenarios_on_a_docker_sandbox() {
     deployment.start().await.unwrap();
     // The toolbox came in with the server (DockerConfig::toolbox_binary).
     let version = deployment
-        .sh("/opt/uniagent/bin/uniagent-toolbox --version", 10.0)
+        .sh(
+            "/opt/uniagent/bin/uniagent-toolbox --version",
+            Duration::from_secs(10),
+        )
         .await
         .unwrap();
     assert_eq!(version.exit_code, Some(0), "{version:?}");
     let work = Path::new("/work/scenarios");
     let made = deployment
-        .sh("mkdir -p /work/scenarios", 10.0)
+        .sh("mkdir -p /work/scenarios", Duration::from_secs(10))
         .await
         .unwrap();
     assert_eq!(made.exit_code, Some(0), "{made:?}");

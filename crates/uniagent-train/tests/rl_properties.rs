@@ -131,7 +131,7 @@ proptest! {
             for agg in LossAggMode::ALL {
                 for info in [info, GlobalBatchInfo::LOCAL] {
                     let logp = batch.m(&batch.logp).set_requires_grad(true);
-                    let out = policy_loss(mode, &old, &logp, &adv, &mask, &clip(), agg, &info).unwrap();
+                    let out = policy_loss(mode, LossInputs::new(&old, &logp, &adv, &mask), &clip(), agg, &info).unwrap();
                     out.loss.backward();
                     let grad = logp.grad();
                     prop_assert!(bool::try_from(grad.isfinite().all()).unwrap());
@@ -162,12 +162,12 @@ proptest! {
         for mode in PolicyLossMode::ALL {
             for agg in LossAggMode::ALL {
                 let whole = batch.m(&batch.logp).set_requires_grad(true);
-                policy_loss(mode, &old, &whole, &adv, &mask, &clip(), agg, &info).unwrap().loss.backward();
+                policy_loss(mode, LossInputs::new(&old, &whole, &adv, &mask), &clip(), agg, &info).unwrap().loss.backward();
                 let logp = batch.m(&batch.logp).set_requires_grad(true);
                 for (start, len) in [(0, split), (split, batch.b - split)] {
                     let part = |t: &Tensor| t.narrow(0, start, len);
-                    let out = policy_loss(mode, &part(&old), &part(&logp), &part(&adv), &part(&mask),
-                                          &clip(), agg, &info).unwrap();
+                    let (old, logp, adv, mask) = (part(&old), part(&logp), part(&adv), part(&mask));
+                    let out = policy_loss(mode, LossInputs::new(&old, &logp, &adv, &mask), &clip(), agg, &info).unwrap();
                     out.loss.backward();
                 }
                 let diff = (whole.grad() - logp.grad()).abs().max().double_value(&[]);
@@ -184,10 +184,7 @@ fn bad_input_is_a_typed_error() {
     let wrong = Tensor::zeros([2, 4], (Kind::Float, tch::Device::Cpu));
     let info = GlobalBatchInfo::for_mini_batch(&mask).unwrap();
     let err = vanilla_policy_loss(
-        &x,
-        &wrong,
-        &x,
-        &mask,
+        LossInputs::new(&x, &wrong, &x, &mask),
         &clip(),
         LossAggMode::TokenMean,
         &info,
@@ -206,7 +203,8 @@ fn bad_input_is_a_typed_error() {
         clip_ratio_c: 1.0,
         ..clip()
     };
-    let err = vanilla_policy_loss(&x, &x, &x, &mask, &bad_c, LossAggMode::TokenMean, &info);
+    let inputs = LossInputs::new(&x, &x, &x, &mask);
+    let err = vanilla_policy_loss(inputs, &bad_c, LossAggMode::TokenMean, &info);
     assert!(matches!(err, Err(RlError::InvalidConfig(_))), "{err:?}");
     assert!(matches!(
         "k4".parse::<KlEstimator>(),

@@ -191,15 +191,12 @@ fn rollout_correction_matches_verl() {
             }
             let logp = tensor(&case["log_prob"], Kind::Float).set_requires_grad(true);
             let info = GlobalBatchInfo::for_mini_batch(&new_mask).unwrap();
-            let out = vanilla_policy_loss_weighted(
-                &old,
-                &logp,
-                &adv,
-                &new_mask,
+            let inputs = LossInputs::new(&old, &logp, &adv, &new_mask).weighted(weights.as_ref());
+            let out = vanilla_policy_loss(
+                inputs,
                 &ClipConfig::default(),
                 LossAggMode::TokenMean,
                 &info,
-                weights.as_ref(),
             )
             .unwrap();
             out.loss.backward();

@@ -196,8 +196,8 @@ fn policy_losses_local_aggregation_and_metrics_match_verl() {
                     (global, "report"),
                 ] {
                     let logp = tensor(&case["log_prob"]).set_requires_grad(true);
-                    let out =
-                        policy_loss(mode, &old, &logp, &adv, &mask, &clip, agg, &info).unwrap();
+                    let inputs = LossInputs::new(&old, &logp, &adv, &mask);
+                    let out = policy_loss(mode, inputs, &clip, agg, &info).unwrap();
                     out.loss.backward();
                     let v = if key == "report" {
                         &case["verl"]["report"]["policy_loss"][mode.as_str()][agg.as_str()]

@@ -25,14 +25,16 @@ pub(super) struct CommandSettings {
     pub reward: CommandReward,
     /// Offer the file editor besides bash.
     pub editor: bool,
-    /// Seconds one `execute_bash` call may take.
-    pub bash_timeout: f64,
+    /// How long one `execute_bash` call may take (seconds in configs).
+    #[serde(with = "uniagent_core::duration_secs")]
+    pub bash_timeout: Duration,
     /// The sandbox backend (`{field}` templates in a docker image).
     pub sandbox: DeploymentConfig,
     /// Setup commands run once before the loop (`{field}` substituted).
     pub setup: Vec<String>,
-    /// Seconds each setup command may take.
-    pub setup_timeout: f64,
+    /// How long each setup command may take (seconds in configs).
+    #[serde(with = "uniagent_core::duration_secs")]
+    pub setup_timeout: Duration,
 }
 
 impl Default for CommandSettings {
@@ -40,10 +42,10 @@ impl Default for CommandSettings {
         Self {
             reward: CommandReward::default(),
             editor: false,
-            bash_timeout: 120.0,
+            bash_timeout: Duration::from_secs(120),
             sandbox: DeploymentConfig::default(),
             setup: Vec::new(),
-            setup_timeout: 600.0,
+            setup_timeout: Duration::from_secs(600),
         }
     }
 }
@@ -96,7 +98,7 @@ impl Environment for CommandEnvironment {
 
     fn parts(&self) -> Result<EnvironmentParts> {
         let mut tools: Vec<Arc<dyn Tool>> = vec![Arc::new(ExecuteBash {
-            timeout: Duration::from_secs_f64(self.settings.bash_timeout.max(0.1)),
+            timeout: self.settings.bash_timeout.max(super::MIN_TOOL_TIMEOUT),
             ..ExecuteBash::default()
         })];
         if self.settings.editor {

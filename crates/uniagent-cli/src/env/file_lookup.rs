@@ -138,14 +138,16 @@ impl FileQuestion {
 pub struct FileLookupSettings {
     /// Files in each generated task's sandbox.
     pub files_per_task: usize,
-    /// Seconds one `execute_bash` call may take.
-    pub bash_timeout: f64,
+    /// How long one `execute_bash` call may take (seconds in configs).
+    #[serde(with = "uniagent_core::duration_secs")]
+    pub bash_timeout: Duration,
     /// The sandbox backend (host by default).
     pub sandbox: DeploymentConfig,
     /// Extra setup commands, run after the task's files are written.
     pub setup: Vec<String>,
-    /// Seconds each setup command may take.
-    pub setup_timeout: f64,
+    /// How long each setup command may take (seconds in configs).
+    #[serde(with = "uniagent_core::duration_secs")]
+    pub setup_timeout: Duration,
 }
 
 impl FileLookupSettings {
@@ -162,10 +164,10 @@ impl Default for FileLookupSettings {
     fn default() -> Self {
         Self {
             files_per_task: 3,
-            bash_timeout: 10.0,
+            bash_timeout: Duration::from_secs(10),
             sandbox: DeploymentConfig::default(),
             setup: Vec::new(),
-            setup_timeout: 60.0,
+            setup_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -220,7 +222,7 @@ impl Environment for FileLookup {
         Ok(EnvironmentParts {
             tools: vec![
                 Arc::new(ExecuteBash {
-                    timeout: Duration::from_secs_f64(self.settings.bash_timeout.max(0.1)),
+                    timeout: self.settings.bash_timeout.max(super::MIN_TOOL_TIMEOUT),
                     ..ExecuteBash::default()
                 }),
                 Arc::new(Finish),
@@ -288,7 +290,10 @@ impl RewardSpec for CodeReward {
             .ok_or_else(|| Error::internal("the file-code reward needs the task's sandbox"))?;
         // Generous: under heavy load (1,000 sandboxes on two cores) a `cat` can take seconds.
         let truth = sandbox
-            .sh(&format!("cat data/{}.txt", q.target), 60.0)
+            .sh(
+                &format!("cat data/{}.txt", q.target),
+                Duration::from_secs(60),
+            )
             .await?
             .stdout;
         let truth = truth.trim();

@@ -4,17 +4,13 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
-use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uniagent_core::runner::SandboxFactory;
-use uniagent_core::sandbox::{
-    Action, BashObservation, CloseSessionRequest, CloseSessionResponse, Command, CommandResponse,
-    CreateSessionRequest, CreateSessionResponse, IsAliveResponse, ReadFileRequest,
-    ReadFileResponse, UploadRequest, WriteFileRequest,
-};
-use uniagent_core::{Capabilities, Deployment, DeploymentExt, Error, Task};
+use uniagent_core::sandbox::SetupSandbox;
+use uniagent_core::{Deployment, Error, Task};
 use uniagent_envs::DeploymentConfig;
 
 use crate::error::{CliError, Result};
@@ -30,13 +26,16 @@ pub struct SandboxSettings {
     /// Shell commands run once in every fresh sandbox before the loop (`{field}` substituted).
     #[serde(default)]
     pub setup: Vec<String>,
-    /// Seconds each setup command may take.
-    #[serde(default = "default_setup_timeout")]
-    pub setup_timeout: f64,
+    /// How long each setup command may take (seconds in configs).
+    #[serde(
+        default = "default_setup_timeout",
+        with = "uniagent_core::duration_secs"
+    )]
+    pub setup_timeout: Duration,
 }
 
-fn default_setup_timeout() -> f64 {
-    600.0
+fn default_setup_timeout() -> Duration {
+    Duration::from_secs(600)
 }
 
 impl Default for SandboxSettings {
@@ -229,95 +228,10 @@ impl SandboxFactory for TemplatedSandboxes {
         if setup.is_empty() {
             return Ok(inner);
         }
-        Ok(Box::new(WithSetup {
+        Ok(Box::new(SetupSandbox::new(
             inner,
             setup,
-            timeout: self.settings.setup_timeout,
-        }))
-    }
-}
-
-/// A deployment whose `start` also runs the setup commands; everything else is the inner
-/// deployment's.
-#[derive(Debug)]
-pub struct WithSetup {
-    inner: Box<dyn Deployment>,
-    setup: Vec<String>,
-    timeout: f64,
-}
-
-impl WithSetup {
-    /// Wraps `inner`; `setup` runs in order after it starts.
-    pub fn new(inner: Box<dyn Deployment>, setup: Vec<String>, timeout: f64) -> Self {
-        Self {
-            inner,
-            setup,
-            timeout,
-        }
-    }
-}
-
-#[async_trait]
-impl Deployment for WithSetup {
-    fn backend(&self) -> &str {
-        self.inner.backend()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    async fn start(&self) -> uniagent_core::Result<()> {
-        self.inner.start().await?;
-        for command in &self.setup {
-            let out = self.inner.sh(command, self.timeout).await?;
-            if out.exit_code != Some(0) {
-                let mut detail = format!("{}{}", out.stdout, out.stderr);
-                if detail.len() > 2000 {
-                    let cut = detail.len() - 2000;
-                    let cut = (cut..detail.len())
-                        .find(|&i| detail.is_char_boundary(i))
-                        .unwrap_or(cut);
-                    detail = detail.split_off(cut);
-                }
-                return Err(Error::invalid_input(format!(
-                    "setup command `{command}` exited with {:?}: {}",
-                    out.exit_code,
-                    detail.trim()
-                )));
-            }
-        }
-        Ok(())
-    }
-    async fn stop(&self) -> uniagent_core::Result<()> {
-        self.inner.stop().await
-    }
-    async fn is_alive(&self) -> uniagent_core::Result<IsAliveResponse> {
-        self.inner.is_alive().await
-    }
-    async fn create_session(
-        &self,
-        r: CreateSessionRequest,
-    ) -> uniagent_core::Result<CreateSessionResponse> {
-        self.inner.create_session(r).await
-    }
-    async fn run_in_session(&self, a: Action) -> uniagent_core::Result<BashObservation> {
-        self.inner.run_in_session(a).await
-    }
-    async fn close_session(
-        &self,
-        r: CloseSessionRequest,
-    ) -> uniagent_core::Result<CloseSessionResponse> {
-        self.inner.close_session(r).await
-    }
-    async fn execute(&self, c: Command) -> uniagent_core::Result<CommandResponse> {
-        self.inner.execute(c).await
-    }
-    async fn read_file(&self, r: ReadFileRequest) -> uniagent_core::Result<ReadFileResponse> {
-        self.inner.read_file(r).await
-    }
-    async fn write_file(&self, r: WriteFileRequest) -> uniagent_core::Result<()> {
-        self.inner.write_file(r).await
-    }
-    async fn upload(&self, r: UploadRequest) -> uniagent_core::Result<()> {
-        self.inner.upload(r).await
+            self.settings.setup_timeout,
+        )))
     }
 }

@@ -49,8 +49,9 @@ pub struct SweSettings {
     pub sandbox: DeploymentConfig,
     /// Setup commands run once before the loop (`{field}` substituted).
     pub setup: Vec<String>,
-    /// Seconds each setup command may take.
-    pub setup_timeout: f64,
+    /// How long each setup command may take (seconds in configs).
+    #[serde(with = "uniagent_core::duration_secs")]
+    pub setup_timeout: Duration,
     /// The repository in the sandbox.
     pub repo_dir: String,
     /// Where the tests that score a rollout run.
@@ -60,10 +61,12 @@ pub struct SweSettings {
     /// The log format of the test command (`in_sandbox` grading; fresh-sandbox grading reads
     /// each task's `log_parser`, or the `swebench` package's parser for its `repo`).
     pub log_format: LogFormat,
-    /// Seconds the test run may take (past it the task scores 0).
-    pub test_timeout: f64,
-    /// Seconds one `execute_bash` call may take.
-    pub bash_timeout: f64,
+    /// How long the test run may take (past it the task scores 0; seconds in configs).
+    #[serde(with = "uniagent_core::duration_secs")]
+    pub test_timeout: Duration,
+    /// How long one `execute_bash` call may take (seconds in configs).
+    #[serde(with = "uniagent_core::duration_secs")]
+    pub bash_timeout: Duration,
     /// The `uniagent-toolbox` binary the editor uploads (default: found next to the sandbox
     /// server, or `$UNIAGENT_TOOLBOX_BIN`).
     pub toolbox_binary: Option<PathBuf>,
@@ -77,13 +80,13 @@ impl Default for SweSettings {
                 ..DockerConfig::default()
             }),
             setup: Vec::new(),
-            setup_timeout: 600.0,
+            setup_timeout: Duration::from_secs(600),
             repo_dir: "/testbed".into(),
             grading: Grading::FreshSandbox,
             test_command: None,
             log_format: LogFormat::Auto,
-            test_timeout: 1800.0,
-            bash_timeout: 180.0,
+            test_timeout: Duration::from_secs(1800),
+            bash_timeout: Duration::from_secs(180),
             toolbox_binary: None,
         }
     }
@@ -205,10 +208,12 @@ impl Environment for Swe {
         // The tests run inside the reward: give it at least the test timeout plus a margin (and,
         // grading in a fresh sandbox, time to start it and apply the patches).
         let start = match self.settings.grading {
-            Grading::FreshSandbox => 300.0,
-            Grading::InSandbox => 0.0,
+            Grading::FreshSandbox => Duration::from_secs(300),
+            Grading::InSandbox => Duration::ZERO,
         };
-        let need = Duration::from_secs_f64(self.settings.test_timeout.max(1.0) + 120.0 + start);
+        let need = self.settings.test_timeout.max(Duration::from_secs(1))
+            + Duration::from_secs(120)
+            + start;
         if config.reward_timeout.is_some_and(|t| t < need) {
             config.reward_timeout = Some(need);
         }
@@ -225,11 +230,11 @@ impl Environment for Swe {
                     test_command: self.settings.test_command.clone(),
                     repo_dir: Some(self.settings.repo_dir.clone()),
                     log_format: self.settings.log_format,
-                    timeout_secs: self.settings.test_timeout,
+                    timeout: self.settings.test_timeout,
                     ..TestsReward::default()
                 },
                 r2e_gym: R2eInSandbox {
-                    timeout_secs: self.settings.test_timeout,
+                    timeout: self.settings.test_timeout,
                     ..R2eInSandbox::default()
                 },
             }),
@@ -237,7 +242,7 @@ impl Environment for Swe {
                 let mut fresh = FreshSandboxTests::new(Arc::new(self.sandboxes()))
                     .with_agent_repo_dir(self.settings.repo_dir.clone())
                     .with_options(GradeOptions {
-                        test_timeout_secs: self.settings.test_timeout,
+                        test_timeout: self.settings.test_timeout,
                         ..GradeOptions::default()
                     });
                 if let Some(cmd) = &self.settings.test_command {
@@ -249,7 +254,7 @@ impl Environment for Swe {
         Ok(EnvironmentParts {
             tools: vec![
                 Arc::new(ExecuteBash {
-                    timeout: Duration::from_secs_f64(self.settings.bash_timeout.max(0.1)),
+                    timeout: self.settings.bash_timeout.max(super::MIN_TOOL_TIMEOUT),
                     ..ExecuteBash::default()
                 }),
                 Arc::new(StrReplaceEditor::new(toolbox)),

@@ -24,7 +24,7 @@ pub const SKIPPED_CANCELLED: &str = "Skipped: the run was cancelled; no further 
 pub(crate) fn unknown_function(name: &str, allowed: &[String]) -> String {
     format!(
         "Invalid action: function '{name}' is not defined in the tools list.\nAllowed functions should be one of: {}.",
-        python_list(allowed)
+        crate::pyfmt::list_repr(allowed)
     )
 }
 
@@ -69,12 +69,6 @@ pub fn clip_observation(content: String, max: usize) -> String {
         &content[..cut],
         total - max
     )
-}
-
-/// Python's `repr` of a list of strings, as Uni-Agent prints allowed names.
-fn python_list(items: &[String]) -> String {
-    let quoted: Vec<String> = items.iter().map(|s| format!("'{s}'")).collect();
-    format!("[{}]", quoted.join(", "))
 }
 
 #[cfg(test)]

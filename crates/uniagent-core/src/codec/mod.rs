@@ -165,25 +165,21 @@ impl Codec {
 
     /// Tokenizes `text` without adding special tokens (`add_special_tokens=False`).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        let enc = self
-            .tokenizer
-            .encode(text, false)
-            .map_err(|e| Error::Codec {
-                message: format!("tokenization failed: {e}"),
-                source: None,
-            })?;
-        Ok(enc.get_ids().to_vec())
+        Ok(self.encoding(text)?.get_ids().to_vec())
     }
 
     fn encode_with_offsets(&self, text: &str) -> Result<(Vec<u32>, Vec<Offsets>)> {
-        let enc = self
-            .tokenizer
+        let enc = self.encoding(text)?;
+        Ok((enc.get_ids().to_vec(), enc.get_offsets().to_vec()))
+    }
+
+    fn encoding(&self, text: &str) -> Result<tokenizers::Encoding> {
+        self.tokenizer
             .encode(text, false)
             .map_err(|e| Error::Codec {
                 message: format!("tokenization failed: {e}"),
                 source: None,
-            })?;
-        Ok((enc.get_ids().to_vec(), enc.get_offsets().to_vec()))
+            })
     }
 
     /// Decodes ids to text; special tokens are kept unless `skip_special_tokens`.

@@ -130,52 +130,15 @@ fn write_string(out: &mut String, s: &str, ensure_ascii: bool) {
     out.push('"');
 }
 
-/// A float as Python's `repr(float)` writes it: shortest round-trip digits, scientific
-/// notation when the exponent is below -4 or at least 16, and always a `.0` or exponent.
+/// A float as Python's `json.dumps` writes it: [`crate::pyfmt::float_repr`] for finite values,
+/// `NaN`, `Infinity` and `-Infinity` otherwise.
 pub fn py_float_repr(f: f64) -> String {
     if f.is_nan() {
-        return "NaN".to_owned();
-    }
-    if f.is_infinite() {
-        return if f > 0.0 {
-            "Infinity".to_owned()
-        } else {
-            "-Infinity".to_owned()
-        };
-    }
-    if f == 0.0 {
-        return if f.is_sign_negative() {
-            "-0.0".to_owned()
-        } else {
-            "0.0".to_owned()
-        };
-    }
-    // `{:e}` gives the shortest round-trip digits: "-1.2345e-7".
-    let sci = format!("{f:e}");
-    let (mantissa, exp) = match sci.split_once('e') {
-        Some((m, e)) => (m, e.parse::<i32>().unwrap_or(0)),
-        None => (sci.as_str(), 0),
-    };
-    let (sign, mantissa) = match mantissa.strip_prefix('-') {
-        Some(m) => ("-", m),
-        None => ("", mantissa),
-    };
-    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
-    if (-4..16).contains(&exp) {
-        let n = digits.len() as i32;
-        let point = exp + 1; // digits before the decimal point
-        let body = if point <= 0 {
-            format!("0.{}{}", "0".repeat((-point) as usize), digits)
-        } else if point >= n {
-            format!("{}{}.0", digits, "0".repeat((point - n) as usize))
-        } else {
-            let (a, b) = digits.split_at(point as usize);
-            format!("{a}.{b}")
-        };
-        format!("{sign}{body}")
+        "NaN".to_owned()
+    } else if f.is_infinite() {
+        if f > 0.0 { "Infinity" } else { "-Infinity" }.to_owned()
     } else {
-        let exp_sign = if exp < 0 { '-' } else { '+' };
-        format!("{sign}{mantissa}e{exp_sign}{:02}", exp.abs())
+        crate::pyfmt::float_repr(f)
     }
 }
 
@@ -186,22 +149,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn floats_match_python_repr() {
-        for (f, py) in [
-            (1e-5, "1e-05"),
-            (10.0, "10.0"),
-            (0.1, "0.1"),
-            (1e16, "1e+16"),
-            (1.5e16, "1.5e+16"),
-            (123456789012345.6, "123456789012345.6"),
-            (0.0001, "0.0001"),
-            (0.00012, "0.00012"),
-            (-2.5e-7, "-2.5e-07"),
-            (3.0e100, "3e+100"),
-            (-0.0, "-0.0"),
-        ] {
-            assert_eq!(py_float_repr(f), py, "{f}");
-        }
+    fn floats_are_python_repr_and_non_finite_ones_javascript_names() {
+        assert_eq!(py_float_repr(1e-5), "1e-05");
+        assert_eq!(py_float_repr(-0.0), "-0.0");
+        assert_eq!(py_float_repr(f64::NAN), "NaN");
+        assert_eq!(py_float_repr(f64::NEG_INFINITY), "-Infinity");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use minijinja::value::{Value, ValueKind};
 
-use super::pyjson::py_float_repr;
+use crate::pyfmt::{float_repr, write_str_repr};
 
 /// `str(value)` in Python: strings as they are, everything else as [`py_repr`].
 pub(crate) fn py_str(value: &Value, out: &mut String) {
@@ -24,7 +24,7 @@ pub(crate) fn py_repr(value: &Value, out: &mut String) {
             if value.is_integer() {
                 out.push_str(&value.to_string());
             } else if let Ok(f) = f64::try_from(value.clone()) {
-                out.push_str(&py_float_repr(f));
+                out.push_str(&float_repr(f));
             } else {
                 out.push_str(&value.to_string());
             }
@@ -60,33 +60,6 @@ pub(crate) fn py_repr(value: &Value, out: &mut String) {
         }
         _ => out.push_str(&value.to_string()),
     }
-}
-
-/// Python's `repr` of a `str`: single quotes unless the text has `'` and no `"`.
-fn write_str_repr(s: &str, out: &mut String) {
-    let quote = if s.contains('\'') && !s.contains('"') {
-        '"'
-    } else {
-        '\''
-    };
-    out.push(quote);
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c == quote => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push(quote);
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 
 use std::fmt::Debug;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -29,6 +30,18 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
+    /// Nothing claimed: the starting point for a backend that offers part of the protocol.
+    pub const fn none() -> Self {
+        Self {
+            sessions: false,
+            execute: false,
+            files: false,
+            upload: false,
+            resource_limits: false,
+            network_isolation: false,
+        }
+    }
+
     /// Everything the SWE-ReX protocol offers, without isolation guarantees.
     pub const fn full_protocol() -> Self {
         Self {
@@ -139,39 +152,38 @@ forward_deployment!(Box);
 /// # #[cfg(feature = "test-utils")]
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> uniagent_core::Result<()> {
-/// use uniagent_core::sandbox::DeploymentExt;
-/// use uniagent_core::testing::ScriptedDeployment;
+/// use std::time::Duration;
 ///
-/// use uniagent_core::sandbox::{CreateSessionRequest, Deployment};
+/// use uniagent_core::sandbox::{CreateSessionRequest, Deployment, DeploymentExt};
+/// use uniagent_core::testing::ScriptedDeployment;
 ///
 /// let sandbox = ScriptedDeployment::new().on_command("echo hi", "hi\n", 0);
 /// sandbox.create_session(CreateSessionRequest::new("default")).await?;
-/// let out = sandbox.bash("default", "echo hi", 10.0).await?;
+/// let out = sandbox.bash("default", "echo hi", Duration::from_secs(10)).await?;
 /// assert_eq!((out.output.as_str(), out.exit_code), ("hi\n", Some(0)));
 /// # Ok(()) }
 /// # #[cfg(not(feature = "test-utils"))] fn main() {}
 /// ```
 #[async_trait]
 pub trait DeploymentExt: Deployment {
-    /// Runs `command` in `session` with `check: silent` (the exit code is data) and a timeout in
-    /// seconds.
+    /// Runs `command` in `session` with `check: silent` (the exit code is data) and a timeout.
     async fn bash(
         &self,
         session: &str,
         command: &str,
-        timeout_secs: f64,
+        timeout: Duration,
     ) -> Result<BashObservation> {
         self.run_in_session(Action::Bash(BashAction::new(
             session,
             command,
-            Some(timeout_secs),
+            Some(timeout.as_secs_f64()),
         )))
         .await
     }
 
     /// Runs a shell one-liner as a one-off process.
-    async fn sh(&self, script: &str, timeout_secs: f64) -> Result<CommandResponse> {
-        self.execute(Command::shell(script, Some(timeout_secs)))
+    async fn sh(&self, script: &str, timeout: Duration) -> Result<CommandResponse> {
+        self.execute(Command::shell(script, Some(timeout.as_secs_f64())))
             .await
     }
 

@@ -3,7 +3,9 @@
 mod deployment;
 mod protocol;
 mod quote;
+mod setup;
 
 pub use deployment::{Capabilities, Deployment, DeploymentExt};
 pub use protocol::*;
 pub use quote::shell_quote;
+pub use setup::SetupSandbox;

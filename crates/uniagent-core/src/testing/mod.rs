@@ -3,16 +3,19 @@
 //! They are real implementations with deterministic behaviour, not mocks that assert on call
 //! order: a [`ScriptedChatModel`] replays assistant turns and records what it was asked, a
 //! [`ScriptedDeployment`] is an in-memory sandbox with scripted command results, a
-//! [`RecordingTool`] answers with a function of its arguments and records every call, and
+//! [`RecordingTool`] answers with a function of its arguments and records every call, a
+//! [`BashTool`] runs commands in a sandbox's bash session, and
 //! (feature `codec`) a [`ScriptedTokenGenerator`] replays a script as token ids through a real
 //! codec, for the real [`TokenChatModel`](crate::agent::TokenChatModel).
 
+mod bash;
 mod deployment;
 mod model;
 #[cfg(feature = "codec")]
 mod token_generator;
 mod tool;
 
+pub use bash::BashTool;
 pub use deployment::{ScriptedDeployment, ScriptedReply};
 pub use model::{ModelRequest, ScriptedChatModel, ScriptedTurn};
 #[cfg(feature = "codec")]

@@ -6,8 +6,8 @@ use async_trait::async_trait;
 
 use super::lock;
 use crate::error::{Error, Result};
-use crate::message::{Message, ToolSpec};
-use crate::model::{AssistantTurn, ChatModel, FinishReason, ModelCapabilities};
+use crate::message::Message;
+use crate::model::{AssistantTurn, ChatModel, FinishReason};
 use crate::rollout::RolloutCache;
 use crate::sampling::SamplingParams;
 
@@ -99,19 +99,6 @@ impl ChatModel for ScriptedChatModel {
         "scripted"
     }
 
-    fn capabilities(&self) -> ModelCapabilities {
-        ModelCapabilities::api()
-    }
-
-    async fn start(
-        &self,
-        id: &str,
-        messages: Vec<Message>,
-        tools: Vec<ToolSpec>,
-    ) -> Result<RolloutCache> {
-        Ok(RolloutCache::messages_only(id, messages, tools))
-    }
-
     async fn query(
         &self,
         cache: &mut RolloutCache,
@@ -171,17 +158,5 @@ impl ChatModel for ScriptedChatModel {
             format_error,
             sampled_tokens: 0,
         })
-    }
-
-    async fn append(&self, cache: &mut RolloutCache, messages: Vec<Message>) -> Result<()> {
-        for m in messages {
-            if m.role == crate::Role::Assistant {
-                return Err(Error::invalid_input(
-                    "append takes non-assistant messages only",
-                ));
-            }
-            cache.push_message(m);
-        }
-        Ok(())
     }
 }

@@ -8,11 +8,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 use uniagent_core::agent::{AgentInteraction, LoopConfig, RolloutControl, Trajectory};
-use uniagent_core::sandbox::{DeploymentExt, ExceptionClass};
 use uniagent_core::testing::{RecordingTool, ScriptedTurn};
 use uniagent_core::{
-    ChatModel, Deployment, EpisodeSignal, Error, Message, Result, Task, Tool, ToolCall,
-    ToolContext, ToolOutput, ToolSpec,
+    ChatModel, Deployment, EpisodeSignal, Message, Result, Task, Tool, ToolCall, ToolContext,
+    ToolOutput, ToolSpec,
 };
 
 /// The Qwen2.5 codec (tokenizer and chat template fixtures, Hermes tool calls), loaded once:
@@ -85,41 +84,6 @@ pub async fn run_with(
     agent
         .run(task(), 0, deployment, &RolloutControl::default())
         .await
-}
-
-/// Runs `command` in the rollout's bash session; a command timeout is a timed-out result, any
-/// other sandbox error is an infrastructure fault.
-#[derive(Debug)]
-pub struct BashTool;
-
-#[async_trait]
-impl Tool for BashTool {
-    fn spec(&self) -> ToolSpec {
-        ToolSpec::function(
-            "bash",
-            "Run a bash command.",
-            json!({"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}),
-        )
-    }
-
-    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
-        let Some(command) = args["command"].as_str() else {
-            return Ok(ToolOutput::failed("`command` must be a string"));
-        };
-        let sandbox = ctx.require_deployment("bash")?;
-        match sandbox
-            .bash(&ctx.session, command, ctx.timeout.as_secs_f64())
-            .await
-        {
-            Ok(obs) => Ok(ToolOutput::success(obs.output)),
-            Err(Error::Runtime { exception, .. })
-                if exception.class() == ExceptionClass::CommandTimeout =>
-            {
-                Ok(ToolOutput::timed_out(exception.message))
-            }
-            Err(e) => Err(e),
-        }
-    }
 }
 
 /// Sleeps far longer than its timeout, recording the timeout it was given.

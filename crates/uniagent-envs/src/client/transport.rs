@@ -133,7 +133,7 @@ impl Transport {
             message: format!(
                 "{what} {operation} at {}: {}",
                 self.base_url,
-                error_chain(&e)
+                uniagent_core::error_chain(&e)
             ),
             retryable: true,
             source: Some(Box::new(e)),
@@ -141,9 +141,10 @@ impl Transport {
     }
 }
 
-/// Calls that can run twice without harm: reads, `/is_alive`, and whole-file writes.
+/// Calls that can run twice without harm: reads, `/is_alive`, whole-file writes, and `/close`
+/// (closing every session again closes nothing).
 fn is_idempotent(method: &Method, path: &str) -> bool {
-    *method == Method::GET || matches!(path, "/read_file" | "/write_file")
+    *method == Method::GET || matches!(path, "/read_file" | "/write_file" | "/close")
 }
 
 /// A failed exchange, with whether the request may have reached the server.
@@ -226,18 +227,6 @@ fn never_read(e: &reqwest::Error) -> bool {
         source = cause.source();
     }
     false
-}
-
-/// The error and its causes on one line (reqwest's own message hides the OS error).
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// A random UUID version 4 in its canonical text form, as SWE-ReX sends.

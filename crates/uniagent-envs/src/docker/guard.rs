@@ -42,31 +42,22 @@ impl Drop for ContainerGuard {
             return;
         }
         let name = std::mem::take(&mut self.name);
-        let worker = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
+        crate::blocking::block_on_own_thread(async move {
+            let removal = async {
+                let docker = Docker::connect_with_local_defaults()
+                    .map_err(|e| super::engine::docker_error("connecting", e))?
+                    .negotiate_version()
+                    .await
+                    .map_err(|e| super::engine::docker_error("connecting", e))?;
+                remove_container(&docker, &name).await
             };
-            runtime.block_on(async {
-                let removal = async {
-                    let docker = Docker::connect_with_local_defaults()
-                        .map_err(|e| super::engine::docker_error("connecting", e))?
-                        .negotiate_version()
-                        .await
-                        .map_err(|e| super::engine::docker_error("connecting", e))?;
-                    remove_container(&docker, &name).await
-                };
-                match tokio::time::timeout(DROP_REMOVE_TIMEOUT, removal).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => {
-                        tracing::warn!(container = %name, error = %e, "could not remove container on drop")
-                    }
-                    Err(_) => tracing::warn!(container = %name, "removing container on drop timed out"),
+            match tokio::time::timeout(DROP_REMOVE_TIMEOUT, removal).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(container = %name, error = %e, "could not remove container on drop")
                 }
-            });
+                Err(_) => tracing::warn!(container = %name, "removing container on drop timed out"),
+            }
         });
-        let _ = worker.join();
     }
 }

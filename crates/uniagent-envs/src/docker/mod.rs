@@ -81,6 +81,8 @@ use watch::Watch;
 ///
 /// ```no_run
 /// # async fn demo() -> uniagent_core::Result<()> {
+/// use std::time::Duration;
+///
 /// use uniagent_core::{Deployment, DeploymentExt};
 /// use uniagent_envs::{DockerConfig, DockerDeployment};
 ///
@@ -90,7 +92,7 @@ use watch::Watch;
 ///     ..DockerConfig::default()
 /// });
 /// sandbox.start().await?;
-/// assert_eq!(sandbox.sh("echo hi", 10.0).await?.stdout, "hi\n");
+/// assert_eq!(sandbox.sh("echo hi", Duration::from_secs(10)).await?.stdout, "hi\n");
 /// sandbox.stop().await?; // also happens on drop
 /// # Ok(()) }
 /// ```
@@ -149,6 +151,48 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// Creates the container `name` from `body` and starts it; returns its id.
+async fn create_and_start(
+    docker: &Docker,
+    name: &str,
+    body: bollard::models::ContainerCreateBody,
+    image: &str,
+) -> Result<String> {
+    let created = docker
+        .create_container(
+            Some(bollard::query_parameters::CreateContainerOptions {
+                name: Some(name.to_owned()),
+                ..Default::default()
+            }),
+            body,
+        )
+        .await
+        .map_err(|e| docker_error(&format!("creating a container from `{image}`"), e))?;
+    docker
+        .start_container(
+            &created.id,
+            None::<bollard::query_parameters::StartContainerOptions>,
+        )
+        .await
+        .map_err(|e| docker_error("starting the container", e))?;
+    Ok(created.id)
+}
+
+/// Removes the watched container when its `lifetime` is over (marking it expired first, so
+/// that failing calls are explained); dropping the handle cancels the timer.
+fn expire_after(watch: &Watch, lifetime: Duration) -> AbortOnDrop {
+    let (docker, id) = (watch.docker.clone(), watch.id.clone());
+    let (expired, removed) = (watch.expired.clone(), watch.removed.clone());
+    AbortOnDrop(tokio::spawn(async move {
+        tokio::time::sleep(lifetime).await;
+        expired.store(true, Ordering::SeqCst);
+        if let Err(e) = reaper::remove_container(&docker, &id).await {
+            tracing::warn!(container = %id, error = %e, "could not remove an expired sandbox");
+        }
+        removed.store(true, Ordering::SeqCst);
+    }))
 }
 
 impl DockerDeployment {
@@ -258,38 +302,20 @@ impl DockerDeployment {
         });
         // Armed before the request: a cancelled or failed start removes whatever was created.
         let container = ContainerGuard::new(name.clone());
-        let created = docker
-            .create_container(
-                Some(bollard::query_parameters::CreateContainerOptions {
-                    name: Some(name.clone()),
-                    ..Default::default()
-                }),
-                body,
-            )
-            .await
-            .map_err(|e| {
-                docker_error(&format!("creating a container from `{}`", config.image), e)
-            })?;
-        docker
-            .start_container(
-                &created.id,
-                None::<bollard::query_parameters::StartContainerOptions>,
-            )
-            .await
-            .map_err(|e| docker_error("starting the container", e))?;
+        let created = create_and_start(&docker, &name, body, &config.image).await?;
         let (url, relay) = match reach {
             Reach::Relay => {
-                let relay = Relay::start(docker.clone(), created.id.clone(), SERVER_PORT).await?;
+                let relay = Relay::start(docker.clone(), created.clone(), SERVER_PORT).await?;
                 (relay.url(), Some(relay))
             }
-            _ => (server_url(&docker, &created.id, reach).await?, None),
+            _ => (server_url(&docker, &created, reach).await?, None),
         };
         wait_ready(
             &url,
             &token,
             reach,
             &docker,
-            &created.id,
+            &created,
             config.startup_timeout,
         )
         .await?;
@@ -304,7 +330,7 @@ impl DockerDeployment {
         let watch = Watch {
             runtime,
             docker: docker.clone(),
-            id: created.id.clone(),
+            id: created.clone(),
             expired: Arc::new(AtomicBool::new(false)),
             removed: Arc::new(AtomicBool::new(false)),
             oom_kills: Arc::new(AtomicU64::new(0)),
@@ -314,21 +340,12 @@ impl DockerDeployment {
         if let Some(count) = watch.read_oom_kills().await {
             watch.oom_kills.store(count, Ordering::SeqCst);
         }
-        let lifetime_timer = config.lifetime.map(|lifetime| {
-            let (docker, id, expired) = (docker.clone(), created.id.clone(), watch.expired.clone());
-            let removed = watch.removed.clone();
-            AbortOnDrop(tokio::spawn(async move {
-                tokio::time::sleep(lifetime).await;
-                expired.store(true, Ordering::SeqCst);
-                if let Err(e) = reaper::remove_container(&docker, &id).await {
-                    tracing::warn!(container = %id, error = %e, "could not remove an expired sandbox");
-                }
-                removed.store(true, Ordering::SeqCst);
-            }))
-        });
+        let lifetime_timer = config
+            .lifetime
+            .map(|lifetime| expire_after(&watch, lifetime));
         Ok(Running {
             info: DockerInfo {
-                container_id: created.id,
+                container_id: created,
                 name,
                 url,
                 run_id,

@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 
 use uniagent_core::{Error, Result};
 
+use crate::binaries::{checked, is_executable, search};
+
 /// Where the binaries live inside the container.
 pub const BIN_DIR: &str = "/opt/uniagent/bin";
 /// The server binary's file name.
@@ -40,7 +42,7 @@ impl Payload {
             None => match std::env::var_os(SERVER_BINARY_ENV) {
                 Some(path) => checked(Path::new(&path), SERVER_BINARY_ENV)?,
                 None => search(SERVER_NAME).ok_or_else(|| {
-                    config_error(format!(
+                    Error::config(format!(
                         "cannot find the `{SERVER_NAME}` binary next to the current executable \
                          or on PATH; build it (`cargo build -p uniagent-envs --bin {SERVER_NAME}`) \
                          or set docker.server_binary / ${SERVER_BINARY_ENV}"
@@ -88,48 +90,6 @@ impl Payload {
         builder
             .into_inner()
             .map_err(|e| Error::io("building the container payload", e))
-    }
-}
-
-fn checked(path: &Path, key: &str) -> Result<PathBuf> {
-    if is_executable(path) {
-        Ok(path.to_path_buf())
-    } else {
-        Err(config_error(format!(
-            "{key} `{}` is not an executable file",
-            path.display()
-        )))
-    }
-}
-
-fn search(name: &str) -> Option<PathBuf> {
-    let mut candidates = Vec::new();
-    if let Some(dir) = std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().map(Path::to_path_buf))
-    {
-        candidates.push(dir.join(name));
-        if dir.file_name().is_some_and(|n| n == "deps") {
-            if let Some(up) = dir.parent() {
-                candidates.push(up.join(name));
-            }
-        }
-    }
-    if let Some(path) = std::env::var_os("PATH") {
-        candidates.extend(std::env::split_paths(&path).map(|dir| dir.join(name)));
-    }
-    candidates.into_iter().find(|p| is_executable(p))
-}
-
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
-fn config_error(message: String) -> Error {
-    Error::Config {
-        message,
-        source: None,
     }
 }
 

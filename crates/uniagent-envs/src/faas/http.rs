@@ -123,7 +123,7 @@ impl Control {
                 .client
                 .request(request)
                 .await
-                .map_err(|e| format!("{url}: {}", describe(&e)))?;
+                .map_err(|e| format!("{url}: {}", uniagent_core::error_chain(&e)))?;
             let status = answer.status();
             let body = http_body_util::Limited::new(answer.into_body(), MAX_ANSWER)
                 .collect()
@@ -136,15 +136,4 @@ impl Control {
             .await
             .map_err(|_| format!("{url}: no answer within {:?}", self.timeout))?
     }
-}
-
-/// The innermost cause of a client error (hyper's own message is only "client error").
-fn describe(error: &dyn std::error::Error) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        message = format!("{message}: {cause}");
-        source = cause.source();
-    }
-    message
 }

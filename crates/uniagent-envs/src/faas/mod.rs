@@ -15,6 +15,8 @@
 //!
 //! ```no_run
 //! # async fn demo() -> uniagent_core::Result<()> {
+//! use std::time::Duration;
+//!
 //! use uniagent_core::{Deployment, DeploymentExt};
 //! use uniagent_envs::{FaasConfig, FaasDeployment};
 //!
@@ -25,7 +27,7 @@
 //!     ..FaasConfig::default()
 //! })?;
 //! sandbox.start().await?;
-//! assert_eq!(sandbox.sh("echo hi", 10.0).await?.stdout, "hi\n");
+//! assert_eq!(sandbox.sh("echo hi", Duration::from_secs(10)).await?.stdout, "hi\n");
 //! sandbox.stop().await?; // also happens on drop
 //! # Ok(()) }
 //! ```

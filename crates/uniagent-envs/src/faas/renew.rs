@@ -119,19 +119,10 @@ pub(crate) async fn release(control: &Control, lease: &LeaseRef) -> Result<(), S
 /// [`release`] from synchronous code (a `Drop`): on a fresh thread with its own runtime and
 /// client, waited for at most `timeout`.
 pub(crate) fn release_blocking(api_key: Option<String>, lease: LeaseRef, timeout: Duration) {
-    let worker = std::thread::spawn(move || {
-        let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        else {
-            return;
-        };
-        runtime.block_on(async {
-            let control = Control::new(timeout, api_key);
-            if let Err(why) = release(&control, &lease).await {
-                tracing::warn!(lease = %lease.id, reason = %why, "could not release a dropped lease; it expires on its own");
-            }
-        });
+    crate::blocking::block_on_own_thread(async move {
+        let control = Control::new(timeout, api_key);
+        if let Err(why) = release(&control, &lease).await {
+            tracing::warn!(lease = %lease.id, reason = %why, "could not release a dropped lease; it expires on its own");
+        }
     });
-    let _ = worker.join();
 }

@@ -4,6 +4,8 @@ use std::path::{Path, PathBuf};
 
 use uniagent_core::{Error, Result};
 
+use crate::binaries::{checked, search};
+
 /// The file name of the server binary.
 pub const SERVER_BINARY_NAME: &str = "uniagent-sandbox";
 
@@ -16,48 +18,14 @@ pub const SERVER_BINARY_NAME: &str = "uniagent-sandbox";
 /// ```
 pub fn find_server_binary(configured: Option<&Path>) -> Result<PathBuf> {
     if let Some(path) = configured {
-        return if is_executable(path) {
-            Ok(path.to_path_buf())
-        } else {
-            Err(config_error(format!(
-                "host.server_binary `{}` is not an executable file",
-                path.display()
-            )))
-        };
+        return checked(path, "host.server_binary");
     }
-    let mut searched = Vec::new();
-    if let Ok(exe) = std::env::current_exe() {
-        if let Some(dir) = exe.parent() {
-            searched.push(dir.join(SERVER_BINARY_NAME));
-            if dir.file_name().is_some_and(|name| name == "deps") {
-                if let Some(up) = dir.parent() {
-                    searched.push(up.join(SERVER_BINARY_NAME));
-                }
-            }
-        }
-    }
-    if let Some(path) = std::env::var_os("PATH") {
-        searched.extend(std::env::split_paths(&path).map(|dir| dir.join(SERVER_BINARY_NAME)));
-    }
-    if let Some(found) = searched.iter().find(|p| is_executable(p)) {
-        return Ok(found.clone());
-    }
-    Err(config_error(format!(
-        "cannot find the `{SERVER_BINARY_NAME}` binary next to the current executable or on PATH; \
-         build it (`cargo build -p uniagent-envs --features server --bin {SERVER_BINARY_NAME}`) or set host.server_binary"
-    )))
-}
-
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
-fn config_error(message: String) -> Error {
-    Error::Config {
-        message,
-        source: None,
-    }
+    search(SERVER_BINARY_NAME).ok_or_else(|| {
+        Error::config(format!(
+            "cannot find the `{SERVER_BINARY_NAME}` binary next to the current executable or on PATH; \
+             build it (`cargo build -p uniagent-envs --features server --bin {SERVER_BINARY_NAME}`) or set host.server_binary"
+        ))
+    })
 }
 
 #[cfg(test)]

@@ -36,12 +36,14 @@ const PORT_ATTEMPTS: usize = 3;
 ///
 /// ```no_run
 /// # async fn demo() -> uniagent_core::Result<()> {
+/// use std::time::Duration;
+///
 /// use uniagent_core::{Deployment, DeploymentExt};
 /// use uniagent_envs::{HostConfig, HostDeployment};
 ///
 /// let sandbox = HostDeployment::new(HostConfig::default());
 /// sandbox.start().await?;
-/// assert_eq!(sandbox.sh("echo hi", 10.0).await?.stdout, "hi\n");
+/// assert_eq!(sandbox.sh("echo hi", Duration::from_secs(10)).await?.stdout, "hi\n");
 /// sandbox.stop().await?; // also happens on drop
 /// # Ok(()) }
 /// ```

@@ -6,8 +6,8 @@ use serde_json::{Map, Value};
 use uniagent_core::openai::{ChatCompletionRequest, ChatCompletionResponse};
 use uniagent_core::parsers::ToolCallFormat;
 use uniagent_core::{
-    AssistantTurn, ChatModel, Error, FinishReason, Message, ModelCapabilities, Result, Role,
-    RolloutCache, SamplingParams, ToolSpec,
+    AssistantTurn, ChatModel, Error, FinishReason, Message, Result, Role, RolloutCache,
+    SamplingParams, ToolSpec,
 };
 
 use super::http::{HttpClient, HttpModelConfig};
@@ -110,19 +110,6 @@ impl ChatModel for OpenAiChatModel {
         "openai"
     }
 
-    fn capabilities(&self) -> ModelCapabilities {
-        ModelCapabilities::api()
-    }
-
-    async fn start(
-        &self,
-        id: &str,
-        messages: Vec<Message>,
-        tools: Vec<ToolSpec>,
-    ) -> Result<RolloutCache> {
-        Ok(RolloutCache::messages_only(id, messages, tools))
-    }
-
     async fn query(
         &self,
         cache: &mut RolloutCache,
@@ -180,15 +167,5 @@ impl ChatModel for OpenAiChatModel {
             format_error,
             sampled_tokens,
         })
-    }
-
-    async fn append(&self, cache: &mut RolloutCache, messages: Vec<Message>) -> Result<()> {
-        if messages.iter().any(|m| m.role == Role::Assistant) {
-            return Err(Error::invalid_input(
-                "append takes non-assistant messages only",
-            ));
-        }
-        messages.into_iter().for_each(|m| cache.push_message(m));
-        Ok(())
     }
 }

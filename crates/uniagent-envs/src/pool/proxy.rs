@@ -26,17 +26,6 @@ const ATTEMPTS: u64 = 4;
 /// Largest request body forwarded (uploads of archives included).
 const MAX_REQUEST_BODY: usize = 1 << 30;
 
-/// An error with its causes, innermost last.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        message = format!("{message}: {cause}");
-        source = cause.source();
-    }
-    message
-}
-
 /// A pooled HTTP client to every sandbox of the pool.
 #[derive(Clone)]
 pub(crate) struct Proxy {
@@ -98,13 +87,13 @@ impl Proxy {
             match self.client.request(request).await {
                 Ok(answer) => break answer,
                 Err(e) if attempt < ATTEMPTS && (e.is_connect() || replayable) => {
-                    tracing::debug!(error = %chain(&e), attempt, "retrying a proxied request");
+                    tracing::debug!(error = %uniagent_core::error_chain(&e), attempt, "retrying a proxied request");
                     tokio::time::sleep(Duration::from_millis(20 * attempt)).await;
                 }
                 Err(e) => {
                     return Err(Unreachable(format!(
                         "the sandbox's server did not answer: {}",
-                        chain(&e)
+                        uniagent_core::error_chain(&e)
                     )))
                 }
             }

@@ -18,13 +18,15 @@ const BACKEND: &str = "remote";
 ///
 /// ```no_run
 /// # async fn demo() -> uniagent_core::Result<()> {
+/// use std::time::Duration;
+///
 /// use uniagent_core::{Deployment, DeploymentExt};
 /// use uniagent_envs::{RemoteConfig, RemoteDeployment};
 ///
 /// let config = RemoteConfig { url: "http://127.0.0.1:8000".into(), auth_token: Some("secret".into()), ..RemoteConfig::default() };
 /// let sandbox = RemoteDeployment::new(config)?;
 /// sandbox.start().await?;
-/// let out = sandbox.sh("echo hi", 10.0).await?;
+/// let out = sandbox.sh("echo hi", Duration::from_secs(10)).await?;
 /// assert_eq!(out.stdout, "hi\n");
 /// sandbox.stop().await?;
 /// # Ok(()) }

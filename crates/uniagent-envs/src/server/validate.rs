@@ -250,8 +250,7 @@ fn check_fields(
     errors: &mut Vec<Value>,
 ) {
     for field in fields {
-        let mut here = loc.to_vec();
-        here.push(json!(field.name));
+        let here = at(loc, json!(field.name));
         match object.get(field.name) {
             None if field.required => errors.push(json!({
                 "type": "missing", "loc": here, "msg": "Field required", "input": Value::Object(object.clone())
@@ -271,17 +270,23 @@ fn err(kind: &str, loc: &[Value], msg: &str, input: &Value) -> Vec<Value> {
     vec![json!({"type": kind, "loc": loc, "msg": msg, "input": input})]
 }
 
+/// `loc` extended by one key.
+fn at(loc: &[Value], key: Value) -> Vec<Value> {
+    let mut here = loc.to_vec();
+    here.push(key);
+    here
+}
+
+/// Checks `v` against `kind` the way pydantic's lax mode does, and returns the coerced value or
+/// pydantic's error objects.
 fn coerce(v: &Value, kind: Kind, loc: &[Value]) -> Result<Value, Vec<Value>> {
-    match kind {
-        Kind::Str => match v {
-            Value::String(_) => Ok(v.clone()),
-            _ => Err(err("string_type", loc, "Input should be a valid string", v)),
-        },
-        Kind::OptStr => match v {
-            Value::Null => Ok(Value::Null),
-            _ => coerce(v, Kind::Str, loc),
-        },
-        Kind::Bool => coerce_bool(v).map(Value::Bool).ok_or_else(|| match v {
+    match (kind, v) {
+        (Kind::OptStr | Kind::OptFloat | Kind::OptStrMap, Value::Null) => Ok(Value::Null),
+        (Kind::Str | Kind::OptStr, Value::String(_)) => Ok(v.clone()),
+        (Kind::Str | Kind::OptStr, _) => {
+            Err(err("string_type", loc, "Input should be a valid string", v))
+        }
+        (Kind::Bool, _) => coerce_bool(v).map(Value::Bool).ok_or_else(|| match v {
             Value::String(_) | Value::Number(_) => err(
                 "bool_parsing",
                 loc,
@@ -290,149 +295,127 @@ fn coerce(v: &Value, kind: Kind, loc: &[Value]) -> Result<Value, Vec<Value>> {
             ),
             _ => err("bool_type", loc, "Input should be a valid boolean", v),
         }),
-        Kind::Float => match v {
-            Value::Number(n) => Ok(json!(n.as_f64().unwrap_or(0.0))),
-            Value::Bool(b) => Ok(json!(if *b { 1.0 } else { 0.0 })),
-            Value::String(s) => match s.trim().parse::<f64>() {
-                Ok(f) => Ok(json!(f)),
-                Err(_) => Err(err(
-                    "float_parsing",
-                    loc,
-                    "Input should be a valid number, unable to parse string as a number",
-                    v,
-                )),
-            },
-            _ => Err(err("float_type", loc, "Input should be a valid number", v)),
-        },
-        Kind::OptFloat => match v {
-            Value::Null => Ok(Value::Null),
-            _ => coerce(v, Kind::Float, loc),
-        },
-        Kind::Count => {
-            let n: i64 =
-                match v {
-                    Value::Number(n) => match (n.as_i64(), n.as_f64()) {
-                        (Some(i), _) => i,
-                        (None, Some(f)) if f.fract() == 0.0 && f.abs() < 9e15 => f as i64,
-                        (None, Some(_)) => return Err(err(
-                            "int_from_float",
-                            loc,
-                            "Input should be a valid integer, got a number with a fractional part",
-                            v,
-                        )),
-                        _ => {
-                            return Err(err(
-                                "int_parsing",
-                                loc,
-                                "Input should be a valid integer",
-                                v,
-                            ))
-                        }
-                    },
-                    Value::Bool(b) => i64::from(*b),
-                    Value::String(s) => match s.trim().parse::<i64>() {
-                        Ok(i) => i,
-                        Err(_) => return Err(err(
-                            "int_parsing",
-                            loc,
-                            "Input should be a valid integer, unable to parse string as an integer",
-                            v,
-                        )),
-                    },
-                    _ => return Err(err("int_type", loc, "Input should be a valid integer", v)),
-                };
-            Ok(json!(n.clamp(0, i64::from(u32::MAX))))
+        (Kind::Float | Kind::OptFloat, _) => coerce_float(v, loc),
+        (Kind::Count, _) => coerce_count(v, loc),
+        (Kind::StrList, Value::Array(items)) => {
+            strings_only(v, items.iter().enumerate().map(|(i, x)| (json!(i), x)), loc)
         }
-        Kind::StrList => match v {
-            Value::Array(items) => {
-                let mut errors = Vec::new();
-                for (i, item) in items.iter().enumerate() {
-                    if !item.is_string() {
-                        let mut here = loc.to_vec();
-                        here.push(json!(i));
-                        errors.extend(err(
-                            "string_type",
-                            &here,
-                            "Input should be a valid string",
-                            item,
-                        ));
-                    }
-                }
-                if errors.is_empty() {
-                    Ok(v.clone())
-                } else {
-                    Err(errors)
-                }
-            }
-            _ => Err(err("list_type", loc, "Input should be a valid list", v)),
-        },
-        Kind::OptStrMap => match v {
-            Value::Null => Ok(Value::Null),
-            Value::Object(map) => {
-                let mut errors = Vec::new();
-                for (key, item) in map {
-                    if !item.is_string() {
-                        let mut here = loc.to_vec();
-                        here.push(json!(key));
-                        errors.extend(err(
-                            "string_type",
-                            &here,
-                            "Input should be a valid string",
-                            item,
-                        ));
-                    }
-                }
-                if errors.is_empty() {
-                    Ok(v.clone())
-                } else {
-                    Err(errors)
-                }
-            }
-            _ => Err(err(
-                "dict_type",
+        (Kind::StrList, _) => Err(err("list_type", loc, "Input should be a valid list", v)),
+        (Kind::OptStrMap, Value::Object(map)) => {
+            strings_only(v, map.iter().map(|(k, x)| (json!(k), x)), loc)
+        }
+        (Kind::OptStrMap, _) => Err(err(
+            "dict_type",
+            loc,
+            "Input should be a valid dictionary",
+            v,
+        )),
+        (Kind::Literal(allowed), _) => literal(v, allowed, loc),
+        (Kind::StrOrList, Value::String(_)) => Ok(v.clone()),
+        (Kind::StrOrList, Value::Array(_)) => {
+            coerce(v, Kind::StrList, &at(loc, json!("list[str]")))
+        }
+        (Kind::StrOrList, _) => {
+            let mut errors = err(
+                "string_type",
+                &at(loc, json!("str")),
+                "Input should be a valid string",
+                v,
+            );
+            errors.extend(err(
+                "list_type",
+                &at(loc, json!("list[str]")),
+                "Input should be a valid list",
+                v,
+            ));
+            Err(errors)
+        }
+    }
+}
+
+fn coerce_float(v: &Value, loc: &[Value]) -> Result<Value, Vec<Value>> {
+    match v {
+        Value::Number(n) => Ok(json!(n.as_f64().unwrap_or(0.0))),
+        Value::Bool(b) => Ok(json!(if *b { 1.0 } else { 0.0 })),
+        Value::String(s) => match s.trim().parse::<f64>() {
+            Ok(f) => Ok(json!(f)),
+            Err(_) => Err(err(
+                "float_parsing",
                 loc,
-                "Input should be a valid dictionary",
+                "Input should be a valid number, unable to parse string as a number",
                 v,
             )),
         },
-        Kind::Literal(allowed) => match v.as_str() {
-            Some(s) if allowed.contains(&s) => Ok(v.clone()),
-            _ => {
-                let quoted: Vec<String> = allowed.iter().map(|a| format!("'{a}'")).collect();
-                let expected = match quoted.split_last() {
-                    Some((last, rest)) if !rest.is_empty() => {
-                        format!("{} or {last}", rest.join(", "))
-                    }
-                    _ => quoted.join(""),
-                };
-                Err(vec![json!({
-                    "type": "literal_error", "loc": loc, "msg": format!("Input should be {expected}"),
-                    "input": v, "ctx": {"expected": expected}
-                })])
-            }
-        },
-        Kind::StrOrList => match v {
-            Value::String(_) => Ok(v.clone()),
-            Value::Array(_) => {
-                let mut here = loc.to_vec();
-                here.push(json!("list[str]"));
-                coerce(v, Kind::StrList, &here)
-            }
-            _ => {
-                let mut as_str = loc.to_vec();
-                as_str.push(json!("str"));
-                let mut as_list = loc.to_vec();
-                as_list.push(json!("list[str]"));
-                let mut errors = err("string_type", &as_str, "Input should be a valid string", v);
-                errors.extend(err(
-                    "list_type",
-                    &as_list,
-                    "Input should be a valid list",
+        _ => Err(err("float_type", loc, "Input should be a valid number", v)),
+    }
+}
+
+/// A non-negative count: pydantic's lax integer, then clamped to `[0, u32::MAX]`.
+fn coerce_count(v: &Value, loc: &[Value]) -> Result<Value, Vec<Value>> {
+    let not_integer = |message: &str| err("int_parsing", loc, message, v);
+    let n: i64 = match v {
+        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => i,
+            (None, Some(f)) if f.fract() == 0.0 && f.abs() < 9e15 => f as i64,
+            (None, Some(_)) => {
+                return Err(err(
+                    "int_from_float",
+                    loc,
+                    "Input should be a valid integer, got a number with a fractional part",
                     v,
-                ));
-                Err(errors)
+                ))
             }
+            _ => return Err(not_integer("Input should be a valid integer")),
         },
+        Value::Bool(b) => i64::from(*b),
+        Value::String(s) => s.trim().parse::<i64>().map_err(|_| {
+            not_integer("Input should be a valid integer, unable to parse string as an integer")
+        })?,
+        _ => return Err(err("int_type", loc, "Input should be a valid integer", v)),
+    };
+    Ok(json!(n.clamp(0, i64::from(u32::MAX))))
+}
+
+/// A list or map whose items must all be strings; each other item is an error at its key.
+fn strings_only<'a>(
+    v: &Value,
+    items: impl Iterator<Item = (Value, &'a Value)>,
+    loc: &[Value],
+) -> Result<Value, Vec<Value>> {
+    let errors: Vec<Value> = items
+        .filter(|(_, item)| !item.is_string())
+        .flat_map(|(key, item)| {
+            err(
+                "string_type",
+                &at(loc, key),
+                "Input should be a valid string",
+                item,
+            )
+        })
+        .collect();
+    if errors.is_empty() {
+        Ok(v.clone())
+    } else {
+        Err(errors)
+    }
+}
+
+fn literal(v: &Value, allowed: &[&str], loc: &[Value]) -> Result<Value, Vec<Value>> {
+    match v.as_str() {
+        Some(s) if allowed.contains(&s) => Ok(v.clone()),
+        _ => {
+            let quoted: Vec<String> = allowed.iter().map(|a| format!("'{a}'")).collect();
+            let expected = match quoted.split_last() {
+                Some((last, rest)) if !rest.is_empty() => {
+                    format!("{} or {last}", rest.join(", "))
+                }
+                _ => quoted.join(""),
+            };
+            Err(vec![json!({
+                "type": "literal_error", "loc": loc, "msg": format!("Input should be {expected}"),
+                "input": v, "ctx": {"expected": expected}
+            })])
+        }
     }
 }
 

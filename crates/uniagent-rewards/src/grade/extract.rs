@@ -1,6 +1,7 @@
 //! Taking the agent's work out of its sandbox as a patch, and nothing else.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use uniagent_core::Deployment;
 
@@ -65,7 +66,7 @@ base64 < "$t/patch" | tr -d '\n'
         base = shell_quote(base_commit),
         pathspec = pathspec,
     );
-    match run(deployment, &script, None, 300.0).await? {
+    match run(deployment, &script, None, Duration::from_secs(300)).await? {
         Run::Finished(r) if r.exit_code == Some(0) => {
             decode_base64(r.stdout.trim()).ok_or_else(|| RewardError::SetupFailed {
                 step: "extracting the patch".into(),

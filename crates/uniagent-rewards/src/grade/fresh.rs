@@ -5,8 +5,10 @@
 //! [`crate::r2e`].
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use uniagent_core::sandbox::CommandResponse;
 use uniagent_core::{Deployment, DeploymentExt};
 
 use super::extract::{encode_base64, GIT, GIT_ENV};
@@ -25,12 +27,14 @@ use crate::swebench::{
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct GradeOptions {
-    /// Seconds the test command may run (past it the instance is an error, as in the harness).
-    #[serde(deserialize_with = "crate::config::timeout_secs")]
-    pub test_timeout_secs: f64,
-    /// Seconds each preparation step (applying patches) may run.
-    #[serde(deserialize_with = "crate::config::timeout_secs")]
-    pub setup_timeout_secs: f64,
+    /// How long the test command may run (past it the instance is an error, as in the
+    /// harness); `test_timeout_secs` in configs.
+    #[serde(rename = "test_timeout_secs", with = "crate::config::timeout_secs")]
+    pub test_timeout: Duration,
+    /// How long each preparation step (applying patches) may run; `setup_timeout_secs` in
+    /// configs.
+    #[serde(rename = "setup_timeout_secs", with = "crate::config::timeout_secs")]
+    pub setup_timeout: Duration,
     /// Bytes of test output kept from its start.
     pub log_head_bytes: usize,
     /// Bytes of test output kept from its end (where pytest's `-rA` summary is).
@@ -54,8 +58,8 @@ pub struct GradeOptions {
 impl Default for GradeOptions {
     fn default() -> Self {
         Self {
-            test_timeout_secs: 1800.0,
-            setup_timeout_secs: 300.0,
+            test_timeout: Duration::from_secs(1800),
+            setup_timeout: Duration::from_secs(300),
             log_head_bytes: 1 << 20,
             log_tail_bytes: 4 << 20,
             protect_test_harness_files: true,
@@ -224,8 +228,87 @@ async fn grade_started(
     options: &GradeOptions,
 ) -> Result<InstanceGrade, RewardError> {
     let id = &instance.instance_id;
+    let work = upload_patches(sandbox, instance, patch).await?;
+    let patch_text = String::from_utf8_lossy(patch);
+    let (reverted, restore) = paths_to_restore(instance, &patch_text, options);
+    let mut log = String::new();
+    if let Some(failed) =
+        prepare_repository(sandbox, instance, &work, &restore, options, &mut log).await?
+    {
+        return Ok(failed);
+    }
+    let mut restored = Vec::new();
+    if options.protect_test_harness_files {
+        for path in patch_paths(&patch_text) {
+            if holds_pytest_sections(&path)
+                && !restore.contains(&path)
+                && restore_pytest_config(sandbox, instance, &path).await?
+            {
+                log.push_str(&format!(
+                    ">>>>> Restored the pytest sections of {path} to base_commit\n"
+                ));
+                restored.push(path);
+            }
+        }
+    }
+    let test_cmd = match instance.format {
+        TaskFormat::R2eGym { .. } => format!(
+            "bash {}",
+            shell_quote(&format!("{work}/hidden/run_tests.sh"))
+        ),
+        TaskFormat::SweBench => instance.test_cmd.clone(),
+    };
+    let tests = run(
+        sandbox,
+        &test_cmd,
+        Some(instance.repo_dir.as_str()),
+        options.test_timeout,
+    )
+    .await?;
+    let response = match tests {
+        Run::Finished(r) => r,
+        Run::TimedOut => {
+            log.push_str(">>>>> Tests Timed Out\n");
+            return Ok(InstanceGrade::error(
+                id,
+                InfraError::TestsTimedOut,
+                format!(
+                    "the tests ran past {} s",
+                    options.test_timeout.as_secs_f64()
+                ),
+                log,
+            ));
+        }
+    };
+    let mut grade = match &instance.format {
+        TaskFormat::R2eGym { expected } => {
+            let output = head_and_tail(
+                &response.stdout,
+                options.log_head_bytes,
+                options.log_tail_bytes,
+            );
+            let mut grade = grade_r2e(id, &output, expected, options, log);
+            if grade.verdict == Verdict::Error {
+                grade.message = Some(never_ran_reason(&response.stdout, response.exit_code));
+            }
+            grade
+        }
+        TaskFormat::SweBench => grade_swebench(instance, &response, options, log)?,
+    };
+    grade.exit_code = response.exit_code;
+    grade.reverted_paths = reverted;
+    grade.pytest_config_restored = restored;
+    Ok(grade)
+}
+
+/// Writes the model's patch and the test patch into a fresh work directory; returns its path.
+async fn upload_patches(
+    sandbox: &Arc<dyn Deployment>,
+    instance: &SweInstance,
+    patch: &[u8],
+) -> Result<String, RewardError> {
     let work = sandbox
-        .sh("mktemp -d", 60.0)
+        .sh("mktemp -d", Duration::from_secs(60))
         .await?
         .stdout
         .trim()
@@ -246,31 +329,51 @@ async fn grade_started(
             &encode_base64(instance.test_patch.as_bytes()),
         )
         .await?;
+    Ok(work)
+}
 
-    let patch_text = String::from_utf8_lossy(patch);
+/// The paths put back to `base_commit` after the model's patch: the test patch's, and (when
+/// protecting the harness) files that steer the test run. Returns (the model's paths among
+/// them: what the grade reports as reverted, every path to restore).
+fn paths_to_restore(
+    instance: &SweInstance,
+    patch_text: &str,
+    options: &GradeOptions,
+) -> (Vec<String>, Vec<String>) {
     let mut reverted: Vec<String> = Vec::new();
     let mut restore: Vec<String> = patch_paths(&instance.test_patch);
     if options.protect_test_harness_files {
-        for path in patch_paths(&patch_text) {
+        for path in patch_paths(patch_text) {
             if steers_the_test_run(&path) && !restore.contains(&path) {
                 reverted.push(path.clone());
                 restore.push(path);
             }
         }
     }
-    for path in patch_paths(&patch_text) {
+    for path in patch_paths(patch_text) {
         if restore.contains(&path) && !reverted.contains(&path) {
             reverted.push(path);
         }
     }
+    (reverted, restore)
+}
 
-    let mut log = String::new();
-    let prepare = prepare_script(&work, instance, &restore);
+/// Runs [`prepare_script`]; its output goes to `log`. `Some` grade when the repository could not
+/// be brought to the graded state.
+async fn prepare_repository(
+    sandbox: &Arc<dyn Deployment>,
+    instance: &SweInstance,
+    work: &str,
+    restore: &[String],
+    options: &GradeOptions,
+    log: &mut String,
+) -> Result<Option<InstanceGrade>, RewardError> {
+    let prepare = prepare_script(work, instance, restore);
     let prepared = run(
         sandbox,
         &prepare,
         Some(instance.repo_dir.as_str()),
-        options.setup_timeout_secs,
+        options.setup_timeout,
     )
     .await?;
     let (code, output) = match prepared {
@@ -278,98 +381,47 @@ async fn grade_started(
         Run::TimedOut => (None, "preparation timed out".to_owned()),
     };
     log.push_str(&output);
-    match code {
-        Some(0) => {}
-        Some(10) => {
-            return Ok(InstanceGrade::error(
-                id,
-                InfraError::PatchApply,
-                "the patch does not apply".into(),
-                log,
-            ))
-        }
-        Some(11) => {
-            return Ok(InstanceGrade::error(
-                id,
-                InfraError::TestPatchApply,
-                "the test patch does not apply".into(),
-                log,
-            ))
-        }
-        Some(13) => {
-            return Ok(InstanceGrade::error(
-                id,
-                InfraError::R2eHarnessMissing,
-                "the image has no R2E-Gym run_tests.sh or /r2e_tests".into(),
-                log,
-            ))
-        }
-        other => {
-            return Ok(InstanceGrade::error(
-                id,
-                InfraError::Sandbox,
-                format!("preparing the repository failed (exit code {other:?})"),
-                log,
-            ))
-        }
-    }
-
-    let mut restored = Vec::new();
-    if options.protect_test_harness_files {
-        for path in patch_paths(&patch_text) {
-            if holds_pytest_sections(&path)
-                && !restore.contains(&path)
-                && restore_pytest_config(sandbox, instance, &path).await?
-            {
-                log.push_str(&format!(
-                    ">>>>> Restored the pytest sections of {path} to base_commit\n"
-                ));
-                restored.push(path);
-            }
-        }
-    }
-
-    let test_cmd = match instance.format {
-        TaskFormat::R2eGym { .. } => format!(
-            "bash {}",
-            shell_quote(&format!("{work}/hidden/run_tests.sh"))
+    let (error, message) = match code {
+        Some(0) => return Ok(None),
+        Some(10) => (
+            InfraError::PatchApply,
+            "the patch does not apply".to_owned(),
         ),
-        TaskFormat::SweBench => instance.test_cmd.clone(),
+        Some(11) => (
+            InfraError::TestPatchApply,
+            "the test patch does not apply".to_owned(),
+        ),
+        Some(13) => (
+            InfraError::R2eHarnessMissing,
+            "the image has no R2E-Gym run_tests.sh or /r2e_tests".to_owned(),
+        ),
+        other => (
+            InfraError::Sandbox,
+            format!("preparing the repository failed (exit code {other:?})"),
+        ),
     };
-    let tests = run(
-        sandbox,
-        &test_cmd,
-        Some(instance.repo_dir.as_str()),
-        options.test_timeout_secs,
-    )
-    .await?;
-    let response = match tests {
-        Run::Finished(r) => r,
-        Run::TimedOut => {
-            log.push_str(">>>>> Tests Timed Out\n");
-            return Ok(InstanceGrade::error(
-                id,
-                InfraError::TestsTimedOut,
-                format!("the tests ran past {} s", options.test_timeout_secs),
-                log,
-            ));
-        }
-    };
+    let id = &instance.instance_id;
+    Ok(Some(InstanceGrade::error(
+        id,
+        error,
+        message,
+        std::mem::take(log),
+    )))
+}
+
+/// A SWE-bench verdict: the test output framed as the harness frames it, parsed with the
+/// instance's log parser, and the FAIL_TO_PASS / PASS_TO_PASS lists checked against it.
+fn grade_swebench(
+    instance: &SweInstance,
+    response: &CommandResponse,
+    options: &GradeOptions,
+    mut log: String,
+) -> Result<InstanceGrade, RewardError> {
     let output = head_and_tail(
         &response.stdout,
         options.log_head_bytes,
         options.log_tail_bytes,
     );
-    if let TaskFormat::R2eGym { expected } = &instance.format {
-        let mut grade = grade_r2e(id, &output, expected, options, log);
-        grade.exit_code = response.exit_code;
-        grade.reverted_paths = reverted;
-        grade.pytest_config_restored = restored;
-        if grade.verdict == Verdict::Error {
-            grade.message = Some(never_ran_reason(&response.stdout, response.exit_code));
-        }
-        return Ok(grade);
-    }
     log.push_str(START_TEST_OUTPUT);
     log.push('\n');
     log.push_str(&defuse_markers(&output));
@@ -383,10 +435,7 @@ async fn grade_started(
     log.push_str(&format!("{TEST_EXIT_CODE}: {}\n", exit_code.unwrap_or(-1)));
 
     let eval = eval_log(instance.parser, &log)?;
-    let mut grade = InstanceGrade::new(id, Verdict::Unresolved);
-    grade.exit_code = exit_code;
-    grade.reverted_paths = reverted;
-    grade.pytest_config_restored = restored;
+    let mut grade = InstanceGrade::new(&instance.instance_id, Verdict::Unresolved);
     match &eval.invalid {
         None => {}
         Some(InvalidRun::SuiteNeverRan) => {
@@ -507,7 +556,14 @@ async fn restore_pytest_config(
     let rev = shell_quote(&format!("{}:{path}", instance.base_commit));
     let file = shell_quote(path);
     let read = |script: String| async move {
-        match run(sandbox, &script, Some(instance.repo_dir.as_str()), 60.0).await? {
+        match run(
+            sandbox,
+            &script,
+            Some(instance.repo_dir.as_str()),
+            Duration::from_secs(60),
+        )
+        .await?
+        {
             Run::Finished(r) if r.exit_code == Some(0) => Ok(Some(r.stdout)),
             Run::Finished(_) => Ok(None),
             Run::TimedOut => Err(RewardError::SetupFailed {

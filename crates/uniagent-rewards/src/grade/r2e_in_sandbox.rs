@@ -1,5 +1,7 @@
 //! [`R2eInSandbox`]: R2E-Gym's reward as R2E-Gym computes it, in the agent's own sandbox.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use serde_json::{json, Value};
 use uniagent_core::{Result, RewardContext, RewardOutcome, RewardSpec};
@@ -17,8 +19,8 @@ use crate::sandbox::{run, sandbox, shell_quote, timed_out, Run};
 /// where the agent may be adversarial.
 #[derive(Debug, Clone)]
 pub struct R2eInSandbox {
-    /// Seconds the tests may run (past it the task scores 0).
-    pub timeout_secs: f64,
+    /// How long the tests may run (past it the task scores 0).
+    pub timeout: Duration,
     /// How the summary is read (default: [`SummaryReading::Strict`]).
     pub reading: SummaryReading,
 }
@@ -26,7 +28,7 @@ pub struct R2eInSandbox {
 impl Default for R2eInSandbox {
     fn default() -> Self {
         Self {
-            timeout_secs: 300.0,
+            timeout: Duration::from_secs(300),
             reading: SummaryReading::Strict,
         }
     }
@@ -61,9 +63,9 @@ impl R2eInSandbox {
             "cd {} && {RUN_HIDDEN_TESTS}",
             shell_quote(&instance.repo_dir)
         );
-        let response = match run(agent, &script, None, self.timeout_secs).await? {
+        let response = match run(agent, &script, None, self.timeout).await? {
             Run::Finished(r) => r,
-            Run::TimedOut => return Ok(timed_out(self.timeout_secs)),
+            Run::TimedOut => return Ok(timed_out(self.timeout)),
         };
         let output = r2e::clean_output(&response.stdout);
         let parse = r2e::parse_log(&output, self.reading);

@@ -4,6 +4,8 @@
 mod log;
 mod patch;
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -36,7 +38,7 @@ use crate::sandbox::{run, sandbox, shell_quote, timed_out, Run};
 /// let reward = TestsReward::new("python -m pytest -rA tests/test_calc.py")
 ///     .in_repo("/testbed")
 ///     .with_log_format(LogFormat::Pytest);
-/// assert_eq!(reward.timeout_secs, 1800.0);
+/// assert_eq!(reward.timeout, std::time::Duration::from_secs(1800));
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -49,8 +51,8 @@ pub struct TestsReward {
     pub log_format: LogFormat,
     /// Seconds before the test run is interrupted (and scores 0). Must be positive and at most a
     /// week; other values are refused when the config is loaded.
-    #[serde(deserialize_with = "crate::config::timeout_secs")]
-    pub timeout_secs: f64,
+    #[serde(rename = "timeout_secs", with = "crate::config::timeout_secs")]
+    pub timeout: Duration,
     /// Bytes of the test log kept in the details.
     pub output_tail_bytes: usize,
 }
@@ -61,7 +63,7 @@ impl Default for TestsReward {
             test_command: None,
             repo_dir: None,
             log_format: LogFormat::Auto,
-            timeout_secs: 1800.0,
+            timeout: Duration::from_secs(1800),
             output_tail_bytes: 4000,
         }
     }
@@ -97,9 +99,9 @@ impl TestsReward {
         self
     }
 
-    /// Interrupts the test run after `secs` seconds.
-    pub fn with_timeout(mut self, secs: f64) -> Self {
-        self.timeout_secs = secs;
+    /// Interrupts the test run after `timeout`.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
         self
     }
 
@@ -142,8 +144,8 @@ impl TestsReward {
                 .await?;
         }
 
-        let response = match run(deployment, &command, Some(&repo), self.timeout_secs).await? {
-            Run::TimedOut => return Ok(timed_out(self.timeout_secs)),
+        let response = match run(deployment, &command, Some(&repo), self.timeout).await? {
+            Run::TimedOut => return Ok(timed_out(self.timeout)),
             Run::Finished(response) => response,
         };
         let results = parse_test_log(&response.stdout, self.log_format);
@@ -220,7 +222,7 @@ impl TestsReward {
         script: &str,
         step: &str,
     ) -> std::result::Result<String, RewardError> {
-        match run(deployment, script, Some(repo), 120.0).await? {
+        match run(deployment, script, Some(repo), Duration::from_secs(120)).await? {
             Run::Finished(r) if r.exit_code == Some(0) => Ok(r.stdout),
             Run::Finished(r) => Err(RewardError::SetupFailed {
                 step: step.into(),

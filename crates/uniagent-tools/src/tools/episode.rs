@@ -1,5 +1,7 @@
 //! `finish` and `submit`: the tools that end an episode.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use serde_json::{json, Value};
 use uniagent_core::sandbox::Command;
@@ -51,8 +53,8 @@ pub struct Submit {
     pub repo_dir: Option<String>,
     /// The commit the patch is taken against.
     pub base_commit: Option<String>,
-    /// Seconds `git` may take.
-    pub timeout_secs: Option<f64>,
+    /// How long `git` may take (default: the tool call's timeout).
+    pub timeout: Option<Duration>,
 }
 
 /// The script computing the patch: `$1` repository, `$2` base commit.
@@ -102,9 +104,7 @@ impl Tool for Submit {
         let deployment = ctx.require_deployment("submit")?;
         let repo = self.setting(&self.repo_dir, ctx, "repo_dir", "/testbed");
         let base = self.setting(&self.base_commit, ctx, "base_commit", "HEAD");
-        let timeout = self
-            .timeout_secs
-            .unwrap_or_else(|| ctx.timeout.as_secs_f64());
+        let timeout = self.timeout.unwrap_or(ctx.timeout).as_secs_f64();
         let argv = ["sh", "-c", DIFF_SCRIPT, "sh", repo.as_str(), base.as_str()];
         let response = deployment
             .execute(Command::argv(argv, Some(timeout)))

@@ -93,7 +93,10 @@ pub async fn run_in_session(
 /// then the server's harder fallbacks) and probed again. Interrupting a shell that is already
 /// idle is avoided: it gains nothing and races with the prompt.
 pub async fn recover(deployment: &dyn Deployment, session: &str) -> Result<()> {
-    if probe(deployment, session, 2.0).await.is_ok() {
+    if probe(deployment, session, Duration::from_secs(2))
+        .await
+        .is_ok()
+    {
         return Ok(());
     }
     let interrupt = BashInterruptAction {
@@ -113,7 +116,7 @@ pub async fn recover(deployment: &dyn Deployment, session: &str) -> Result<()> {
             .run_in_session(Action::Interrupt(interrupt))
             .await;
     }
-    probe(deployment, session, 10.0).await.map_err(|probe| Error::Sandbox {
+    probe(deployment, session, Duration::from_secs(10)).await.map_err(|probe| Error::Sandbox {
         backend: deployment.backend().to_owned(),
         message: format!(
             "session `{session}` did not recover after a timed-out command (interrupt: {}, probe: {probe})",
@@ -131,12 +134,12 @@ pub async fn recover(deployment: &dyn Deployment, session: &str) -> Result<()> {
 async fn probe(
     deployment: &dyn Deployment,
     session: &str,
-    timeout_secs: f64,
+    timeout: Duration,
 ) -> std::result::Result<(), String> {
     let action = Action::Bash(BashAction::new(
         session,
         format!("echo {ALIVE_MARKER}"),
-        Some(timeout_secs),
+        Some(timeout_secs(timeout)),
     ));
     match deployment.run_in_session(action).await {
         Ok(obs) if obs.output.lines().any(|l| l.trim() == ALIVE_MARKER) => Ok(()),

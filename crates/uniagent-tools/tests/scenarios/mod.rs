@@ -63,7 +63,10 @@ fn shq(s: &str) -> String {
 
 impl Files {
     async fn sh(deployment: &Arc<dyn Deployment>, script: &str) -> String {
-        let out = deployment.sh(script, 60.0).await.unwrap();
+        let out = deployment
+            .sh(script, Duration::from_secs(60))
+            .await
+            .unwrap();
         assert_eq!(out.exit_code, Some(0), "{script}: {out:?}");
         out.stdout
     }
@@ -372,7 +375,7 @@ async fn submit_scenario(ctx: &ToolContext, work: &Path, files: &Files) {
     let submit = Submit {
         repo_dir: Some(repo.to_str().unwrap().into()),
         base_commit: Some(base),
-        timeout_secs: None,
+        timeout: None,
     };
     let out = call(&submit, json!({}), ctx).await;
     let Some(EpisodeSignal::Submit { patch }) = out.signal else {

@@ -53,13 +53,13 @@ impl Default for PipelineConfig {
 impl PipelineConfig {
     /// Parses TOML (unknown keys are errors).
     pub fn from_toml_str(text: &str) -> Result<Self> {
-        toml::from_str(text).map_err(|e| config_error(format!("pipeline config (TOML): {e}")))
+        toml::from_str(text).map_err(|e| Error::config(format!("pipeline config (TOML): {e}")))
     }
 
     /// Parses YAML (unknown keys are errors).
     pub fn from_yaml_str(text: &str) -> Result<Self> {
         serde_norway::from_str(text)
-            .map_err(|e| config_error(format!("pipeline config (YAML): {e}")))
+            .map_err(|e| Error::config(format!("pipeline config (YAML): {e}")))
     }
 
     /// Checks ranges; the message names the bad field.
@@ -81,46 +81,42 @@ impl PipelineConfig {
         ];
         for (name, v) in positive {
             if v == 0 {
-                return Err(config_error(format!("{name} must be >= 1")));
+                return Err(Error::config(format!("{name} must be >= 1")));
             }
         }
         if self.rl.group_size == 0 {
-            return Err(config_error("rl.group_size must be >= 1".into()));
+            return Err(Error::config("rl.group_size must be >= 1"));
         }
         let a = &self.rl.r#async;
         if !(a.staleness_threshold.is_finite() && a.staleness_threshold >= 0.0) {
-            return Err(config_error(
-                "rl.async.staleness_threshold must be >= 0".into(),
-            ));
+            return Err(Error::config("rl.async.staleness_threshold must be >= 0"));
         }
         for (name, v) in [("sft.lr", self.sft.lr), ("rl.lr", self.rl.lr)] {
             if !(v.is_finite() && v >= 0.0) {
-                return Err(config_error(format!("{name} must be a finite value >= 0")));
+                return Err(Error::config(format!("{name} must be a finite value >= 0")));
             }
         }
         if let Some(t) = &self.sft.target {
             if !(t.success.is_finite() && (0.0..=1.0).contains(&t.success)) {
-                return Err(config_error(
-                    "sft.target.success must be between 0 and 1".into(),
-                ));
+                return Err(Error::config("sft.target.success must be between 0 and 1"));
             }
             for (name, v) in [
                 ("sft.target.probe_tasks", t.probe_tasks),
                 ("sft.target.probe_every", t.probe_every),
             ] {
                 if v == 0 {
-                    return Err(config_error(format!("{name} must be >= 1")));
+                    return Err(Error::config(format!("{name} must be >= 1")));
                 }
             }
             if t.max_steps < self.sft.steps {
-                return Err(config_error(format!(
+                return Err(Error::config(format!(
                     "sft.target.max_steps ({}) must be at least sft.steps ({})",
                     t.max_steps, self.sft.steps
                 )));
             }
         }
         if !(self.rl.temperature.is_finite() && self.rl.temperature > 0.0) {
-            return Err(config_error("rl.temperature must be > 0".into()));
+            return Err(Error::config("rl.temperature must be > 0"));
         }
         Ok(())
     }
@@ -141,13 +137,6 @@ pub struct CheckpointConfig {
 impl Default for CheckpointConfig {
     fn default() -> Self {
         Self { every: 5, keep: 2 }
-    }
-}
-
-fn config_error(message: String) -> Error {
-    Error::Config {
-        message,
-        source: None,
     }
 }
 

@@ -159,10 +159,12 @@ impl HttpWeightSync {
     /// A sync for `config`; checks it and creates the staging folder.
     pub fn new(config: HttpSyncConfig) -> Result<Self> {
         if config.endpoints.is_empty() {
-            return Err(config_error("http weight sync needs at least one endpoint"));
+            return Err(Error::config(
+                "http weight sync needs at least one endpoint",
+            ));
         }
         if config.timeout.is_zero() {
-            return Err(config_error("http weight sync timeout must be positive"));
+            return Err(Error::config("http weight sync timeout must be positive"));
         }
         config.retry.validate()?;
         std::fs::create_dir_all(&config.staging_dir).map_err(|e| {
@@ -458,13 +460,6 @@ impl HttpWeightSync {
                 }
             }
         }
-    }
-}
-
-fn config_error(message: &str) -> Error {
-    Error::Config {
-        message: message.to_owned(),
-        source: None,
     }
 }
 

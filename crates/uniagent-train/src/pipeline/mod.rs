@@ -69,7 +69,6 @@ mod plot;
 mod rollout;
 mod rollouter;
 mod run;
-mod setup_sandbox;
 mod sft;
 mod tasks;
 mod weight_sync;
@@ -85,10 +84,10 @@ pub use metrics::{StepRecord, Summary};
 pub use plot::plot_learning_curve;
 pub use rollout::{Demonstrator, RolloutProgress, RolloutSpec, Script, Seeded};
 pub use run::{Evaluation, Pipeline, RlOutcome};
-pub use setup_sandbox::SetupSandbox;
 pub use sft::SftOutcome;
 pub use tasks::{TaskCursor, TaskSource};
 /// The rollout side of a phase (re-exported: [`RolloutSpec`] is ours, a harness source is
 /// `uniagent_gateway::harness::HarnessRollouts`).
 pub use uniagent_core::runner::{RolloutPhase, RolloutSource};
+pub use uniagent_core::sandbox::SetupSandbox;
 pub use weight_sync::WeightSync;

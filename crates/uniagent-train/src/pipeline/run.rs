@@ -412,23 +412,7 @@ impl Pipeline {
             for step in first..=c.steps {
                 let t0 = Instant::now();
                 let ts = match &mut rollouter {
-                    None => {
-                        let tasks = source
-                            .lock()
-                            .map_err(|_| Error::internal("task source lock poisoned"))?
-                            .take(c.tasks_per_step)?;
-                        self.spec
-                            .run(
-                                self.generator.clone(),
-                                RolloutPhase::sampled(
-                                    tasks,
-                                    c.group_size,
-                                    c.temperature,
-                                    self.config.max_concurrent_rollouts,
-                                ),
-                            )
-                            .await?
-                    }
+                    None => self.sample_step(&source).await?,
                     Some((_, rx)) => {
                         let mut all = Vec::new();
                         for _ in 0..groups_per_step {
@@ -455,18 +439,9 @@ impl Pipeline {
                     1
                 };
                 if step % sync_every == 0 {
-                    let ts0 = Instant::now();
-                    let paused = match &rollouter {
-                        Some((r, _)) => r.pause().await,
-                        None => None,
-                    };
-                    self.sync.stage(trainer.policy())?;
-                    self.sync.commit().await?;
-                    drop(paused);
-                    if let Some((r, _)) = &rollouter {
-                        r.release((step + 1 - first) * groups_per_step);
-                    }
-                    record.sync_s = ts0.elapsed().as_secs_f64();
+                    let rollouter = rollouter.as_ref().map(|(r, _)| r);
+                    let released = (step + 1 - first) * groups_per_step;
+                    record.sync_s = self.sync_weights(trainer, rollouter, released).await?;
                 }
                 record.weight_version = self.sync.version();
                 record.train_s = t1.elapsed().as_secs_f64();
@@ -508,6 +483,46 @@ impl Pipeline {
         out.trainer_idle_ratio = trainer_idle / wall.max(1e-9);
         out.wall_s = wall;
         result.map(|()| out)
+    }
+
+    /// One synchronous RL step's rollouts: the next `tasks_per_step` tasks, `group_size`
+    /// samples each.
+    async fn sample_step(&self, source: &Mutex<TaskSource>) -> Result<Vec<Trajectory>> {
+        let c = &self.config.rl;
+        let tasks = source
+            .lock()
+            .map_err(|_| Error::internal("task source lock poisoned"))?
+            .take(c.tasks_per_step)?;
+        let phase = RolloutPhase::sampled(
+            tasks,
+            c.group_size,
+            c.temperature,
+            self.config.max_concurrent_rollouts,
+        );
+        self.spec.run(self.generator.clone(), phase).await
+    }
+
+    /// Publishes the trainer's weights to the generator (with the async rollouter paused, so no
+    /// request straddles two versions) and lets the rollouter run up to `released` groups.
+    /// Returns the seconds it took.
+    async fn sync_weights(
+        &self,
+        trainer: &Trainer,
+        rollouter: Option<&Rollouter>,
+        released: usize,
+    ) -> Result<f64> {
+        let started = Instant::now();
+        let paused = match rollouter {
+            Some(r) => r.pause().await,
+            None => None,
+        };
+        self.sync.stage(trainer.policy())?;
+        self.sync.commit().await?;
+        drop(paused);
+        if let Some(r) = rollouter {
+            r.release(released);
+        }
+        Ok(started.elapsed().as_secs_f64())
     }
 
     /// Writes the run checkpoint after RL step `step` (see [`checkpoint`]); the last argument

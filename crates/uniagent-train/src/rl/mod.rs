@@ -21,8 +21,9 @@
 //! assert_eq!(adv.double_value(&[2, 0]), 0.0); // group "b" has identical scores
 //! let logp = Tensor::full([4, 2], -1.0f64, (tch::Kind::Float, tch::Device::Cpu)).set_requires_grad(true);
 //! let info = GlobalBatchInfo::for_mini_batch(&mask)?;
-//! let out = gspo_policy_loss(&logp.detach(), &logp, &adv, &mask, &ClipConfig::default(),
-//!                            LossAggMode::SeqMeanTokenMean, &info)?;
+//! let old = logp.detach();
+//! let inputs = LossInputs::new(&old, &logp, &adv, &mask);
+//! let out = gspo_policy_loss(inputs, &ClipConfig::default(), LossAggMode::SeqMeanTokenMean, &info)?;
 //! out.loss.backward();
 //! assert_eq!(logp.grad().double_value(&[1, 1]), 0.0); // mask-0 token
 //! # Ok::<(), RlError>(())
@@ -48,9 +49,8 @@ pub use groups::Groups;
 pub use kl::{entropy_from_logits, kl_penalty, KlEstimator, KlKind};
 pub use masked::{masked_mean, masked_sum, masked_var, masked_whiten};
 pub use policy_loss::{
-    cispo_policy_loss, cispo_policy_loss_weighted, gspo_policy_loss, gspo_policy_loss_weighted,
-    policy_loss, policy_loss_weighted, vanilla_policy_loss, vanilla_policy_loss_weighted,
-    ClipConfig, PolicyLoss, PolicyLossMode,
+    cispo_policy_loss, gspo_policy_loss, policy_loss, vanilla_policy_loss, ClipConfig, LossInputs,
+    PolicyLoss, PolicyLossMode,
 };
 pub use report::{rl_report, LossReport, RlBatch, RlBatchConfig, RlReport};
 pub use rollout_corr::{

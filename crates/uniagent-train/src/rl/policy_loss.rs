@@ -1,7 +1,8 @@
 //! Policy losses with verl 0.9.1's semantics (`get_policy_loss_fn(loss_mode)`).
 //!
-//! All take `old_log_prob`, `log_prob` (the tensor gradients flow to), `advantages` and the
-//! response mask, all `[B, T]`, and return the aggregated loss plus verl's metrics.
+//! All take [`LossInputs`] (`old_log_prob`, `log_prob` — the tensor gradients flow to —,
+//! `advantages` and the response mask, all `[B, T]`, and optional rollout-correction weights)
+//! and return the aggregated loss plus verl's metrics.
 //! `Δ = log_prob − old_log_prob`, `sg` = stop-gradient.
 
 use std::fmt;
@@ -97,11 +98,72 @@ pub struct PolicyLoss {
     pub pg_clipfrac_lower: f64,
 }
 
-fn check_inputs(old: &Tensor, logp: &Tensor, adv: &Tensor, mask: &Tensor) -> RlResult<()> {
-    let [b, t] = expect_2d("log_prob", logp)?;
-    expect_shape("old_log_prob", old, &[b, t])?;
-    expect_shape("advantages", adv, &[b, t])?;
-    expect_shape("response_mask", mask, &[b, t])
+/// What a policy loss reads: four `[B, T]` tensors and, for rollout correction, verl's
+/// `rollout_is_weights` (each token's loss is multiplied by its detached weight before the
+/// aggregation).
+#[derive(Debug, Clone, Copy)]
+pub struct LossInputs<'a> {
+    /// Log-probabilities under the policy that sampled the tokens.
+    pub old_log_prob: &'a Tensor,
+    /// Log-probabilities under the current policy (the tensor gradients flow to).
+    pub log_prob: &'a Tensor,
+    /// Per-token advantages.
+    pub advantages: &'a Tensor,
+    /// 1 on the tokens the policy sampled.
+    pub response_mask: &'a Tensor,
+    /// Rollout-correction weights, `[B, T]`; `None` weighs every token 1.
+    pub weights: Option<&'a Tensor>,
+}
+
+impl<'a> LossInputs<'a> {
+    /// The four tensors, without weights.
+    pub fn new(
+        old_log_prob: &'a Tensor,
+        log_prob: &'a Tensor,
+        advantages: &'a Tensor,
+        response_mask: &'a Tensor,
+    ) -> Self {
+        LossInputs {
+            old_log_prob,
+            log_prob,
+            advantages,
+            response_mask,
+            weights: None,
+        }
+    }
+
+    /// The same inputs with rollout-correction weights (or none).
+    pub fn weighted(self, weights: Option<&'a Tensor>) -> Self {
+        LossInputs { weights, ..self }
+    }
+
+    /// Checks the shapes and the clip window; returns the dtype of `log_prob`.
+    fn validate(&self, clip: &ClipConfig) -> RlResult<Kind> {
+        let [b, t] = expect_2d("log_prob", self.log_prob)?;
+        expect_shape("old_log_prob", self.old_log_prob, &[b, t])?;
+        expect_shape("advantages", self.advantages, &[b, t])?;
+        expect_shape("response_mask", self.response_mask, &[b, t])?;
+        check_window(clip)?;
+        Ok(self.log_prob.kind())
+    }
+
+    /// (`old_log_prob`, `log_prob`, `advantages`, `response_mask`).
+    fn tensors(&self) -> (&'a Tensor, &'a Tensor, &'a Tensor, &'a Tensor) {
+        (
+            self.old_log_prob,
+            self.log_prob,
+            self.advantages,
+            self.response_mask,
+        )
+    }
+
+    /// `pg · w` when weights are given (verl: `pg_losses * rollout_is_weights`).
+    fn apply_weights(&self, pg: Tensor) -> Tensor {
+        match self.weights {
+            Some(w) => pg * w.detach(),
+            None => pg,
+        }
+    }
 }
 
 fn check_window(clip: &ClipConfig) -> RlResult<()> {
@@ -113,54 +175,11 @@ fn check_window(clip: &ClipConfig) -> RlResult<()> {
     Ok(())
 }
 
-/// `pg · w` when rollout-correction weights are given (verl: `pg_losses * rollout_is_weights`).
-fn apply_weights(pg: Tensor, weights: Option<&Tensor>) -> Tensor {
-    match weights {
-        Some(w) => pg * w.detach(),
-        None => pg,
-    }
-}
-
-/// [`policy_loss`] with rollout-correction weights (see [`vanilla_policy_loss_weighted`]).
-#[allow(clippy::too_many_arguments)]
-pub fn policy_loss_weighted(
-    mode: PolicyLossMode,
-    old_log_prob: &Tensor,
-    log_prob: &Tensor,
-    advantages: &Tensor,
-    response_mask: &Tensor,
-    clip: &ClipConfig,
-    agg: LossAggMode,
-    info: &GlobalBatchInfo,
-    weights: Option<&Tensor>,
-) -> RlResult<PolicyLoss> {
-    let f = match mode {
-        PolicyLossMode::Vanilla => vanilla_policy_loss_weighted,
-        PolicyLossMode::Gspo => gspo_policy_loss_weighted,
-        PolicyLossMode::Cispo => cispo_policy_loss_weighted,
-    };
-    f(
-        old_log_prob,
-        log_prob,
-        advantages,
-        response_mask,
-        clip,
-        agg,
-        info,
-        weights,
-    )
-}
-
 /// Computes the loss of `mode`; see [`vanilla_policy_loss`], [`gspo_policy_loss`] and
 /// [`cispo_policy_loss`].
-// verl's own signature (old, new, advantages, mask, config, aggregation) plus the mode.
-#[allow(clippy::too_many_arguments)]
 pub fn policy_loss(
     mode: PolicyLossMode,
-    old_log_prob: &Tensor,
-    log_prob: &Tensor,
-    advantages: &Tensor,
-    response_mask: &Tensor,
+    inputs: LossInputs<'_>,
     clip: &ClipConfig,
     agg: LossAggMode,
     info: &GlobalBatchInfo,
@@ -170,15 +189,7 @@ pub fn policy_loss(
         PolicyLossMode::Gspo => gspo_policy_loss,
         PolicyLossMode::Cispo => cispo_policy_loss,
     };
-    f(
-        old_log_prob,
-        log_prob,
-        advantages,
-        response_mask,
-        clip,
-        agg,
-        info,
-    )
+    f(inputs, clip, agg, info)
 }
 
 /// Dual-clip PPO (`compute_policy_loss_vanilla`):
@@ -192,62 +203,35 @@ pub fn policy_loss(
 ///
 /// ```
 /// use tch::Tensor;
-/// use uniagent_train::rl::{vanilla_policy_loss, ClipConfig, GlobalBatchInfo, LossAggMode};
+/// use uniagent_train::rl::{
+///     vanilla_policy_loss, ClipConfig, GlobalBatchInfo, LossAggMode, LossInputs,
+/// };
 /// let old = Tensor::from_slice(&[-1.0f32, -1.0]).view([1, 2]);
 /// let logp = Tensor::from_slice(&[-0.5f32, -1.0]).view([1, 2]).set_requires_grad(true);
 /// let adv = Tensor::from_slice(&[1.0f32, 1.0]).view([1, 2]);
 /// let mask = Tensor::from_slice(&[1i64, 1]).view([1, 2]);
 /// let info = GlobalBatchInfo::for_mini_batch(&mask)?;
-/// let out = vanilla_policy_loss(&old, &logp, &adv, &mask, &ClipConfig::default(),
-///                               LossAggMode::TokenMean, &info)?;
+/// let inputs = LossInputs::new(&old, &logp, &adv, &mask);
+/// let out = vanilla_policy_loss(inputs, &ClipConfig::default(), LossAggMode::TokenMean, &info)?;
 /// // token 0: ratio e^0.5 clipped to 1.2, token 1: ratio 1
 /// assert!((out.loss.double_value(&[]) + 1.1).abs() < 1e-6);
 /// assert_eq!(out.pg_clipfrac, 0.5);
 /// # Ok::<(), uniagent_train::rl::RlError>(())
 /// ```
 pub fn vanilla_policy_loss(
-    old_log_prob: &Tensor,
-    log_prob: &Tensor,
-    advantages: &Tensor,
-    response_mask: &Tensor,
+    inputs: LossInputs<'_>,
     clip: &ClipConfig,
     agg: LossAggMode,
     info: &GlobalBatchInfo,
 ) -> RlResult<PolicyLoss> {
-    vanilla_policy_loss_weighted(
-        old_log_prob,
-        log_prob,
-        advantages,
-        response_mask,
-        clip,
-        agg,
-        info,
-        None,
-    )
-}
-
-/// [`vanilla_policy_loss`] with verl's `rollout_is_weights` multiplying each token's loss before the
-/// aggregation (rollout correction; the weights are detached).
-#[allow(clippy::too_many_arguments)]
-pub fn vanilla_policy_loss_weighted(
-    old_log_prob: &Tensor,
-    log_prob: &Tensor,
-    advantages: &Tensor,
-    response_mask: &Tensor,
-    clip: &ClipConfig,
-    agg: LossAggMode,
-    info: &GlobalBatchInfo,
-    weights: Option<&Tensor>,
-) -> RlResult<PolicyLoss> {
-    check_inputs(old_log_prob, log_prob, advantages, response_mask)?;
-    check_window(clip)?;
+    let kind = inputs.validate(clip)?;
+    let (old_log_prob, log_prob, advantages, response_mask) = inputs.tensors();
     if clip.clip_ratio_c.is_nan() || clip.clip_ratio_c <= 1.0 {
         return Err(RlError::InvalidConfig(format!(
             "clip_ratio_c must be > 1 for dual-clip PPO, got {}",
             clip.clip_ratio_c
         )));
     }
-    let kind = log_prob.kind();
     let delta = (log_prob - old_log_prob).clamp(-20.0, 20.0);
     let ratio = delta.exp();
     let ppo_kl = masked_mean(&delta.neg(), response_mask);
@@ -262,7 +246,7 @@ pub fn vanilla_policy_loss_weighted(
     let lower = clipped1.gt_tensor(&pg3).to_kind(kind) * negative.to_kind(kind);
     let pg_clipfrac_lower = masked_mean(&lower, response_mask);
     let pg = clipped2.where_self(&negative, &clipped1);
-    let pg = apply_weights(pg, weights);
+    let pg = inputs.apply_weights(pg);
     let loss = agg_loss(&pg, &as_bool(response_mask), agg, info)?;
     Ok(PolicyLoss {
         loss,
@@ -284,42 +268,13 @@ pub fn vanilla_policy_loss_weighted(
 /// is ignored. verl 0.9.1 honours the configured aggregation (the GSPO recipes use
 /// `seq-mean-token-mean`).
 pub fn gspo_policy_loss(
-    old_log_prob: &Tensor,
-    log_prob: &Tensor,
-    advantages: &Tensor,
-    response_mask: &Tensor,
+    inputs: LossInputs<'_>,
     clip: &ClipConfig,
     agg: LossAggMode,
     info: &GlobalBatchInfo,
 ) -> RlResult<PolicyLoss> {
-    gspo_policy_loss_weighted(
-        old_log_prob,
-        log_prob,
-        advantages,
-        response_mask,
-        clip,
-        agg,
-        info,
-        None,
-    )
-}
-
-/// [`gspo_policy_loss`] with verl's `rollout_is_weights` multiplying each token's loss before the
-/// aggregation (rollout correction; the weights are detached).
-#[allow(clippy::too_many_arguments)]
-pub fn gspo_policy_loss_weighted(
-    old_log_prob: &Tensor,
-    log_prob: &Tensor,
-    advantages: &Tensor,
-    response_mask: &Tensor,
-    clip: &ClipConfig,
-    agg: LossAggMode,
-    info: &GlobalBatchInfo,
-    weights: Option<&Tensor>,
-) -> RlResult<PolicyLoss> {
-    check_inputs(old_log_prob, log_prob, advantages, response_mask)?;
-    check_window(clip)?;
-    let kind = log_prob.kind();
+    let kind = inputs.validate(clip)?;
+    let (old_log_prob, log_prob, advantages, response_mask) = inputs.tensors();
     let mask = as_bool(response_mask);
     let delta = log_prob - old_log_prob;
     let lengths = mask.sum_dim_intlist(-1, false, Kind::Int64).clamp_min(1);
@@ -330,7 +285,7 @@ pub fn gspo_policy_loss_weighted(
     let pg1 = &neg_adv * &ratio;
     let pg2 = &neg_adv * ratio.clamp(1.0 - clip.clip_ratio_low, 1.0 + clip.clip_ratio_high);
     let pg = pg1.maximum(&pg2);
-    let pg = apply_weights(pg, weights);
+    let pg = inputs.apply_weights(pg);
     let loss = agg_loss(&pg, &mask, agg, info)?;
     let pg_clipfrac = masked_mean(&pg2.gt_tensor(&pg1).to_kind(kind), &mask);
     let ppo_kl = masked_mean(&delta.neg(), &mask);
@@ -349,42 +304,13 @@ pub fn gspo_policy_loss_weighted(
 /// r = exp(clamp(Δ, −20, 20));  pg = −sg(clamp(r, 1 − low, 1 + high))·A·logp;  loss = agg_loss(pg, m)
 /// ```
 pub fn cispo_policy_loss(
-    old_log_prob: &Tensor,
-    log_prob: &Tensor,
-    advantages: &Tensor,
-    response_mask: &Tensor,
+    inputs: LossInputs<'_>,
     clip: &ClipConfig,
     agg: LossAggMode,
     info: &GlobalBatchInfo,
 ) -> RlResult<PolicyLoss> {
-    cispo_policy_loss_weighted(
-        old_log_prob,
-        log_prob,
-        advantages,
-        response_mask,
-        clip,
-        agg,
-        info,
-        None,
-    )
-}
-
-/// [`cispo_policy_loss`] with verl's `rollout_is_weights` multiplying each token's loss before the
-/// aggregation (rollout correction; the weights are detached).
-#[allow(clippy::too_many_arguments)]
-pub fn cispo_policy_loss_weighted(
-    old_log_prob: &Tensor,
-    log_prob: &Tensor,
-    advantages: &Tensor,
-    response_mask: &Tensor,
-    clip: &ClipConfig,
-    agg: LossAggMode,
-    info: &GlobalBatchInfo,
-    weights: Option<&Tensor>,
-) -> RlResult<PolicyLoss> {
-    check_inputs(old_log_prob, log_prob, advantages, response_mask)?;
-    check_window(clip)?;
-    let kind = log_prob.kind();
+    let kind = inputs.validate(clip)?;
+    let (old_log_prob, log_prob, advantages, response_mask) = inputs.tensors();
     let mask = as_bool(response_mask);
     let delta = (log_prob - old_log_prob).clamp(-20.0, 20.0);
     let ratio = delta.exp();
@@ -392,7 +318,7 @@ pub fn cispo_policy_loss_weighted(
     let clipped = ratio.clamp(1.0 - clip.clip_ratio_low, 1.0 + clip.clip_ratio_high);
     let pg = clipped.detach().neg() * advantages * log_prob;
     let pg_clipfrac = masked_mean(&ratio.ne_tensor(&clipped).to_kind(kind), &mask);
-    let pg = apply_weights(pg, weights);
+    let pg = inputs.apply_weights(pg);
     let loss = agg_loss(&pg, &mask, agg, info)?;
     Ok(PolicyLoss {
         loss,

@@ -14,7 +14,7 @@ use super::aggregation::{GlobalBatchInfo, LossAggMode};
 use super::error::{RlError, RlResult};
 use super::groups::Groups;
 use super::kl::{kl_penalty, KlEstimator, KlKind};
-use super::policy_loss::{policy_loss, ClipConfig, PolicyLossMode};
+use super::policy_loss::{policy_loss, ClipConfig, LossInputs, PolicyLossMode};
 
 /// The clip window of an [`RlBatch`]; one window for all three loss modes.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -175,7 +175,13 @@ pub fn rl_report(batch: &RlBatch) -> RlResult<RlReport> {
         let mut per_agg = BTreeMap::new();
         for agg in LossAggMode::ALL {
             let logp = current.detach().set_requires_grad(true);
-            let out = policy_loss(mode, &old, &logp, &grpo, &mask, &clip, agg, &info)?;
+            let out = policy_loss(
+                mode,
+                LossInputs::new(&old, &logp, &grpo, &mask),
+                &clip,
+                agg,
+                &info,
+            )?;
             out.loss.f_backward()?;
             let grad = logp.grad();
             let grad = if grad.defined() {

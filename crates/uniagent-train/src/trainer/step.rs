@@ -11,8 +11,8 @@ use super::logprob::{response_logits, token_logprobs};
 use super::optim::AdamW;
 use crate::model::{tch_error, Qwen2ForCausalLM};
 use crate::rl::{
-    agg_loss, entropy_from_logits, kl_penalty, policy_loss_weighted, rollout_correction,
-    CorrectionMetrics, GlobalBatchInfo, LossAggMode, RolloutCorrection,
+    agg_loss, entropy_from_logits, kl_penalty, policy_loss, rollout_correction, CorrectionMetrics,
+    GlobalBatchInfo, LossAggMode, LossInputs, RolloutCorrection,
 };
 
 /// What one step measured.
@@ -160,37 +160,7 @@ impl Trainer {
     /// stepping (exposed so that gradients can be inspected).
     pub fn accumulate_gradients(&mut self, batch: &TrainBatch) -> Result<StepMetrics> {
         AdamW::zero_grad(self.policy.var_store());
-        if matches!(self.config.mode, TrainMode::Rl(_))
-            && self.config.old_log_prob == OldLogProbSource::Rollout
-        {
-            if let Some(i) = batch
-                .rows
-                .iter()
-                .position(|r| r.response_logprobs.is_none())
-            {
-                return Err(Error::invalid_input(format!(
-                    "row {i} has no response_logprobs, which old_log_prob = rollout needs"
-                )));
-            }
-        }
-        let correcting =
-            matches!(self.config.mode, TrainMode::Rl(_)) && !self.correction.is_disabled();
-        if correcting {
-            if self.config.old_log_prob != OldLogProbSource::Recompute {
-                return Err(Error::invalid_input(
-                    "rollout correction needs old_log_prob = recompute (the proximal policy)",
-                ));
-            }
-            if let Some(i) = batch
-                .rows
-                .iter()
-                .position(|r| r.response_logprobs.is_none())
-            {
-                return Err(Error::invalid_input(format!(
-                    "row {i} has no response_logprobs, which rollout correction needs"
-                )));
-            }
-        }
+        let correcting = self.check_batch(batch)?;
         let vocab = self.policy.config().vocab_size;
         let mut padded = PaddedBatch::new(
             &batch.rows,
@@ -199,31 +169,7 @@ impl Trainer {
             self.policy.device(),
         )?;
         let temperature = self.config.temperature;
-        let old = match (self.config.mode, self.config.old_log_prob) {
-            (TrainMode::Rl(_), OldLogProbSource::Recompute) => {
-                Some(self.no_grad_logprobs(&self.policy, &padded)?)
-            }
-            (TrainMode::Rl(_), OldLogProbSource::Rollout) => {
-                Some(padded.rollout_logprobs.shallow_clone())
-            }
-            (TrainMode::Sft, _) => None,
-        };
-        let mut correction = CorrectionMetrics::default();
-        let weights = match (&old, correcting) {
-            (Some(old), true) => {
-                let (w, mask, metrics) = rollout_correction(
-                    old,
-                    &padded.rollout_logprobs,
-                    &padded.response_mask,
-                    &self.correction,
-                )
-                .map_err(rl_error)?;
-                padded.response_mask = mask;
-                correction = metrics;
-                w
-            }
-            _ => None,
-        };
+        let (old, weights, correction) = self.old_logprobs_and_weights(&mut padded, correcting)?;
         let info = GlobalBatchInfo::for_mini_batch(&padded.response_mask).map_err(rl_error)?;
         let tokens = info.batch_num_tokens.unwrap_or(0);
         let reference = match (&self.reference, self.config.mode) {
@@ -260,16 +206,14 @@ impl Trainer {
                     let slice = |t: &Option<Tensor>| t.as_ref().map(|t| t.narrow(0, start, len));
                     let old_mb = slice(&old).unwrap_or_else(|| logp.detach());
                     let weights_mb = slice(&weights);
-                    let out = policy_loss_weighted(
+                    let inputs = LossInputs::new(&old_mb, &logp, &mb.advantages, &mb.response_mask)
+                        .weighted(weights_mb.as_ref());
+                    let out = policy_loss(
                         objective.loss_mode,
-                        &old_mb,
-                        &logp,
-                        &mb.advantages,
-                        &mb.response_mask,
+                        inputs,
                         &objective.clip,
                         objective.agg,
                         &info,
-                        weights_mb.as_ref(),
                     )
                     .map_err(rl_error)?;
                     let mb_tokens = mb.response_mask.sum(Kind::Float).double_value(&[]);
@@ -299,6 +243,79 @@ impl Trainer {
             start += len;
         }
         Ok(m)
+    }
+
+    /// Checks that `batch` has what the configured objective needs; returns whether rollout
+    /// correction applies.
+    fn check_batch(&self, batch: &TrainBatch) -> Result<bool> {
+        if matches!(self.config.mode, TrainMode::Rl(_))
+            && self.config.old_log_prob == OldLogProbSource::Rollout
+        {
+            if let Some(i) = batch
+                .rows
+                .iter()
+                .position(|r| r.response_logprobs.is_none())
+            {
+                return Err(Error::invalid_input(format!(
+                    "row {i} has no response_logprobs, which old_log_prob = rollout needs"
+                )));
+            }
+        }
+        let correcting =
+            matches!(self.config.mode, TrainMode::Rl(_)) && !self.correction.is_disabled();
+        if correcting {
+            if self.config.old_log_prob != OldLogProbSource::Recompute {
+                return Err(Error::invalid_input(
+                    "rollout correction needs old_log_prob = recompute (the proximal policy)",
+                ));
+            }
+            if let Some(i) = batch
+                .rows
+                .iter()
+                .position(|r| r.response_logprobs.is_none())
+            {
+                return Err(Error::invalid_input(format!(
+                    "row {i} has no response_logprobs, which rollout correction needs"
+                )));
+            }
+        }
+        Ok(correcting)
+    }
+
+    /// The proximal policy's log-probs (`old_log_prob`: recomputed, or the rollout's) and, with
+    /// rollout correction, the importance weights; the correction may also mask rejected tokens
+    /// in `padded`.
+    fn old_logprobs_and_weights(
+        &self,
+        padded: &mut PaddedBatch,
+        correcting: bool,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, CorrectionMetrics)> {
+        let old = match (self.config.mode, self.config.old_log_prob) {
+            (TrainMode::Rl(_), OldLogProbSource::Recompute) => {
+                Some(self.no_grad_logprobs(&self.policy, padded)?)
+            }
+            (TrainMode::Rl(_), OldLogProbSource::Rollout) => {
+                Some(padded.rollout_logprobs.shallow_clone())
+            }
+            (TrainMode::Sft, _) => None,
+        };
+        let mut correction = CorrectionMetrics::default();
+        let weights = match (&old, correcting) {
+            (Some(old), true) => {
+                let (w, mask, metrics) = rollout_correction(
+                    old,
+                    &padded.rollout_logprobs,
+                    &padded.response_mask,
+                    &self.correction,
+                )
+                .map_err(rl_error)?;
+                padded.response_mask = mask;
+                correction = metrics;
+                w
+            }
+            _ => None,
+        };
+        Ok((old, weights, correction))
     }
 
     /// Log-probs of the batch's response tokens under `model`, without gradients, micro-batched.

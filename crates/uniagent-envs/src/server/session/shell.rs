@@ -73,6 +73,9 @@ struct Reader {
     /// A command (or an interactive program) may still be running: the last wait did not end
     /// with the prompt of the latest command.
     busy: bool,
+    /// A Ctrl-C went to the idle shell and its prompt has not been seen: bash may not have
+    /// handled the SIGINT yet, and handling it would discard the next command line it reads.
+    unanswered_sigint: bool,
 }
 
 enum Ended {
@@ -170,6 +173,7 @@ impl BashSession {
                 pending: Vec::new(),
                 eof: false,
                 busy: true,
+                unanswered_sigint: false,
             }),
             child: std::sync::Mutex::new(Some(child)),
             dir,
@@ -340,6 +344,7 @@ impl BashSession {
         if reader.eof {
             return Err(self.eof_error());
         }
+        self.settle_interrupt(&mut reader).await;
         let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
         let file = self.dir.join(format!("c{seq}"));
         let path = file.to_string_lossy().into_owned();
@@ -364,14 +369,7 @@ impl BashSession {
             Err(WaitError::Eof) => return Err(self.eof_error()),
             Err(WaitError::Timeout) => {
                 self.recover(&mut reader, seq).await;
-                return Err(ServerError::exception(
-                    class::COMMAND_TIMEOUT,
-                    format!(
-                        "timeout after {} seconds while running command {}",
-                        py_float(action.timeout.unwrap_or(0.0)),
-                        py_repr(&shorten(&action.command, MAX_ECHO_BYTES))
-                    ),
-                ));
+                return Err(command_timeout(action));
             }
         };
         drop(reader);
@@ -407,8 +405,13 @@ impl BashSession {
         let grace = self.options.interrupt_grace;
         let _ = self.send(b"\x03").await;
         let accept = |p: &Prompt| p.seq >= Some(seq);
+        // The shell is at its prompt again when it prints the command's own prompt (the command
+        // ended, or SIGINT ended it) or, when the timeout was shorter than bash took to read the
+        // command line, an earlier number's prompt with SIGINT's status 130: the Ctrl-C flushed
+        // or discarded the unread line and nothing ran.
+        let back = |p: &Prompt| p.seq >= Some(seq) || p.exit_code == 130;
         if let Ok((_, ended)) = self
-            .wait(reader, accept, &[], Some(Instant::now() + grace))
+            .wait(reader, back, &[], Some(Instant::now() + grace))
             .await
         {
             if let Ended::Prompt(p) = ended {
@@ -442,6 +445,18 @@ impl BashSession {
         reader.eof = true;
     }
 
+    /// Before a command line goes out: if an idle interrupt's prompt is still due, wait for it
+    /// (bounded), so that the shell's SIGINT handling cannot swallow the line.
+    async fn settle_interrupt(&self, reader: &mut Reader) {
+        if std::mem::take(&mut reader.unanswered_sigint) {
+            let deadline = Some(deadline_after(
+                self.options.interrupt_grace.saturating_mul(4),
+            ));
+            let _ = self.wait(reader, |_| true, &[], deadline).await;
+            reader.busy = false;
+        }
+    }
+
     fn foreground_group(&self) -> Option<i32> {
         nix::unistd::tcgetpgrp(self.control.as_fd())
             .ok()
@@ -458,6 +473,7 @@ impl BashSession {
         if reader.eof {
             return Err(self.eof_error());
         }
+        self.settle_interrupt(&mut reader).await;
         let seq = self.seq.load(Ordering::SeqCst);
         self.send(format!("{}\n", action.command).as_bytes())
             .await?;
@@ -468,16 +484,7 @@ impl BashSession {
         {
             Ok(done) => done,
             Err(WaitError::Eof) => return Err(self.eof_error()),
-            Err(WaitError::Timeout) => {
-                return Err(ServerError::exception(
-                    class::COMMAND_TIMEOUT,
-                    format!(
-                        "timeout after {} seconds while running command {}",
-                        py_float(action.timeout.unwrap_or(0.0)),
-                        py_repr(&shorten(&action.command, MAX_ECHO_BYTES))
-                    ),
-                ))
-            }
+            Err(WaitError::Timeout) => return Err(command_timeout(action)),
         };
         let expect_string = match ended {
             Ended::Prompt(_) => PROMPT_EXPECT_STRING.to_owned(),
@@ -544,8 +551,18 @@ impl BashSession {
             // produces, so that the shell has handled its SIGINT before the next command is
             // sent; otherwise the signal could discard that command's line. A shell that
             // ignores SIGINT prints nothing: the session is idle all the same.
-            let deadline = Some(deadline_after(per_try));
-            let _ = self.wait(&mut reader, |_| true, &[], deadline).await;
+            // The wait lasts at least the grace (under load the prompt takes a while, and a zero
+            // `timeout` must not turn into a lost next command) and at most four: an idle
+            // shell's prompt comes at once or, when it ignores SIGINT, never.
+            let grace = self.options.interrupt_grace;
+            let deadline = Some(deadline_after(
+                per_try.clamp(grace, grace.saturating_mul(4)),
+            ));
+            let seen = self
+                .wait(&mut reader, |_| true, &[], deadline)
+                .await
+                .is_ok();
+            reader.unanswered_sigint = !seen;
             reader.busy = false;
             return Ok(observation(
                 String::new(),
@@ -608,6 +625,18 @@ impl BashSession {
         kill_session(self.pid);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// SWE-ReX's `CommandTimeoutError` for `action`.
+fn command_timeout(action: &BashAction) -> ServerError {
+    ServerError::exception(
+        class::COMMAND_TIMEOUT,
+        format!(
+            "timeout after {} seconds while running command {}",
+            py_float(action.timeout.unwrap_or(0.0)),
+            py_repr(&shorten(&action.command, MAX_ECHO_BYTES))
+        ),
+    )
 }
 
 impl Drop for BashSession {
