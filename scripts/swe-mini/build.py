@@ -6,8 +6,8 @@
     python3 scripts/swe-mini/build.py check    # tasks.jsonl is what the sources give
 
 Each project under datasets/swe-mini/projects/<name>/ has ``base/`` (the repository at the
-base commit: the package, then its tests, as two commits), ``fix/`` (the fixed files: the
-gold ``patch``), ``tests/`` (the new tests: the ``test_patch``) and ``problem.md``. Commits
+base commit: the package, then its tests, as two commits), ``fix.patch`` (the gold ``patch``,
+a unified diff against the base commit), ``tests/`` (the new tests: the ``test_patch``) and ``problem.md``. Commits
 use a fixed author and date, so the base commit hash is the same on every machine.
 FAIL_TO_PASS and PASS_TO_PASS are not written by hand: they come from running the tests with
 the vendored runner before and after the gold patch, and the build fails unless every
@@ -93,6 +93,12 @@ def diff_of(repo, overlay):
     return patch
 
 
+def gold_patch(project):
+    """The project's gold patch (``fix.patch``), checked to apply to the base commit later."""
+    with open(os.path.join(PROJECTS, project, "fix.patch"), encoding="utf-8") as f:
+        return f.read()
+
+
 def apply(repo, patch):
     subprocess.run(["git", "apply", "-"], cwd=repo, input=patch, text=True, check=True)
 
@@ -113,7 +119,7 @@ def run_tests(repo):
 def build_task(project, work):
     repo = os.path.join(work, project)
     base_commit = make_repo(project, repo)
-    patch = diff_of(repo, os.path.join(PROJECTS, project, "fix"))
+    patch = gold_patch(project)
     test_patch = diff_of(repo, os.path.join(PROJECTS, project, "tests"))
     apply(repo, test_patch)
     before = run_tests(repo)

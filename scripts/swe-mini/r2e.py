@@ -58,7 +58,7 @@ def hidden_tests(project, work):
     """The repository at the base commit, the hidden tests dir and the fix commit's hash."""
     repo = os.path.join(work, project)
     base_commit = build.make_repo(project, repo)
-    patch = build.diff_of(repo, os.path.join(build.PROJECTS, project, "fix"))
+    patch = build.gold_patch(project)
     test_patch = build.diff_of(repo, os.path.join(build.PROJECTS, project, "tests"))
     build.apply(repo, test_patch)
     hidden = os.path.join(work, project + "-r2e_tests")
