@@ -224,7 +224,7 @@ fn submitting_nothing_solves_no_task() {
 
 #[test]
 fn r2e_gym_rows_are_scored_by_their_hidden_tests() {
-    // The same tasks in R2E-Gym's layout (scripts/setup/55-swe-mini-r2e-images.sh): the gold
+    // The same tasks in R2E-Gym's layout (scripts/setup/50-swe-mini-images.sh): the gold
     // patch resolves by the images' hidden tests and `expected_output_json`; nothing, not.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -1,5 +1,5 @@
 //! R2E-Gym grading in Docker, on the swe-mini tasks in R2E-Gym's layout
-//! (datasets/swe-mini-r2e; images by scripts/setup/55-swe-mini-r2e-images.sh: the repository at
+//! (datasets/swe-mini-r2e; images by scripts/setup/50-swe-mini-images.sh: the repository at
 //! /testbed, hidden tests at /r2e_tests, an untracked /testbed/run_tests.sh). The gold patch
 //! resolves, empty and wrong patches do not, and neither stdout spoofing nor edits to the tests
 //! the agent can see, to the hidden tests' path or to `run_tests.sh` raise a failing patch.
@@ -89,7 +89,7 @@ async fn r2e_gym_instances_grade_in_fresh_containers_and_resist_tampering() {
         .unwrap();
     assert!(
         present.status.success(),
-        "{image} is missing: run scripts/setup/55-swe-mini-r2e-images.sh"
+        "{image} is missing: run scripts/setup/50-swe-mini-images.sh"
     );
     let docker = Arc::new(Docker {
         run_id: format!("r2e-test-{}", std::process::id()),
