@@ -315,6 +315,18 @@ mod tests {
         assert!(matches!(err, Error::InvalidInput { .. }));
     }
 
+    /// How many times `cfg` calls an operation that always fails with a transient error.
+    async fn attempts_on_transient_errors(cfg: &RetryConfig) -> u32 {
+        let calls = AtomicU32::new(0);
+        let _ = cfg
+            .retry(|| async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Err::<(), _>(transient())
+            })
+            .await;
+        calls.load(Ordering::SeqCst)
+    }
+
     #[tokio::test(start_paused = true)]
     async fn nan_and_out_of_range_numbers_never_panic() {
         // A NaN jitter used to make the first delay panic (`Duration::from_secs_f64(NaN)`).
@@ -325,14 +337,7 @@ mod tests {
             ..RetryConfig::default()
         };
         assert!(cfg.validate().is_err());
-        let calls = AtomicU32::new(0);
-        let _ = cfg
-            .retry(|| async {
-                calls.fetch_add(1, Ordering::SeqCst);
-                Err::<(), _>(transient())
-            })
-            .await;
-        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert_eq!(attempts_on_transient_errors(&cfg).await, 2);
         for text in [
             "jitter = nan",
             "jitter = 1.5",
@@ -361,15 +366,9 @@ mod tests {
             ..RetryConfig::default()
         };
         let start = tokio::time::Instant::now();
-        let calls = AtomicU32::new(0);
-        let _ = cfg
-            .retry(|| async {
-                calls.fetch_add(1, Ordering::SeqCst);
-                Err::<(), _>(transient())
-            })
-            .await;
+        let attempts = attempts_on_transient_errors(&cfg).await;
         assert!(start.elapsed() <= Duration::from_secs(5));
-        assert_eq!(calls.load(Ordering::SeqCst), 5);
+        assert_eq!(attempts, 5);
     }
 
     proptest::proptest! {

@@ -2,10 +2,9 @@
 
 use std::time::Duration;
 
-use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use uniagent_core::{Result, RewardContext, RewardOutcome, RewardSpec};
+use uniagent_core::{RewardContext, RewardOutcome};
 
 use crate::error::{tail, RewardError};
 use crate::sandbox::{run, sandbox, timed_out, Run};
@@ -149,18 +148,7 @@ fn last_line_score(output: &str) -> Option<f64> {
     (0.0..=1.0).contains(&value).then_some(value)
 }
 
-#[async_trait]
-impl RewardSpec for CommandReward {
-    fn name(&self) -> &str {
-        "command"
-    }
-
-    async fn score(&self, ctx: &RewardContext<'_>) -> Result<RewardOutcome> {
-        self.outcome(ctx)
-            .await
-            .map_err(|e| e.into_core(self.name()))
-    }
-}
+crate::spec::forward_reward_spec!(CommandReward, "command");
 
 #[cfg(test)]
 mod tests {

@@ -8,6 +8,7 @@ mod error;
 pub mod grade;
 pub mod r2e;
 mod sandbox;
+mod spec;
 pub mod suite;
 pub mod swebench;
 

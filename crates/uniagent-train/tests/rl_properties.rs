@@ -183,7 +183,8 @@ fn bad_input_is_a_typed_error() {
     let x = Tensor::zeros([2, 3], (Kind::Float, tch::Device::Cpu));
     let wrong = Tensor::zeros([2, 4], (Kind::Float, tch::Device::Cpu));
     let info = GlobalBatchInfo::for_mini_batch(&mask).unwrap();
-    let err = vanilla_policy_loss(
+    let err = policy_loss(
+        PolicyLossMode::Vanilla,
         LossInputs::new(&x, &wrong, &x, &mask),
         &clip(),
         LossAggMode::TokenMean,
@@ -204,7 +205,13 @@ fn bad_input_is_a_typed_error() {
         ..clip()
     };
     let inputs = LossInputs::new(&x, &x, &x, &mask);
-    let err = vanilla_policy_loss(inputs, &bad_c, LossAggMode::TokenMean, &info);
+    let err = policy_loss(
+        PolicyLossMode::Vanilla,
+        inputs,
+        &bad_c,
+        LossAggMode::TokenMean,
+        &info,
+    );
     assert!(matches!(err, Err(RlError::InvalidConfig(_))), "{err:?}");
     assert!(matches!(
         "k4".parse::<KlEstimator>(),

@@ -192,7 +192,8 @@ fn rollout_correction_matches_verl() {
             let logp = tensor(&case["log_prob"], Kind::Float).set_requires_grad(true);
             let info = GlobalBatchInfo::for_mini_batch(&new_mask).unwrap();
             let inputs = LossInputs::new(&old, &logp, &adv, &new_mask).weighted(weights.as_ref());
-            let out = vanilla_policy_loss(
+            let out = policy_loss(
+                PolicyLossMode::Vanilla,
                 inputs,
                 &ClipConfig::default(),
                 LossAggMode::TokenMean,

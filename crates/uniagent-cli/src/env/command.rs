@@ -65,14 +65,9 @@ impl CommandEnvironment {
     }
 
     fn sandboxes(&self) -> TemplatedSandboxes {
-        TemplatedSandboxes::new(
-            SandboxSettings {
-                sandbox: self.settings.sandbox.clone(),
-                setup: self.settings.setup.clone(),
-                setup_timeout: self.settings.setup_timeout,
-            },
-            None,
-        )
+        let s = &self.settings;
+        let settings = SandboxSettings::of(&s.sandbox, &s.setup, s.setup_timeout);
+        TemplatedSandboxes::new(settings, None)
     }
 }
 
@@ -98,7 +93,7 @@ impl Environment for CommandEnvironment {
 
     fn parts(&self) -> Result<EnvironmentParts> {
         let mut tools: Vec<Arc<dyn Tool>> = vec![Arc::new(ExecuteBash {
-            timeout: self.settings.bash_timeout.max(super::MIN_TOOL_TIMEOUT),
+            timeout: self.settings.bash_timeout,
             ..ExecuteBash::default()
         })];
         if self.settings.editor {

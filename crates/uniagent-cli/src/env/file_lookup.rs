@@ -152,11 +152,7 @@ pub struct FileLookupSettings {
 
 impl FileLookupSettings {
     fn sandbox_settings(&self) -> SandboxSettings {
-        SandboxSettings {
-            sandbox: self.sandbox.clone(),
-            setup: self.setup.clone(),
-            setup_timeout: self.setup_timeout,
-        }
+        SandboxSettings::of(&self.sandbox, &self.setup, self.setup_timeout)
     }
 }
 
@@ -222,7 +218,7 @@ impl Environment for FileLookup {
         Ok(EnvironmentParts {
             tools: vec![
                 Arc::new(ExecuteBash {
-                    timeout: self.settings.bash_timeout.max(super::MIN_TOOL_TIMEOUT),
+                    timeout: self.settings.bash_timeout,
                     ..ExecuteBash::default()
                 }),
                 Arc::new(Finish),

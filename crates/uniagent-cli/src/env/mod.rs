@@ -68,7 +68,6 @@ mod swe;
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::de::DeserializeOwned;
@@ -173,10 +172,6 @@ pub trait Environment: Send + Sync + Debug {
         Ok(())
     }
 }
-
-/// The shortest `execute_bash` timeout an environment hands out (a zero timeout would fail
-/// every call).
-pub(crate) const MIN_TOOL_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// Most turns a demonstration is asked for (a bound for scripts that never say `None`).
 pub const DEMONSTRATION_TURNS: usize = 64;

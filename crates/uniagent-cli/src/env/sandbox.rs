@@ -34,6 +34,18 @@ pub struct SandboxSettings {
     pub setup_timeout: Duration,
 }
 
+impl SandboxSettings {
+    /// The sandbox part of an environment's settings (its `sandbox`, `setup` and
+    /// `setup_timeout` fields).
+    pub fn of(sandbox: &DeploymentConfig, setup: &[String], setup_timeout: Duration) -> Self {
+        SandboxSettings {
+            sandbox: sandbox.clone(),
+            setup: setup.to_vec(),
+            setup_timeout,
+        }
+    }
+}
+
 fn default_setup_timeout() -> Duration {
     Duration::from_secs(600)
 }

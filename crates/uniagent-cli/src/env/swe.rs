@@ -110,14 +110,9 @@ impl Swe {
     }
 
     fn sandboxes(&self) -> TemplatedSandboxes {
-        TemplatedSandboxes::new(
-            SandboxSettings {
-                sandbox: self.settings.sandbox.clone(),
-                setup: self.settings.setup.clone(),
-                setup_timeout: self.settings.setup_timeout,
-            },
-            None,
-        )
+        let s = &self.settings;
+        let settings = SandboxSettings::of(&s.sandbox, &s.setup, s.setup_timeout);
+        TemplatedSandboxes::new(settings, None)
     }
 }
 
@@ -254,7 +249,7 @@ impl Environment for Swe {
         Ok(EnvironmentParts {
             tools: vec![
                 Arc::new(ExecuteBash {
-                    timeout: self.settings.bash_timeout.max(super::MIN_TOOL_TIMEOUT),
+                    timeout: self.settings.bash_timeout,
                     ..ExecuteBash::default()
                 }),
                 Arc::new(StrReplaceEditor::new(toolbox)),

@@ -21,17 +21,6 @@ type Answer = Result<Json<Value>, ViewError>;
 type Params = Result<Query<HashMap<String, String>>, QueryRejection>;
 type Ids<T> = Result<Path<T>, PathRejection>;
 
-/// Token fields moved into the token view (not repeated in the trajectory).
-const TOKEN_FIELDS: [&str; 7] = [
-    "prompt_ids",
-    "response_ids",
-    "response_mask",
-    "response_logprobs",
-    "weight_versions",
-    "token_sources",
-    "rerender_ids",
-];
-
 async fn blocking<F>(viewer: Arc<Viewer>, f: F) -> Answer
 where
     F: FnOnce(&Viewer) -> Result<Value, ViewError> + Send + 'static,
@@ -219,7 +208,8 @@ pub(super) async fn trajectory(
             );
         }
         if let Value::Object(o) = &mut t {
-            for k in TOKEN_FIELDS {
+            // Token fields move into the token view (not repeated in the trajectory).
+            for k in uniagent_core::AgentLoopOutput::TOKEN_FIELDS {
                 o.remove(k);
             }
         }

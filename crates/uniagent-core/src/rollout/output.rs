@@ -63,3 +63,16 @@ pub struct AgentLoopOutput {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rerender_ids: Option<Vec<u32>>,
 }
+
+impl AgentLoopOutput {
+    /// The JSON keys of the token-level fields, in the order a reader walks a trace.
+    pub const TOKEN_FIELDS: [&'static str; 7] = [
+        "prompt_ids",
+        "response_ids",
+        "response_mask",
+        "response_logprobs",
+        "weight_versions",
+        "token_sources",
+        "rerender_ids",
+    ];
+}

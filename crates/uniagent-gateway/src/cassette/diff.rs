@@ -39,13 +39,10 @@ fn show(v: Option<&Value>) -> String {
     v.map_or_else(|| "none".into(), |v| truncate_text(&v.to_string()))
 }
 
+type Pair<'a> = (Option<&'a Value>, Option<&'a Value>);
+
 /// Walks both values; on a difference `path` is left pointing at it.
-fn walk<'a>(
-    a: &'a Value,
-    b: &'a Value,
-    first: &[&str],
-    path: &mut String,
-) -> Option<(Option<&'a Value>, Option<&'a Value>)> {
+fn walk<'a>(a: &'a Value, b: &'a Value, first: &[&str], path: &mut String) -> Option<Pair<'a>> {
     match (a, b) {
         (Value::Object(x), Value::Object(y)) => {
             let mut keys: Vec<&str> = first.to_vec();
@@ -58,41 +55,41 @@ fn walk<'a>(
             rest.sort_unstable();
             rest.dedup();
             keys.extend(rest);
-            for key in keys {
-                let len = path.len();
-                path.push('/');
-                path.push_str(&key.replace('~', "~0").replace('/', "~1"));
-                match (x.get(key), y.get(key)) {
-                    (None, None) => {}
-                    (Some(p), Some(q)) => {
-                        if let Some(d) = walk(p, q, &[], path) {
-                            return Some(d);
-                        }
-                    }
-                    (p, q) => return Some((p, q)),
-                }
-                path.truncate(len);
-            }
-            None
+            let children = keys.into_iter().map(|key| {
+                let segment = key.replace('~', "~0").replace('/', "~1");
+                (segment, (x.get(key), y.get(key)))
+            });
+            walk_children(children, path)
         }
         (Value::Array(x), Value::Array(y)) => {
-            for i in 0..x.len().max(y.len()) {
-                let len = path.len();
-                path.push('/');
-                path.push_str(&i.to_string());
-                match (x.get(i), y.get(i)) {
-                    (Some(p), Some(q)) => {
-                        if let Some(d) = walk(p, q, &[], path) {
-                            return Some(d);
-                        }
-                    }
-                    (p, q) => return Some((p, q)),
-                }
-                path.truncate(len);
-            }
-            None
+            let children = (0..x.len().max(y.len())).map(|i| (i.to_string(), (x.get(i), y.get(i))));
+            walk_children(children, path)
         }
         _ if a == b => None,
         _ => Some((Some(a), Some(b))),
     }
+}
+
+/// Walks `(pointer segment, pair)` children in order; a child present on one side only is a
+/// difference, one absent on both is skipped.
+fn walk_children<'a>(
+    children: impl Iterator<Item = (String, Pair<'a>)>,
+    path: &mut String,
+) -> Option<Pair<'a>> {
+    for (segment, pair) in children {
+        let len = path.len();
+        path.push('/');
+        path.push_str(&segment);
+        match pair {
+            (None, None) => {}
+            (Some(p), Some(q)) => {
+                if let Some(d) = walk(p, q, &[], path) {
+                    return Some(d);
+                }
+            }
+            (p, q) => return Some((p, q)),
+        }
+        path.truncate(len);
+    }
+    None
 }

@@ -8,7 +8,9 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use uniagent_core::cassette::{first_difference, Step};
 use uniagent_core::codec::Codec;
-use uniagent_core::{Error as CoreError, GenerateOutput, GenerateRequest, TokenGenerator};
+use uniagent_core::{
+    AgentLoopOutput, Error as CoreError, GenerateOutput, GenerateRequest, TokenGenerator,
+};
 
 use super::diff::first_json_difference;
 use super::{Exchange, GatewayCassette};
@@ -16,16 +18,13 @@ use crate::error::{GatewayError, Result};
 use crate::exchange::ReplyBody;
 use crate::gateway::Gateway;
 
-/// Trajectory fields compared first, in this order; then the others, sorted.
-const TRAJECTORY_FIRST: &[&str] = &[
-    "prompt_ids",
-    "response_ids",
-    "response_mask",
-    "response_logprobs",
-    "weight_versions",
-    "token_sources",
-    "messages",
-];
+/// Trajectory fields compared first, in this order (the token fields, then the
+/// conversation); then the others, sorted.
+fn trajectory_first() -> Vec<&'static str> {
+    let mut first = AgentLoopOutput::TOKEN_FIELDS.to_vec();
+    first.push("messages");
+    first
+}
 
 /// Trajectory fields a replay does not rebuild: wall-clock timings.
 const NOT_REPLAYED: &[&str] = &["timings"];
@@ -232,7 +231,7 @@ fn compare_trajectories(recorded: &[Value], replayed: &[Value]) -> Option<Gatewa
     };
     for (chain, (a, b)) in recorded.iter().zip(replayed).enumerate() {
         if let Some((at, expected, got)) =
-            first_json_difference(&strip(a), &strip(b), TRAJECTORY_FIRST)
+            first_json_difference(&strip(a), &strip(b), &trajectory_first())
         {
             return Some(GatewayDivergence::Trajectory {
                 chain,

@@ -2,9 +2,8 @@
 
 use std::time::Duration;
 
-use async_trait::async_trait;
 use serde_json::{json, Value};
-use uniagent_core::{Result, RewardContext, RewardOutcome, RewardSpec};
+use uniagent_core::{RewardContext, RewardOutcome};
 
 use super::instance::{SweInstance, TaskFormat};
 use crate::error::RewardError;
@@ -85,15 +84,4 @@ impl R2eInSandbox {
     }
 }
 
-#[async_trait]
-impl RewardSpec for R2eInSandbox {
-    fn name(&self) -> &str {
-        "r2e_in_sandbox"
-    }
-
-    async fn score(&self, ctx: &RewardContext<'_>) -> Result<RewardOutcome> {
-        self.outcome(ctx)
-            .await
-            .map_err(|e| e.into_core(self.name()))
-    }
-}
+crate::spec::forward_reward_spec!(R2eInSandbox, "r2e_in_sandbox");

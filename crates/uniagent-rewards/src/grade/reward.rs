@@ -3,10 +3,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use serde_json::{json, Value};
 use uniagent_core::runner::SandboxFactory;
-use uniagent_core::{Result, RewardContext, RewardOutcome, RewardSpec};
+use uniagent_core::{RewardContext, RewardOutcome};
 
 use super::extract::extract_patch_excluding;
 use super::fresh::{grade_patch, GradeOptions, Verdict};
@@ -139,15 +138,4 @@ impl FreshSandboxTests {
     }
 }
 
-#[async_trait]
-impl RewardSpec for FreshSandboxTests {
-    fn name(&self) -> &str {
-        "swe_fresh_sandbox"
-    }
-
-    async fn score(&self, ctx: &RewardContext<'_>) -> Result<RewardOutcome> {
-        self.outcome(ctx)
-            .await
-            .map_err(|e| e.into_core(self.name()))
-    }
-}
+crate::spec::forward_reward_spec!(FreshSandboxTests, "swe_fresh_sandbox");

@@ -6,10 +6,9 @@ mod patch;
 
 use std::time::Duration;
 
-use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use uniagent_core::{DeploymentExt, Result, RewardContext, RewardOutcome, RewardSpec};
+use uniagent_core::{DeploymentExt, RewardContext, RewardOutcome};
 
 pub use log::{parse_test_log, LogFormat, TestStatus};
 pub use patch::patch_paths;
@@ -282,18 +281,7 @@ fn string_field(
     }
 }
 
-#[async_trait]
-impl RewardSpec for TestsReward {
-    fn name(&self) -> &str {
-        "tests"
-    }
-
-    async fn score(&self, ctx: &RewardContext<'_>) -> Result<RewardOutcome> {
-        self.outcome(ctx)
-            .await
-            .map_err(|e| e.into_core(self.name()))
-    }
-}
+crate::spec::forward_reward_spec!(TestsReward, "tests");
 
 #[cfg(test)]
 mod tests {

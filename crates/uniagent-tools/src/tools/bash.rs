@@ -22,10 +22,16 @@ pub const NO_OUTPUT: &str = "Your command ran successfully and did not produce a
 /// when longer than [`ExecuteBash::max_output_chars`]; terminal escape sequences are removed.
 #[derive(Debug, Clone)]
 pub struct ExecuteBash {
-    /// Upper bound of one command's run time.
+    /// Upper bound of one command's run time (at least [`ExecuteBash::MIN_TIMEOUT`]).
     pub timeout: Duration,
     /// Characters of output shown to the model (head and tail halves).
     pub max_output_chars: usize,
+}
+
+impl ExecuteBash {
+    /// The shortest timeout a command gets: a shorter configured one is raised to it (a zero
+    /// timeout would fail every call).
+    pub const MIN_TIMEOUT: Duration = Duration::from_millis(100);
 }
 
 impl Default for ExecuteBash {
@@ -116,7 +122,7 @@ impl Tool for ExecuteBash {
             ));
         }
         let deployment = ctx.require_deployment("execute_bash")?;
-        let timeout = self.timeout.min(ctx.timeout);
+        let timeout = self.timeout.max(Self::MIN_TIMEOUT).min(ctx.timeout);
         match run_in_session(deployment.as_ref(), &ctx.session, command, timeout).await? {
             SessionOutcome::TimedOut => Ok(ToolOutput::timed_out(timeout_message(command, timeout))),
             SessionOutcome::Syntax { details } => Ok(ToolOutput::failed(format!(

@@ -23,7 +23,8 @@
 //! let info = GlobalBatchInfo::for_mini_batch(&mask)?;
 //! let old = logp.detach();
 //! let inputs = LossInputs::new(&old, &logp, &adv, &mask);
-//! let out = gspo_policy_loss(inputs, &ClipConfig::default(), LossAggMode::SeqMeanTokenMean, &info)?;
+//! let (gspo, clip) = (PolicyLossMode::Gspo, ClipConfig::default());
+//! let out = policy_loss(gspo, inputs, &clip, LossAggMode::SeqMeanTokenMean, &info)?;
 //! out.loss.backward();
 //! assert_eq!(logp.grad().double_value(&[1, 1]), 0.0); // mask-0 token
 //! # Ok::<(), RlError>(())
@@ -48,10 +49,7 @@ pub use error::{RlError, RlResult};
 pub use groups::Groups;
 pub use kl::{entropy_from_logits, kl_penalty, KlEstimator, KlKind};
 pub use masked::{masked_mean, masked_sum, masked_var, masked_whiten};
-pub use policy_loss::{
-    cispo_policy_loss, gspo_policy_loss, policy_loss, vanilla_policy_loss, ClipConfig, LossInputs,
-    PolicyLoss, PolicyLossMode,
-};
+pub use policy_loss::{policy_loss, ClipConfig, LossInputs, PolicyLoss, PolicyLossMode};
 pub use report::{rl_report, LossReport, RlBatch, RlBatchConfig, RlReport};
 pub use rollout_corr::{
     is_weights, rejection_mask, rollout_correction, CorrectionMetrics, IsConfig, IsLevel,

@@ -17,11 +17,33 @@ use super::masked::{as_bool, as_values, masked_mean};
 /// The policy-loss family (`actor.policy_loss.loss_mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PolicyLossMode {
-    /// Dual-clip PPO (`vanilla`).
+    /// Dual-clip PPO (`compute_policy_loss_vanilla`):
+    ///
+    /// ```text
+    /// Δc = clamp(Δ, −20, 20);  r = exp(Δc)
+    /// L1 = −A·r;  L2 = −A·clamp(r, 1 − low, 1 + high);  Lc = max(L1, L2)
+    /// L3 = −A·clip_ratio_c
+    /// pg = where(A < 0, min(L3, Lc), Lc);  loss = agg_loss(pg, m)
+    /// ```
     Vanilla,
-    /// Sequence-level importance ratio (`gspo`).
+    /// GSPO (`compute_policy_loss_gspo`): a sequence-level ratio with a token-level gradient path.
+    ///
+    /// ```text
+    /// L_i = max(Σ_t m, 1);  s_i = Σ_t Δ·m / L_i             (Δ not clamped)
+    /// log r = clamp(logp − sg(logp) + sg(s_i), max = 10);  r = exp(log r)
+    /// pg = max(−A·r, −A·clamp(r, 1 − low, 1 + high));  loss = agg_loss(pg, m)   (no dual clip)
+    /// ```
+    ///
+    /// Every token of row i has the value `exp(min(s_i, 10))` and `∂r/∂logp = r`. `clip_ratio_c`
+    /// is ignored. verl 0.9.1 honours the configured aggregation (the GSPO recipes use
+    /// `seq-mean-token-mean`).
     Gspo,
-    /// Clipped IS-weight policy optimisation (`cispo`).
+    /// CISPO (`compute_policy_loss_cispo`): the clipped ratio is a detached weight on the
+    /// REINFORCE term.
+    ///
+    /// ```text
+    /// r = exp(clamp(Δ, −20, 20));  pg = −sg(clamp(r, 1 − low, 1 + high))·A·logp;  loss = agg_loss(pg, m)
+    /// ```
     Cispo,
 }
 
@@ -137,24 +159,13 @@ impl<'a> LossInputs<'a> {
         LossInputs { weights, ..self }
     }
 
-    /// Checks the shapes and the clip window; returns the dtype of `log_prob`.
-    fn validate(&self, clip: &ClipConfig) -> RlResult<Kind> {
+    /// Checks the shapes and the clip window.
+    fn validate(&self, clip: &ClipConfig) -> RlResult<()> {
         let [b, t] = expect_2d("log_prob", self.log_prob)?;
         expect_shape("old_log_prob", self.old_log_prob, &[b, t])?;
         expect_shape("advantages", self.advantages, &[b, t])?;
         expect_shape("response_mask", self.response_mask, &[b, t])?;
-        check_window(clip)?;
-        Ok(self.log_prob.kind())
-    }
-
-    /// (`old_log_prob`, `log_prob`, `advantages`, `response_mask`).
-    fn tensors(&self) -> (&'a Tensor, &'a Tensor, &'a Tensor, &'a Tensor) {
-        (
-            self.old_log_prob,
-            self.log_prob,
-            self.advantages,
-            self.response_mask,
-        )
+        check_window(clip)
     }
 
     /// `pg · w` when weights are given (verl: `pg_losses * rollout_is_weights`).
@@ -166,6 +177,18 @@ impl<'a> LossInputs<'a> {
     }
 }
 
+/// A mode's per-token loss and the tensors its metrics are read from.
+struct PgTerms {
+    /// Per-token policy-gradient loss, `[B, T]`, before the weights and the aggregation.
+    pg: Tensor,
+    /// Per-token "was clipped" indicator (in the dtype of `log_prob`).
+    clipped: Tensor,
+    /// `−Δ` per token (clamped where the mode clamps it).
+    neg_delta: Tensor,
+    /// Per-token dual-clip indicator (vanilla only).
+    lower: Option<Tensor>,
+}
+
 fn check_window(clip: &ClipConfig) -> RlResult<()> {
     if !(clip.clip_ratio_low.is_finite() && clip.clip_ratio_high.is_finite()) {
         return Err(RlError::InvalidConfig(format!(
@@ -175,36 +198,13 @@ fn check_window(clip: &ClipConfig) -> RlResult<()> {
     Ok(())
 }
 
-/// Computes the loss of `mode`; see [`vanilla_policy_loss`], [`gspo_policy_loss`] and
-/// [`cispo_policy_loss`].
-pub fn policy_loss(
-    mode: PolicyLossMode,
-    inputs: LossInputs<'_>,
-    clip: &ClipConfig,
-    agg: LossAggMode,
-    info: &GlobalBatchInfo,
-) -> RlResult<PolicyLoss> {
-    let f = match mode {
-        PolicyLossMode::Vanilla => vanilla_policy_loss,
-        PolicyLossMode::Gspo => gspo_policy_loss,
-        PolicyLossMode::Cispo => cispo_policy_loss,
-    };
-    f(inputs, clip, agg, info)
-}
-
-/// Dual-clip PPO (`compute_policy_loss_vanilla`):
-///
-/// ```text
-/// Δc = clamp(Δ, −20, 20);  r = exp(Δc)
-/// L1 = −A·r;  L2 = −A·clamp(r, 1 − low, 1 + high);  Lc = max(L1, L2)
-/// L3 = −A·clip_ratio_c
-/// pg = where(A < 0, min(L3, Lc), Lc);  loss = agg_loss(pg, m)
-/// ```
+/// Computes the policy loss of `mode` (each mode's formula is on its [`PolicyLossMode`]
+/// variant).
 ///
 /// ```
 /// use tch::Tensor;
 /// use uniagent_train::rl::{
-///     vanilla_policy_loss, ClipConfig, GlobalBatchInfo, LossAggMode, LossInputs,
+///     policy_loss, ClipConfig, GlobalBatchInfo, LossAggMode, LossInputs, PolicyLossMode,
 /// };
 /// let old = Tensor::from_slice(&[-1.0f32, -1.0]).view([1, 2]);
 /// let logp = Tensor::from_slice(&[-0.5f32, -1.0]).view([1, 2]).set_requires_grad(true);
@@ -212,118 +212,95 @@ pub fn policy_loss(
 /// let mask = Tensor::from_slice(&[1i64, 1]).view([1, 2]);
 /// let info = GlobalBatchInfo::for_mini_batch(&mask)?;
 /// let inputs = LossInputs::new(&old, &logp, &adv, &mask);
-/// let out = vanilla_policy_loss(inputs, &ClipConfig::default(), LossAggMode::TokenMean, &info)?;
+/// let clip = ClipConfig::default();
+/// let out = policy_loss(PolicyLossMode::Vanilla, inputs, &clip, LossAggMode::TokenMean, &info)?;
 /// // token 0: ratio e^0.5 clipped to 1.2, token 1: ratio 1
 /// assert!((out.loss.double_value(&[]) + 1.1).abs() < 1e-6);
 /// assert_eq!(out.pg_clipfrac, 0.5);
 /// # Ok::<(), uniagent_train::rl::RlError>(())
 /// ```
-pub fn vanilla_policy_loss(
+pub fn policy_loss(
+    mode: PolicyLossMode,
     inputs: LossInputs<'_>,
     clip: &ClipConfig,
     agg: LossAggMode,
     info: &GlobalBatchInfo,
 ) -> RlResult<PolicyLoss> {
-    let kind = inputs.validate(clip)?;
-    let (old_log_prob, log_prob, advantages, response_mask) = inputs.tensors();
+    inputs.validate(clip)?;
+    let kind = inputs.log_prob.kind();
+    let terms = match mode {
+        PolicyLossMode::Vanilla => vanilla_terms(&inputs, clip, kind)?,
+        PolicyLossMode::Gspo => gspo_terms(&inputs, clip, kind),
+        PolicyLossMode::Cispo => cispo_terms(&inputs, clip),
+    };
+    let mask = as_bool(inputs.response_mask);
+    let pg = inputs.apply_weights(terms.pg);
+    let loss = agg_loss(&pg, &mask, agg, info)?;
+    let mean = |t: &Tensor| masked_mean(t, &mask).double_value(&[]);
+    Ok(PolicyLoss {
+        loss,
+        pg_clipfrac: mean(&terms.clipped.to_kind(kind)),
+        ppo_kl: mean(&terms.neg_delta),
+        pg_clipfrac_lower: terms.lower.as_ref().map_or(0.0, mean),
+    })
+}
+
+/// The terms of [`PolicyLossMode::Vanilla`].
+fn vanilla_terms(inputs: &LossInputs<'_>, clip: &ClipConfig, kind: Kind) -> RlResult<PgTerms> {
     if clip.clip_ratio_c.is_nan() || clip.clip_ratio_c <= 1.0 {
         return Err(RlError::InvalidConfig(format!(
             "clip_ratio_c must be > 1 for dual-clip PPO, got {}",
             clip.clip_ratio_c
         )));
     }
-    let delta = (log_prob - old_log_prob).clamp(-20.0, 20.0);
+    let advantages = inputs.advantages;
+    let delta = (inputs.log_prob - inputs.old_log_prob).clamp(-20.0, 20.0);
     let ratio = delta.exp();
-    let ppo_kl = masked_mean(&delta.neg(), response_mask);
     let neg_adv = advantages.neg();
     let pg1 = &neg_adv * &ratio;
     let pg2 = &neg_adv * ratio.clamp(1.0 - clip.clip_ratio_low, 1.0 + clip.clip_ratio_high);
     let clipped1 = pg1.maximum(&pg2);
-    let pg_clipfrac = masked_mean(&pg2.gt_tensor(&pg1).to_kind(kind), response_mask);
     let pg3 = &neg_adv * clip.clip_ratio_c;
     let clipped2 = pg3.minimum(&clipped1);
     let negative = advantages.lt(0.0);
     let lower = clipped1.gt_tensor(&pg3).to_kind(kind) * negative.to_kind(kind);
-    let pg_clipfrac_lower = masked_mean(&lower, response_mask);
-    let pg = clipped2.where_self(&negative, &clipped1);
-    let pg = inputs.apply_weights(pg);
-    let loss = agg_loss(&pg, &as_bool(response_mask), agg, info)?;
-    Ok(PolicyLoss {
-        loss,
-        pg_clipfrac: pg_clipfrac.double_value(&[]),
-        ppo_kl: ppo_kl.double_value(&[]),
-        pg_clipfrac_lower: pg_clipfrac_lower.double_value(&[]),
+    Ok(PgTerms {
+        pg: clipped2.where_self(&negative, &clipped1),
+        clipped: pg2.gt_tensor(&pg1),
+        neg_delta: delta.neg(),
+        lower: Some(lower),
     })
 }
 
-/// GSPO (`compute_policy_loss_gspo`): a sequence-level ratio with a token-level gradient path.
-///
-/// ```text
-/// L_i = max(Σ_t m, 1);  s_i = Σ_t Δ·m / L_i             (Δ not clamped)
-/// log r = clamp(logp − sg(logp) + sg(s_i), max = 10);  r = exp(log r)
-/// pg = max(−A·r, −A·clamp(r, 1 − low, 1 + high));  loss = agg_loss(pg, m)   (no dual clip)
-/// ```
-///
-/// Every token of row i has the value `exp(min(s_i, 10))` and `∂r/∂logp = r`. `clip_ratio_c`
-/// is ignored. verl 0.9.1 honours the configured aggregation (the GSPO recipes use
-/// `seq-mean-token-mean`).
-pub fn gspo_policy_loss(
-    inputs: LossInputs<'_>,
-    clip: &ClipConfig,
-    agg: LossAggMode,
-    info: &GlobalBatchInfo,
-) -> RlResult<PolicyLoss> {
-    let kind = inputs.validate(clip)?;
-    let (old_log_prob, log_prob, advantages, response_mask) = inputs.tensors();
-    let mask = as_bool(response_mask);
-    let delta = log_prob - old_log_prob;
+/// The terms of [`PolicyLossMode::Gspo`].
+fn gspo_terms(inputs: &LossInputs<'_>, clip: &ClipConfig, kind: Kind) -> PgTerms {
+    let log_prob = inputs.log_prob;
+    let mask = as_bool(inputs.response_mask);
+    let delta = log_prob - inputs.old_log_prob;
     let lengths = mask.sum_dim_intlist(-1, false, Kind::Int64).clamp_min(1);
     let seq_delta = (&delta * as_values(&mask, kind)).sum_dim_intlist(-1, false, kind) / lengths;
     let log_ratio = log_prob - log_prob.detach() + seq_delta.detach().unsqueeze(-1);
     let ratio = log_ratio.clamp_max(10.0).exp();
-    let neg_adv = advantages.neg();
+    let neg_adv = inputs.advantages.neg();
     let pg1 = &neg_adv * &ratio;
     let pg2 = &neg_adv * ratio.clamp(1.0 - clip.clip_ratio_low, 1.0 + clip.clip_ratio_high);
-    let pg = pg1.maximum(&pg2);
-    let pg = inputs.apply_weights(pg);
-    let loss = agg_loss(&pg, &mask, agg, info)?;
-    let pg_clipfrac = masked_mean(&pg2.gt_tensor(&pg1).to_kind(kind), &mask);
-    let ppo_kl = masked_mean(&delta.neg(), &mask);
-    Ok(PolicyLoss {
-        loss,
-        pg_clipfrac: pg_clipfrac.double_value(&[]),
-        ppo_kl: ppo_kl.double_value(&[]),
-        pg_clipfrac_lower: 0.0,
-    })
+    PgTerms {
+        pg: pg1.maximum(&pg2),
+        clipped: pg2.gt_tensor(&pg1),
+        neg_delta: delta.neg(),
+        lower: None,
+    }
 }
 
-/// CISPO (`compute_policy_loss_cispo`): the clipped ratio is a detached weight on the
-/// REINFORCE term.
-///
-/// ```text
-/// r = exp(clamp(Δ, −20, 20));  pg = −sg(clamp(r, 1 − low, 1 + high))·A·logp;  loss = agg_loss(pg, m)
-/// ```
-pub fn cispo_policy_loss(
-    inputs: LossInputs<'_>,
-    clip: &ClipConfig,
-    agg: LossAggMode,
-    info: &GlobalBatchInfo,
-) -> RlResult<PolicyLoss> {
-    let kind = inputs.validate(clip)?;
-    let (old_log_prob, log_prob, advantages, response_mask) = inputs.tensors();
-    let mask = as_bool(response_mask);
-    let delta = (log_prob - old_log_prob).clamp(-20.0, 20.0);
+/// The terms of [`PolicyLossMode::Cispo`].
+fn cispo_terms(inputs: &LossInputs<'_>, clip: &ClipConfig) -> PgTerms {
+    let delta = (inputs.log_prob - inputs.old_log_prob).clamp(-20.0, 20.0);
     let ratio = delta.exp();
-    let ppo_kl = masked_mean(&delta.neg(), &mask);
     let clipped = ratio.clamp(1.0 - clip.clip_ratio_low, 1.0 + clip.clip_ratio_high);
-    let pg = clipped.detach().neg() * advantages * log_prob;
-    let pg_clipfrac = masked_mean(&ratio.ne_tensor(&clipped).to_kind(kind), &mask);
-    let pg = inputs.apply_weights(pg);
-    let loss = agg_loss(&pg, &mask, agg, info)?;
-    Ok(PolicyLoss {
-        loss,
-        pg_clipfrac: pg_clipfrac.double_value(&[]),
-        ppo_kl: ppo_kl.double_value(&[]),
-        pg_clipfrac_lower: 0.0,
-    })
+    PgTerms {
+        pg: clipped.detach().neg() * inputs.advantages * inputs.log_prob,
+        clipped: ratio.ne_tensor(&clipped),
+        neg_delta: delta.neg(),
+        lower: None,
+    }
 }

@@ -73,20 +73,16 @@ mod tests {
 
     #[test]
     fn constant_with_warmup_and_cosine_floor() {
-        let c = LrSchedule {
-            kind: ScheduleKind::Constant,
-            warmup_steps: 4,
-            total_steps: 0,
-            min_lr_ratio: 0.0,
+        let schedule = |kind, warmup_steps, total_steps, min_lr_ratio| LrSchedule {
+            kind,
+            warmup_steps,
+            total_steps,
+            min_lr_ratio,
         };
+        let c = schedule(ScheduleKind::Constant, 4, 0, 0.0);
         assert_eq!(c.multiplier(2), 0.5);
         assert_eq!(c.multiplier(100), 1.0);
-        let s = LrSchedule {
-            kind: ScheduleKind::Cosine,
-            warmup_steps: 0,
-            total_steps: 4,
-            min_lr_ratio: 0.1,
-        };
+        let s = schedule(ScheduleKind::Cosine, 0, 4, 0.1);
         assert_eq!(s.multiplier(0), 1.0);
         assert!((s.multiplier(4) - 0.1).abs() < 1e-12);
         assert!((s.multiplier(400) - 0.1).abs() < 1e-12);

@@ -1,0 +1,417 @@
+//! The RL phase: sampling, weight syncs, trainer steps and run checkpoints.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use uniagent_core::agent::{TrainingUse, Trajectory};
+use uniagent_core::runner::{RolloutPhase, RolloutSource};
+use uniagent_core::{AgentLoopOutput, Error, Result, Task};
+
+use crate::pipeline::checkpoint::{self, RunState};
+use crate::pipeline::config::Mode;
+use crate::pipeline::diagnostics::{mixed_groups, ratio_stats, staleness_histogram};
+use crate::pipeline::metrics::StepRecord;
+use crate::pipeline::rollouter::{RolloutPlan, Rollouter};
+use crate::pipeline::tasks::TaskSource;
+use crate::trainer::{
+    OptimConfig, RlObjective, StepMetrics, TrainBatch, TrainMode, Trainer, TrainerConfig,
+};
+
+use super::{blocking, Evaluation, Pipeline};
+
+impl Pipeline {
+    /// The RL phase: `rl.steps` trainer steps on groups of tasks from `source`, synchronous
+    /// or fully async per `rl.mode`, evaluating `held_out` every `rl.eval_every` steps and
+    /// after the last, and writing a run checkpoint every `checkpoint.every` steps. A resumed
+    /// pipeline ([`Self::resume`]) starts after the checkpoint's step. Returns the step records
+    /// and the held-out curve (of the whole run when resumed).
+    pub async fn rl(&mut self, source: TaskSource, held_out: &[Task]) -> Result<RlOutcome> {
+        self.rl_phase(source, held_out, None).await
+    }
+
+    pub(super) async fn rl_phase(
+        &mut self,
+        source: TaskSource,
+        held_out: &[Task],
+        before: Option<Evaluation>,
+    ) -> Result<RlOutcome> {
+        let c = self.config.rl.clone();
+        let config = TrainerConfig {
+            mode: TrainMode::Rl(RlObjective {
+                loss_mode: c.loss.policy_loss(),
+                ..RlObjective::default()
+            }),
+            optim: OptimConfig {
+                lr: c.lr,
+                weight_decay: 0.0,
+                ..OptimConfig::default()
+            },
+            micro_batch_size: c.micro_batch_size,
+            temperature: c.temperature,
+            ..TrainerConfig::default()
+        };
+        self.commit_pending().await?;
+        let mut trainer = Trainer::new(self.take_policy()?, None, config)?
+            .with_rollout_correction(c.correction.clone());
+        let mut source = source;
+        let resume = self.resume.take();
+        if let Some(cp) = &resume {
+            if let Err(e) = blocking(|| trainer.resume_from(&cp.dir)) {
+                self.policy = Some(trainer.into_policy());
+                return Err(e);
+            }
+            source.seek(cp.state.cursor);
+        }
+        let before = resume.as_ref().and_then(|cp| cp.state.before).or(before);
+        let result = self
+            .rl_loop(
+                &mut trainer,
+                source,
+                held_out,
+                before,
+                resume.map(|cp| cp.state),
+            )
+            .await;
+        self.policy = Some(trainer.into_policy());
+        result
+    }
+
+    async fn rl_loop(
+        &mut self,
+        trainer: &mut Trainer,
+        source: TaskSource,
+        held_out: &[Task],
+        before: Option<Evaluation>,
+        resumed: Option<RunState>,
+    ) -> Result<RlOutcome> {
+        let c = self.config.rl.clone();
+        let started = Instant::now();
+        let first = resumed.as_ref().map_or(1, |s| s.step + 1);
+        let (is_async, batches) = match c.mode {
+            Mode::Sync => (false, 1),
+            Mode::Async => (true, c.r#async.require_batches),
+        };
+        let groups_per_step = c.tasks_per_step * batches;
+        let source = Arc::new(Mutex::new(source));
+        let mut rollouter = if is_async {
+            let plan = RolloutPlan {
+                samples: c.group_size,
+                temperature: c.temperature,
+                concurrency: self.config.max_concurrent_rollouts,
+                groups_per_step,
+            };
+            Some(Rollouter::start(
+                self.generator.clone(),
+                self.spec.clone(),
+                source.clone(),
+                plan,
+                c.r#async,
+            ))
+        } else {
+            None
+        };
+        let (mut out, mut trainer_idle, mut train_total) = match resumed {
+            Some(s) => (s.outcome, s.trainer_idle_s, s.train_s),
+            None => (RlOutcome::default(), 0.0, 0.0),
+        };
+        let prior_wall = out.wall_s;
+        let result: Result<()> = async {
+            for step in first..=c.steps {
+                let t0 = Instant::now();
+                let ts = match &mut rollouter {
+                    None => self.sample_step(&source).await?,
+                    Some((_, rx)) => {
+                        let mut all = Vec::new();
+                        for _ in 0..groups_per_step {
+                            let group = rx.recv().await.ok_or_else(|| {
+                                Error::invalid_input("the task source ran out during async RL")
+                            })??;
+                            all.extend(group);
+                        }
+                        all
+                    }
+                };
+                let wait = t0.elapsed().as_secs_f64();
+                trainer_idle += wait;
+                // Every RL rollout is kept, also those the step drops (infrastructure failures).
+                self.records.trajectories("rl", step, &ts)?;
+                let t1 = Instant::now();
+                let mut record = self.train_step(trainer, step, &ts, batches)?;
+                record.rollout_wait_s = wait;
+                record.tokens_per_s = record.sampled_tokens as f64 / wait.max(1e-9);
+                record.rollouts_per_s = ts.len() as f64 / wait.max(1e-9);
+                let sync_every = if is_async {
+                    c.r#async.trigger_parameter_sync_step
+                } else {
+                    1
+                };
+                if step % sync_every == 0 {
+                    let rollouter = rollouter.as_ref().map(|(r, _)| r);
+                    let released = (step + 1 - first) * groups_per_step;
+                    record.sync_s = self.sync_weights(trainer, rollouter, released).await?;
+                }
+                record.weight_version = self.sync.version();
+                record.train_s = t1.elapsed().as_secs_f64();
+                train_total += record.train_s;
+                let eval_now = (c.eval_every > 0 && step % c.eval_every == 0) || step == c.steps;
+                if eval_now && !held_out.is_empty() {
+                    let e = self.evaluate(held_out, step).await?;
+                    out.curve.push((step, e.success));
+                    out.reward_curve.push((step, e.reward));
+                    record.held_out_success = Some(e.success);
+                }
+                self.records.step(&record)?;
+                out.steps.push(record);
+                let every = self.config.checkpoint.every;
+                if every > 0 && (step % every == 0 || step == c.steps) {
+                    out.wall_s = prior_wall + started.elapsed().as_secs_f64();
+                    let cursor = source
+                        .lock()
+                        .map_err(|_| Error::internal("task source lock poisoned"))?
+                        .cursor();
+                    self.checkpoint(
+                        trainer,
+                        step,
+                        cursor,
+                        before,
+                        &out,
+                        (trainer_idle, train_total),
+                    )?;
+                }
+            }
+            Ok(())
+        }
+        .await;
+        let wall = prior_wall + started.elapsed().as_secs_f64();
+        out.rollout_idle_ratio = match rollouter {
+            Some((r, _)) => r.stop().await,
+            None => train_total / wall.max(1e-9),
+        };
+        out.trainer_idle_ratio = trainer_idle / wall.max(1e-9);
+        out.wall_s = wall;
+        result.map(|()| out)
+    }
+
+    /// One synchronous RL step's rollouts: the next `tasks_per_step` tasks, `group_size`
+    /// samples each.
+    async fn sample_step(&self, source: &Mutex<TaskSource>) -> Result<Vec<Trajectory>> {
+        let c = &self.config.rl;
+        let tasks = source
+            .lock()
+            .map_err(|_| Error::internal("task source lock poisoned"))?
+            .take(c.tasks_per_step)?;
+        let phase = RolloutPhase::sampled(
+            tasks,
+            c.group_size,
+            c.temperature,
+            self.config.max_concurrent_rollouts,
+        );
+        self.spec.run(self.generator.clone(), phase).await
+    }
+
+    /// Publishes the trainer's weights to the generator (with the async rollouter paused, so no
+    /// request straddles two versions) and lets the rollouter run up to `released` groups.
+    /// Returns the seconds it took.
+    async fn sync_weights(
+        &self,
+        trainer: &Trainer,
+        rollouter: Option<&Rollouter>,
+        released: usize,
+    ) -> Result<f64> {
+        let started = Instant::now();
+        let paused = match rollouter {
+            Some(r) => r.pause().await,
+            None => None,
+        };
+        self.sync.stage(trainer.policy())?;
+        self.sync.commit().await?;
+        drop(paused);
+        if let Some(r) = rollouter {
+            r.release(released);
+        }
+        Ok(started.elapsed().as_secs_f64())
+    }
+
+    /// Writes the run checkpoint after RL step `step` (see [`checkpoint`]); the last argument
+    /// is the seconds waited for rollouts and spent training so far.
+    fn checkpoint(
+        &mut self,
+        trainer: &Trainer,
+        step: usize,
+        cursor: crate::pipeline::tasks::TaskCursor,
+        before: Option<Evaluation>,
+        outcome: &RlOutcome,
+        (trainer_idle_s, train_s): (f64, f64),
+    ) -> Result<()> {
+        let state = RunState {
+            format: checkpoint::FORMAT,
+            config: self.config.clone(),
+            step,
+            cursor,
+            weight_version: self.sync.version(),
+            before,
+            sft_losses: self.sft_losses.clone(),
+            sft_probes: self.sft_probes.clone(),
+            outcome: outcome.clone(),
+            trainer_idle_s,
+            train_s,
+            records: self.records.offsets()?,
+        };
+        let keep = self.config.checkpoint.keep;
+        let dir = blocking(|| checkpoint::save(&self.out, trainer, &state, keep))?;
+        tracing::info!(step, dir = %dir.display(), "run checkpoint");
+        Ok(())
+    }
+
+    /// Applies the training policy to `ts`, then takes `batches` optimizer steps (one per
+    /// mini-batch of groups).
+    fn train_step(
+        &self,
+        trainer: &mut Trainer,
+        step: usize,
+        ts: &[Trajectory],
+        batches: usize,
+    ) -> Result<StepRecord> {
+        let mut record = StepRecord {
+            step,
+            ..StepRecord::default()
+        };
+        for t in ts {
+            *record
+                .exit_reasons
+                .entry(t.exit_reason.to_string())
+                .or_insert(0) += 1;
+        }
+        record.sampled_tokens = ts.iter().map(|t| t.counts.sampled_tokens).sum();
+        record.success_rate =
+            ts.iter().filter(|t| t.is_success()).count() as f64 / ts.len().max(1) as f64;
+        // The one policy: dropped rows leave the batch and their group's baseline; the rest
+        // train with the reward the policy assigns (0 for failures the agent could cause).
+        let mut kept: Vec<(Trajectory, f64)> = Vec::with_capacity(ts.len());
+        for t in ts {
+            match t.training_use() {
+                TrainingUse::Drop => record.dropped += 1,
+                TrainingUse::Train { reward } => kept.push((t.clone(), reward)),
+            }
+        }
+        record.mean_reward = kept.iter().map(|(_, r)| r).sum::<f64>() / kept.len().max(1) as f64;
+        let refs: Vec<&Trajectory> = kept.iter().map(|(t, _)| t).collect();
+        let current = self.sync.version();
+        record.staleness_hist = staleness_histogram(&refs, current);
+        record.staleness = record.staleness_hist.keys().max().copied().unwrap_or(0);
+        let pairs: Vec<(&str, f64)> = kept.iter().map(|(t, r)| (t.task_id.as_str(), *r)).collect();
+        record.mixed_groups = mixed_groups(&pairs);
+        let outputs: Vec<&AgentLoopOutput> = refs.iter().map(|t| &t.output).collect();
+        // Compared at the temperature of the logprobs the engine reports.
+        let temperature = if self.config.rl.correction.is_disabled() {
+            1.0
+        } else {
+            self.config.rl.temperature
+        };
+        let ratios = blocking(|| ratio_stats(trainer.policy(), &outputs, temperature))?;
+        record.logprob_max_abs_diff = ratios.max_abs_diff;
+        record.importance_ratio = ratios.mean_ratio;
+        record.importance_ratio_max = ratios.max_ratio;
+        record.kl_behaviour_current = ratios.kl_behaviour_current;
+        // Mini-batches of whole groups, in task order.
+        let mut tasks: Vec<&str> = kept.iter().map(|(t, _)| t.task_id.as_str()).collect();
+        tasks.dedup();
+        let per_batch = tasks.len().div_ceil(batches.max(1)).max(1);
+        let (mut adv_sum, mut adv_rows) = (0.0f64, 0usize);
+        let mut metrics: Vec<StepMetrics> = Vec::new();
+        for chunk in tasks.chunks(per_batch) {
+            let rows: Vec<&(Trajectory, f64)> = kept
+                .iter()
+                .filter(|(t, _)| {
+                    chunk.contains(&t.task_id.as_str()) && !t.output.response_ids.is_empty()
+                })
+                .collect();
+            if rows.is_empty() {
+                continue;
+            }
+            let uids: Vec<String> = rows.iter().map(|(t, _)| t.task_id.clone()).collect();
+            let sessions = session_keys(rows.iter().map(|(t, _)| t));
+            let outputs = rows
+                .iter()
+                .map(|(t, r)| {
+                    let mut o = t.output.clone();
+                    o.reward_score = Some(*r);
+                    o
+                })
+                .collect();
+            let batch = TrainBatch::with_grpo_sessions(
+                outputs,
+                &uids,
+                &sessions,
+                self.config.rl.norm_adv_by_std,
+            )?;
+            if let Some(adv) = &batch.advantages {
+                for a in adv {
+                    adv_sum += a
+                        .iter()
+                        .find(|x| **x != 0.0)
+                        .map_or(0.0, |x| f64::from(x.abs()));
+                    adv_rows += 1;
+                }
+            }
+            metrics.push(blocking(|| trainer.step(&batch))?);
+        }
+        record.mean_abs_advantage = adv_sum / adv_rows.max(1) as f64;
+        let n = metrics.len().max(1) as f64;
+        let mean = |f: fn(&StepMetrics) -> f64| metrics.iter().map(f).sum::<f64>() / n;
+        if metrics.is_empty() {
+            record.loss = f64::NAN;
+            record.grad_norm = f64::NAN;
+        } else {
+            record.loss = mean(|m| m.loss);
+            record.pg_loss = mean(|m| m.pg_loss);
+            record.pg_clipfrac = mean(|m| m.pg_clipfrac);
+            record.kl = mean(|m| m.kl);
+            record.entropy = mean(|m| m.entropy);
+            record.grad_norm = mean(|m| m.grad_norm);
+            record.lr = mean(|m| m.lr);
+            record.is_weight_mean = mean(|m| m.correction.is_mean);
+            record.is_weight_max = metrics
+                .iter()
+                .map(|m| m.correction.is_max)
+                .fold(0.0, f64::max);
+            record.is_fraction_high = mean(|m| m.correction.is_fraction_high);
+            record.rs_rejected_tokens = mean(|m| m.correction.rs_masked_fraction);
+            record.rs_rejected_sequences = mean(|m| m.correction.rs_seq_masked_fraction);
+        }
+        Ok(record)
+    }
+}
+
+/// What the RL phase produced.
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+pub struct RlOutcome {
+    /// One record per trainer step.
+    pub steps: Vec<StepRecord>,
+    /// `(step, held-out success)` at every evaluation.
+    pub curve: Vec<(usize, f64)>,
+    /// `(step, held-out mean reward)` at every evaluation.
+    pub reward_curve: Vec<(usize, f64)>,
+    /// Share of the wall time the trainer waited for rollouts.
+    pub trainer_idle_ratio: f64,
+    /// Rollout workers' waiting share (async), or training time over wall time (sync).
+    pub rollout_idle_ratio: f64,
+    /// Wall time of the phase.
+    pub wall_s: f64,
+}
+
+/// The GRPO session of each trajectory: the chains of one gateway session
+/// (`extra_fields.gateway.session`) count once in their group (see
+/// `TrainBatch::with_grpo_sessions`); any other rollout is a session of its own.
+fn session_keys<'a>(trajectories: impl Iterator<Item = &'a Trajectory>) -> Vec<String> {
+    trajectories
+        .enumerate()
+        .map(|(i, t)| {
+            let gateway = t.output.extra_fields.get("gateway");
+            match gateway.and_then(|g| g.get("session")?.as_str()) {
+                Some(session) => format!("session {session}"),
+                None => format!("row {i}"),
+            }
+        })
+        .collect()
+}
