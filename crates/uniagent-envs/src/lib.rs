@@ -21,7 +21,12 @@ pub mod fuzzing;
 pub mod host;
 #[cfg(any(feature = "pool", feature = "faas"))]
 pub mod leases;
-#[cfg(any(feature = "host", feature = "remote", feature = "faas"))]
+#[cfg(any(
+    feature = "host",
+    feature = "remote",
+    feature = "faas",
+    feature = "docker"
+))]
 mod lifecycle;
 #[cfg(any(feature = "openai", feature = "vllm", feature = "sglang"))]
 pub mod models;

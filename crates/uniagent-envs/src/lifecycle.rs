@@ -8,12 +8,36 @@ use uniagent_core::Error;
 pub(crate) enum Phase {
     /// `start` was not called yet.
     New,
-    /// Started and not stopped (only `remote` is in this phase: the `host` and `faas` backends
-    /// keep their running state apart).
+    /// Started and not stopped (only `remote` is in this phase: the `host`, `docker` and
+    /// `faas` backends keep their running state apart).
     #[cfg_attr(not(feature = "remote"), allow(dead_code))]
     Running,
     /// `stop` ran.
     Stopped,
+}
+
+/// A deployment that keeps its running state apart (`host`, `docker`): idle in a phase, or
+/// running with `R`.
+#[derive(Debug)]
+pub(crate) enum State<R> {
+    Idle(Phase),
+    Running(Box<R>),
+}
+
+impl<R> State<R> {
+    /// Marks the deployment stopped and hands back what was running, if anything.
+    pub(crate) fn stop(&mut self) -> Option<R> {
+        match std::mem::replace(self, State::Idle(Phase::Stopped)) {
+            State::Running(running) => Some(*running),
+            State::Idle(_) => None,
+        }
+    }
+}
+
+/// Closes the server's sessions first, so shells end their jobs the polite way; waits at most
+/// two seconds, and a dead server is no error.
+pub(crate) async fn close_sessions(runtime: &crate::client::RemoteRuntime) {
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), runtime.close()).await;
 }
 
 /// The error of an operation called outside [`Phase::Running`].

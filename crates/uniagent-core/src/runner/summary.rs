@@ -57,6 +57,18 @@ pub struct PhaseStats {
     pub total: Stat,
 }
 
+/// A rollout's phase times in [`PhaseStats`]' field order.
+fn phase_seconds(t: &PhaseTimings) -> [f64; 6] {
+    [
+        t.sandbox_start,
+        t.model,
+        t.tools,
+        t.reward,
+        t.sandbox_stop,
+        t.total,
+    ]
+}
+
 /// The summary of a run: success rate, mean reward, how rollouts ended, turns, tokens, time.
 ///
 /// ```
@@ -138,19 +150,7 @@ impl SummaryBuilder {
         self.tool_calls.add(f64::from(t.counts.tool_calls));
         self.sampled.add(t.counts.sampled_tokens as f64);
         self.response.add(t.output.response_ids.len() as f64);
-        let PhaseTimings {
-            sandbox_start,
-            model,
-            tools,
-            reward,
-            sandbox_stop,
-            total,
-        } = t.timings;
-        for (acc, v) in
-            self.phases
-                .iter_mut()
-                .zip([sandbox_start, model, tools, reward, sandbox_stop, total])
-        {
+        for (acc, v) in self.phases.iter_mut().zip(phase_seconds(&t.timings)) {
             acc.add(v);
         }
     }
@@ -166,6 +166,14 @@ impl SummaryBuilder {
         }
         let [sandbox_start, model, tools, reward, sandbox_stop, total] =
             self.phases.map(|a| a.stat(n));
+        let time = PhaseStats {
+            sandbox_start,
+            model,
+            tools,
+            reward,
+            sandbox_stop,
+            total,
+        };
         let wall_time = wall.as_secs_f64();
         Summary {
             rollouts: n,
@@ -179,14 +187,7 @@ impl SummaryBuilder {
             tool_calls: self.tool_calls.stat(n),
             sampled_tokens: self.sampled.stat(n),
             response_tokens: self.response.stat(n),
-            time: PhaseStats {
-                sandbox_start,
-                model,
-                tools,
-                reward,
-                sandbox_stop,
-                total,
-            },
+            time,
             wall_time,
             rollouts_per_sec: if wall_time > 0.0 {
                 n as f64 / wall_time

@@ -70,6 +70,7 @@ pub use reaper::{list_managed, reap_run, reap_stale, ManagedContainer, Reaped};
 
 use crate::client::{RemoteRuntime, RemoteRuntimeOptions};
 use crate::config::{DockerConfig, NetworkMode};
+use crate::lifecycle::{close_sessions, not_running, Phase};
 use engine::{docker_error, is_not_found, sandbox_error, BACKEND};
 use guard::ContainerGuard;
 use relay::Relay;
@@ -105,17 +106,7 @@ pub struct DockerDeployment {
     foreign_owner: Option<std::collections::HashMap<String, String>>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    New,
-    Stopped,
-}
-
-#[derive(Debug)]
-enum State {
-    Idle(Phase),
-    Running(Box<Running>),
-}
+type State = crate::lifecycle::State<Running>;
 
 /// Field order matters: the lifetime timer and the relay stop before the container is removed.
 #[derive(Debug)]
@@ -235,13 +226,7 @@ impl DockerDeployment {
     async fn watch(&self, operation: &str) -> Result<Watch> {
         match &*self.state.lock().await {
             State::Running(r) => Ok(r.watch.clone()),
-            State::Idle(phase) => Err(sandbox_error(format!(
-                "cannot {operation}: {}",
-                match phase {
-                    Phase::New => "the deployment was not started",
-                    Phase::Stopped => "the deployment was stopped",
-                }
-            ))),
+            State::Idle(phase) => Err(not_running(BACKEND, *phase, operation)),
         }
     }
 
@@ -401,9 +386,7 @@ impl DockerDeployment {
     }
 
     async fn do_stop(&self) -> Result<()> {
-        let previous =
-            std::mem::replace(&mut *self.state.lock().await, State::Idle(Phase::Stopped));
-        let State::Running(running) = previous else {
+        let Some(running) = self.state.lock().await.stop() else {
             return Ok(());
         };
         let Running {
@@ -412,10 +395,9 @@ impl DockerDeployment {
             relay,
             container,
             ..
-        } = *running;
+        } = running;
         drop(lifetime_timer);
-        // Sessions first, so shells end their jobs the polite way; a dead server is no error.
-        let _ = tokio::time::timeout(Duration::from_secs(2), watch.runtime.close()).await;
+        close_sessions(&watch.runtime).await;
         drop(relay);
         container.remove(&watch.docker).await
     }

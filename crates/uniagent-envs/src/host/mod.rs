@@ -25,7 +25,9 @@ pub use process::{
 
 use crate::client::{RemoteRuntime, RemoteRuntimeOptions};
 use crate::config::HostConfig;
-use crate::lifecycle::{impl_deployment_over_runtime, not_running, Phase};
+use crate::lifecycle::{close_sessions, impl_deployment_over_runtime, not_running, Phase};
+
+type State = crate::lifecycle::State<Running>;
 use process::{Launch, ServerProcess};
 
 const BACKEND: &str = "host";
@@ -51,12 +53,6 @@ const PORT_ATTEMPTS: usize = 3;
 pub struct HostDeployment {
     config: HostConfig,
     state: Mutex<State>,
-}
-
-#[derive(Debug)]
-enum State {
-    Idle(Phase),
-    Running(Box<Running>),
 }
 
 /// Field order matters: the process is killed before the directory is removed.
@@ -286,18 +282,15 @@ impl HostDeployment {
     /// Closes the sessions, stops the server's process group, kills leftovers and removes the
     /// instance directory. Idempotent.
     async fn do_stop(&self) -> Result<()> {
-        let previous =
-            std::mem::replace(&mut *self.state.lock().await, State::Idle(Phase::Stopped));
-        let State::Running(running) = previous else {
+        let Some(running) = self.state.lock().await.stop() else {
             return Ok(());
         };
         let Running {
             runtime,
             process,
             instance,
-        } = *running;
-        // Sessions first, so shells end their jobs the polite way; a dead server is no error here.
-        let _ = tokio::time::timeout(Duration::from_secs(2), runtime.close()).await;
+        } = running;
+        close_sessions(&runtime).await;
         process.stop().await;
         drop(instance);
         Ok(())
