@@ -29,17 +29,13 @@ use uniagent_envs::{DockerConfig, DockerDeployment, HostConfig, HostDeployment, 
 
 mod common;
 
-use common::start_to_first_command;
+use common::{block_on, start_to_first_command};
 
 const SEQUENTIAL: usize = 20;
 const CONCURRENT: usize = 32;
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap_or_else(|e| panic!("runtime: {e}"));
-    runtime.block_on(run());
+    block_on(run());
 }
 
 fn config(network: NetworkMode) -> DockerConfig {

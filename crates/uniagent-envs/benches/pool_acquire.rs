@@ -33,7 +33,7 @@ use uniagent_envs::{DockerConfig, DockerDeployment, FaasConfig, FaasDeployment};
 
 mod common;
 
-use common::start_to_first_command;
+use common::{block_on, start_to_first_command};
 
 const ROUNDS: usize = 15;
 const WARM: usize = 4;
@@ -41,11 +41,7 @@ const CLIENTS: usize = 8;
 const WINDOW: Duration = Duration::from_secs(20);
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap_or_else(|e| panic!("runtime: {e}"));
-    runtime.block_on(run());
+    block_on(run());
 }
 
 fn image() -> String {

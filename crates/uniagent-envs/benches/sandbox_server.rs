@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use serde_json::{json, Value};
+use uniagent_core::testing::{free_port, sandbox_server_args};
 
 #[derive(Debug, Parser)]
 #[command(name = "sandbox_server", about = "uniagent-sandbox vs swerex-remote")]
@@ -57,12 +58,6 @@ impl Drop for Server {
     }
 }
 
-fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 async fn start(
     name: &'static str,
     program: &PathBuf,
@@ -74,14 +69,7 @@ async fn start(
     let url = format!("http://127.0.0.1:{port}");
     let started = Instant::now();
     let child = Command::new(program)
-        .args([
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "--auth-token",
-            TOKEN,
-        ])
+        .args(sandbox_server_args(port, TOKEN))
         .env_remove("TERM")
         .env("HOME", home.path())
         .current_dir(cwd.path())

@@ -14,6 +14,7 @@ use std::time::Duration;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use uniagent_core::sandbox::{Action, BashAction, Command, CreateSessionRequest, UploadRequest};
+use uniagent_core::testing::spawn_with_first_line;
 use uniagent_core::{Deployment, Error, RetryConfig};
 use uniagent_envs::client::{RemoteRuntime, RemoteRuntimeOptions};
 use uniagent_envs::host::{sweep_orphaned_instances, INSTANCE_ENV, OWNER_ENV};
@@ -44,18 +45,13 @@ async fn gone_within(pid: u32, limit: Duration) -> bool {
 
 /// The real server binary on a free port; returns the child and its URL.
 fn start_server(dir: &Path) -> (Child, String) {
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_uniagent-sandbox"))
-        .args(["--host", "127.0.0.1", "--port", "0"])
-        .env("UNIAGENT_SANDBOX_TOKEN", "tok")
-        .current_dir(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (child, line) = spawn_with_first_line(
+        std::process::Command::new(env!("CARGO_BIN_EXE_uniagent-sandbox"))
+            .args(["--host", "127.0.0.1", "--port", "0"])
+            .env("UNIAGENT_SANDBOX_TOKEN", "tok")
+            .current_dir(dir)
+            .stderr(Stdio::null()),
+    );
     let url = line.trim().rsplit(' ').next().unwrap().to_owned();
     (child, url)
 }

@@ -10,7 +10,7 @@ mod server_common;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use server_common::{class_path, message, TestServer, TOKEN};
+use server_common::{class_path, file_form, message, TestServer, TOKEN};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn raw(s: &TestServer, request: String) -> String {
@@ -37,20 +37,8 @@ async fn oversized_bodies_get_413_and_errors_do_not_echo_them() {
         (st, body),
         (413, json!({"detail": "Request body too large"}))
     );
-    let form = reqwest::multipart::Form::new()
-        .part(
-            "file",
-            reqwest::multipart::Part::bytes(vec![0u8; 2 << 20]).file_name("f"),
-        )
-        .text("target_path", "/tmp/never");
-    let r = s
-        .client
-        .post(format!("{}/upload", s.url))
-        .header("X-API-Key", TOKEN)
-        .multipart(form)
-        .send()
-        .await
-        .unwrap();
+    let form = file_form(vec![0u8; 2 << 20], "f").text("target_path", "/tmp/never");
+    let r = s.upload_form(form).await;
     assert_eq!(r.status().as_u16(), 413);
     // An 800 KB body that fails validation: the 422 does not send it back.
     let (st, body) = s

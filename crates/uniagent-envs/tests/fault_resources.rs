@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use fault_common::{deflated_zip, upload};
-use serde_json::json;
+use serde_json::{json, Value};
 use server_common::{class_path, message, TestServer};
 
 /// A size-limited tmpfs, unmounted on drop.
@@ -148,39 +148,35 @@ fn bomb(marker: &str) -> String {
     format!("( trap '' INT; b() {{ if [ $1 -gt 0 ]; then b $(($1-1)) & b $(($1-1)) & fi; exec sleep {marker}; }}; b 6 )")
 }
 
+/// The bomb's command answered with a timeout and none of its processes outlived `timeout`.
+async fn assert_timed_out_and_gone((st, body): (u16, Value), marker: &str, timeout: &str) {
+    assert_eq!(
+        (st, class_path(&body)),
+        (511, "swerex.exceptions.CommandTimeoutError"),
+        "{body}"
+    );
+    assert!(
+        none_left(marker).await,
+        "{} bomb processes survived {timeout}",
+        running(marker)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fork_bomb_is_stopped_at_the_timeout_on_the_host() {
     let s = TestServer::start().await;
     s.create("a").await;
     let marker = "31.4159";
-    let (st, body) = s.run("a", &bomb(marker), Some(1.0)).await;
-    assert_eq!(
-        (st, class_path(&body)),
-        (511, "swerex.exceptions.CommandTimeoutError"),
-        "{body}"
-    );
-    assert!(
-        none_left(marker).await,
-        "{} bomb processes survived the timeout",
-        running(marker)
-    );
+    let answer = s.run("a", &bomb(marker), Some(1.0)).await;
+    assert_timed_out_and_gone(answer, marker, "the timeout").await;
     assert_eq!(s.ok("a", "echo alive").await.0, "alive\n");
     // The same through /execute.
     let marker = "27.1828";
-    let (st, body) = s
+    let answer = s
         .post(
             "/execute",
             json!({"command": bomb(marker), "shell": true, "timeout": 1.0}),
         )
         .await;
-    assert_eq!(
-        (st, class_path(&body)),
-        (511, "swerex.exceptions.CommandTimeoutError"),
-        "{body}"
-    );
-    assert!(
-        none_left(marker).await,
-        "{} bomb processes survived /execute's timeout",
-        running(marker)
-    );
+    assert_timed_out_and_gone(answer, marker, "/execute's timeout").await;
 }

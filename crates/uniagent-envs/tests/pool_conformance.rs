@@ -8,7 +8,9 @@ mod pool_common;
 
 use std::time::Duration;
 
-use pool_common::{docker_or_skip, get_json, unique, wait_for_containers, PoolProcess, PoolSpec};
+use pool_common::{
+    docker_or_skip, get_json, post_json, unique, wait_for_containers, PoolProcess, PoolSpec,
+};
 use uniagent_core::{Deployment, DeploymentExt};
 use uniagent_envs::{conformance, FaasDeployment};
 
@@ -89,25 +91,14 @@ async fn leases_are_listed_renewed_released_and_guarded_by_their_token() {
         .await
         .unwrap();
     assert_eq!(bad.status(), 400);
-    let unknown: serde_json::Value = http
-        .post(format!("{}/v1/leases", pool.url))
-        .json(&serde_json::json!({"image": "no-such-image:1"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let leases = format!("{}/v1/leases", pool.url);
+    let unknown = post_json(&leases, &serde_json::json!({"image": "no-such-image:1"})).await;
     assert_eq!(unknown["error"]["kind"], "unknown_image", "{unknown}");
-    let too_long: serde_json::Value = http
-        .post(format!("{}/v1/leases", pool.url))
-        .json(&serde_json::json!({"image": pool_common::image(), "ttl_secs": 1e9}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let too_long = post_json(
+        &leases,
+        &serde_json::json!({"image": pool_common::image(), "ttl_secs": 1e9}),
+    )
+    .await;
     assert_eq!(too_long["error"]["kind"], "limit_exceeded", "{too_long}");
 
     // The renewer keeps the 3 s lease alive well past its TTL.

@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use pool_common::{
-    docker_or_skip, faas_config, get_json, pool_containers, unique, wait_for_containers,
+    docker_or_skip, faas_config, get_json, pool_containers, post_json, unique, wait_for_containers,
     PoolProcess, PoolSpec,
 };
 use uniagent_core::{Deployment, DeploymentExt, Error, RetryConfig};
@@ -34,6 +34,16 @@ async fn started(config: FaasConfig) -> FaasDeployment {
     sandbox
 }
 
+/// The error of a start with `config` and no retries.
+async fn start_error_at_once(mut config: FaasConfig) -> Error {
+    config.retry = RetryConfig::none();
+    FaasDeployment::new(config)
+        .unwrap()
+        .start()
+        .await
+        .unwrap_err()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_pool_answers_with_a_typed_retryable_error_and_never_hangs() {
     if !docker_or_skip("capacity").await {
@@ -47,14 +57,8 @@ async fn a_full_pool_answers_with_a_typed_retryable_error_and_never_hangs() {
     let first = started(pool.faas()).await;
     let second = started(pool.faas()).await;
 
-    let mut once = pool.faas();
-    once.retry = RetryConfig::none();
     let clock = Instant::now();
-    let err = FaasDeployment::new(once)
-        .unwrap()
-        .start()
-        .await
-        .unwrap_err();
+    let err = start_error_at_once(pool.faas()).await;
     assert!(
         matches!(&err, Error::Sandbox { retryable: true, message, .. } if message.contains("slots")),
         "{err}"
@@ -208,13 +212,7 @@ async fn a_sigtermed_pool_drains_live_leases_finish_and_new_ones_go_elsewhere() 
         "during\n"
     );
     // New leases are refused with a retryable error and go to the other pool.
-    let mut once = a.faas();
-    once.retry = RetryConfig::none();
-    let err = FaasDeployment::new(once)
-        .unwrap()
-        .start()
-        .await
-        .unwrap_err();
+    let err = start_error_at_once(a.faas()).await;
     assert!(
         matches!(
             &err,
@@ -335,16 +333,11 @@ async fn a_restarted_pool_recovers_live_leases_from_labels_and_reaps_only_expire
         .await
         .unwrap();
     // An abandoned lease: granted over plain HTTP and never renewed.
-    let http = reqwest::Client::new();
-    let abandoned: serde_json::Value = http
-        .post(format!("{}/v1/leases", pool.url))
-        .json(&serde_json::json!({"image": pool_common::image(), "ttl_secs": 3}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let abandoned = post_json(
+        &format!("{}/v1/leases", pool.url),
+        &serde_json::json!({"image": pool_common::image(), "ttl_secs": 3}),
+    )
+    .await;
     let abandoned_id = abandoned["id"].as_str().unwrap().to_owned();
     let live_id = live.info().await.unwrap().lease.id;
 

@@ -10,41 +10,18 @@ mod pool_common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use serde_json::{json, Value};
 use uniagent_core::agent::{
     AgentInteraction, CancellationToken, ExitReason, LoopConfig, Trajectory,
 };
 use uniagent_core::runner::{Runner, RunnerConfig};
-use uniagent_core::testing::{RecordingTool, ScriptedChatModel, ScriptedTurn};
+use uniagent_core::testing::{BashTool, RecordingTool, ScriptedChatModel, ScriptedTurn};
 use uniagent_core::{
-    Deployment, DeploymentExt, EpisodeSignal, Message, Result, RetryConfig, Task, Tool, ToolCall,
-    ToolContext, ToolOutput, ToolSpec,
+    Deployment, EpisodeSignal, Message, Result, RetryConfig, Task, ToolCall, ToolOutput,
 };
 use uniagent_envs::{FaasConfig, FaasDeployment};
 
 use pool_common::{docker_or_skip, faas_config, unique, PoolProcess, PoolSpec};
-
-#[derive(Debug)]
-struct Bash;
-
-#[async_trait]
-impl Tool for Bash {
-    fn spec(&self) -> ToolSpec {
-        ToolSpec::function(
-            "bash",
-            "Run a bash command.",
-            json!({"type": "object", "properties": {"command": {"type": "string"}}}),
-        )
-    }
-
-    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput> {
-        let command = args["command"].as_str().unwrap_or_default();
-        let sandbox = ctx.require_deployment("bash")?;
-        let out = sandbox.sh(command, Duration::from_secs(60)).await?;
-        Ok(ToolOutput::success(out.stdout))
-    }
-}
 
 fn call(id: &str, name: &str, args: Value) -> ScriptedTurn {
     ScriptedTurn::Reply(Message::assistant_with_calls(
@@ -67,7 +44,7 @@ fn agent() -> AgentInteraction {
     });
     AgentInteraction::new(
         Arc::new(model),
-        vec![Arc::new(Bash), Arc::new(finish)],
+        vec![Arc::new(BashTool), Arc::new(finish)],
         LoopConfig::default(),
     )
     .unwrap()

@@ -4,27 +4,23 @@
 #![cfg(feature = "server")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+use uniagent_core::testing::spawn_with_first_line;
 
 #[test]
 fn starts_fast_and_serves_sessions() {
     let home = tempfile::tempdir().unwrap();
     let cwd = tempfile::tempdir().unwrap();
     let started = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_uniagent-sandbox"))
-        .args(["--host", "127.0.0.1", "--port", "0", "--auth-token", "T"])
-        .env_remove("TERM")
-        .env("HOME", home.path())
-        .current_dir(cwd.path())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (mut child, line) = spawn_with_first_line(
+        Command::new(env!("CARGO_BIN_EXE_uniagent-sandbox"))
+            .args(["--host", "127.0.0.1", "--port", "0", "--auth-token", "T"])
+            .env_remove("TERM")
+            .env("HOME", home.path())
+            .current_dir(cwd.path()),
+    );
     let url = line.trim().rsplit(' ').next().unwrap().to_owned();
     assert!(url.starts_with("http://127.0.0.1:"), "{line}");
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -9,7 +9,7 @@ use std::io::Write as _;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use server_common::{class_path, message, pid_alive, TestServer, TOKEN};
+use server_common::{class_path, file_form, message, pid_alive, TestServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn execute_matches_subprocess_run() {
@@ -183,23 +183,11 @@ async fn upload(
     target: &str,
     unzip: Option<&str>,
 ) -> (u16, serde_json::Value) {
-    let mut form = reqwest::multipart::Form::new()
-        .part(
-            "file",
-            reqwest::multipart::Part::bytes(data).file_name("zipped_transfer.zip"),
-        )
-        .text("target_path", target.to_owned());
+    let mut form = file_form(data, "zipped_transfer.zip").text("target_path", target.to_owned());
     if let Some(u) = unzip {
         form = form.text("unzip", u.to_owned());
     }
-    let r = s
-        .client
-        .post(format!("{}/upload", s.url))
-        .header("X-API-Key", TOKEN)
-        .multipart(form)
-        .send()
-        .await
-        .unwrap();
+    let r = s.upload_form(form).await;
     (r.status().as_u16(), r.json().await.unwrap())
 }
 
@@ -249,18 +237,7 @@ async fn upload_files_and_zips() {
     )
     .await;
     assert_eq!((st, class_path(&b)), (511, "zipfile.BadZipFile"));
-    let form = reqwest::multipart::Form::new().part(
-        "file",
-        reqwest::multipart::Part::bytes(b"x".to_vec()).file_name("f"),
-    );
-    let r = s
-        .client
-        .post(format!("{}/upload", s.url))
-        .header("X-API-Key", TOKEN)
-        .multipart(form)
-        .send()
-        .await
-        .unwrap();
+    let r = s.upload_form(file_form(b"x".to_vec(), "f")).await;
     assert_eq!(r.status().as_u16(), 422);
     assert_eq!(
         r.json::<serde_json::Value>().await.unwrap()["detail"][0]["loc"],

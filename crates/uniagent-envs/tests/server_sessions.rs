@@ -173,22 +173,7 @@ async fn interrupt_reaches_a_command_without_timeout() {
     let marker = std::env::temp_dir().join(format!("uniagent-interrupt-{}", std::process::id()));
     let _ = std::fs::remove_file(&marker);
     let command = format!("touch {}; sleep 60", marker.display());
-    let long = {
-        let client = s.client.clone();
-        let url = s.url.clone();
-        tokio::spawn(async move {
-            client
-                .post(format!("{url}/run_in_session"))
-                .header("X-API-Key", server_common::TOKEN)
-                .json(&json!({"action_type": "bash", "session": "i", "command": command, "check": "silent"}))
-                .send()
-                .await
-                .unwrap()
-                .json::<serde_json::Value>()
-                .await
-                .unwrap()
-        })
-    };
+    let long = s.spawn_run("i", &command);
     let waiting = Instant::now();
     while !marker.exists() {
         assert!(
@@ -201,7 +186,12 @@ async fn interrupt_reaches_a_command_without_timeout() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     let started = Instant::now();
     interrupt(&s, "i", 5.0).await;
-    let long = long.await.unwrap();
+    let long = long
+        .await
+        .unwrap()
+        .json::<serde_json::Value>()
+        .await
+        .unwrap();
     let _ = std::fs::remove_file(&marker);
     // 130: SIGINT ended it (a kill after the interrupt's timeout gives 137).
     assert_eq!(long["exit_code"], json!(130), "{long}");
@@ -259,20 +249,7 @@ async fn sessions_do_not_block_each_other() {
     let s = TestServer::start().await;
     s.create("slow").await;
     s.create("fast").await;
-    let slow = {
-        let client = s.client.clone();
-        let url = s.url.clone();
-        tokio::spawn(async move {
-            client
-                .post(format!("{url}/run_in_session"))
-                .header("X-API-Key", server_common::TOKEN)
-                .json(&json!({"action_type": "bash", "session": "slow", "command": "sleep 2", "check": "silent"}))
-                .send()
-                .await
-                .unwrap()
-                .status()
-        })
-    };
+    let slow = s.spawn_run("slow", "sleep 2");
     tokio::time::sleep(Duration::from_millis(200)).await;
     let t = Instant::now();
     assert_eq!(s.get("/is_alive").await.0, 200);
@@ -286,7 +263,7 @@ async fn sessions_do_not_block_each_other() {
         "blocked for {:?}",
         t.elapsed()
     );
-    assert_eq!(slow.await.unwrap().as_u16(), 200);
+    assert_eq!(slow.await.unwrap().status().as_u16(), 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

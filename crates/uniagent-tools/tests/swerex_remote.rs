@@ -10,6 +10,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use uniagent_core::testing::{free_port, sandbox_server_args};
 use uniagent_core::Deployment;
 use uniagent_envs::{RemoteConfig, RemoteDeployment};
 
@@ -29,28 +30,13 @@ fn swerex_remote() -> Option<PathBuf> {
     Some(bin)
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tools_pass_the_scenarios_on_swerex_remote() {
     let Some(bin) = swerex_remote() else { return };
-    let port = free_port();
+    let port = free_port().unwrap();
     let token = format!("tok{:x}", fastrand::u64(..));
     let mut server = tokio::process::Command::new(bin)
-        .args([
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "--auth-token",
-            &token,
-        ])
+        .args(sandbox_server_args(port, &token))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .kill_on_drop(true)

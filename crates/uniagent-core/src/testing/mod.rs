@@ -11,6 +11,7 @@
 mod bash;
 mod deployment;
 mod model;
+mod process;
 #[cfg(feature = "codec")]
 mod token_generator;
 mod tool;
@@ -18,6 +19,7 @@ mod tool;
 pub use bash::BashTool;
 pub use deployment::{ScriptedDeployment, ScriptedReply};
 pub use model::{ModelRequest, ScriptedChatModel, ScriptedTurn};
+pub use process::{free_port, sandbox_server_args, spawn_with_first_line};
 #[cfg(feature = "codec")]
 pub use token_generator::{assistant_text, ScriptedTokenGenerator, SCRIPTED_LOGPROB};
 pub use tool::{RecordedCall, RecordingTool};

@@ -1,5 +1,6 @@
 //! What the Docker and pool benchmarks measure alike.
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use uniagent_core::{Deployment, DeploymentExt};
@@ -17,4 +18,13 @@ pub async fn start_to_first_command<D: Deployment>(sandbox: &D) -> Duration {
         .unwrap_or_else(|e| panic!("first command: {e}"));
     assert_eq!(out.stdout, "ok\n");
     t0.elapsed()
+}
+
+/// A benchmark's `main`: runs `future` on a multi-threaded runtime.
+pub fn block_on<F: Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("runtime: {e}"))
+        .block_on(future)
 }

@@ -7,7 +7,7 @@ use std::io::Write;
 
 use serde_json::Value;
 
-use crate::server_common::{TestServer, TOKEN};
+use crate::server_common::{file_form, TestServer};
 
 /// One entry of a hand-built, stored (uncompressed) zip archive.
 pub struct RawEntry<'a> {
@@ -117,21 +117,10 @@ pub fn deflated_zip(files: &[(String, Vec<u8>)]) -> Vec<u8> {
 
 /// `POST /upload` with `unzip`; returns (status, body).
 pub async fn upload(s: &TestServer, data: Vec<u8>, target: &str, unzip: bool) -> (u16, Value) {
-    let form = reqwest::multipart::Form::new()
-        .part(
-            "file",
-            reqwest::multipart::Part::bytes(data).file_name("a.zip"),
-        )
+    let form = file_form(data, "a.zip")
         .text("target_path", target.to_owned())
         .text("unzip", if unzip { "true" } else { "false" });
-    let r = s
-        .client
-        .post(format!("{}/upload", s.url))
-        .header("X-API-Key", TOKEN)
-        .multipart(form)
-        .send()
-        .await
-        .unwrap();
+    let r = s.upload_form(form).await;
     let status = r.status().as_u16();
     (status, r.json().await.unwrap_or(Value::Null))
 }

@@ -6,11 +6,11 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
-use std::io::{BufRead as _, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bollard::query_parameters::{ListContainersOptions, RemoveContainerOptions};
+use uniagent_core::testing::spawn_with_first_line;
 use uniagent_envs::docker::{daemon_reachable, engine};
 use uniagent_envs::leases::LABEL_POOL;
 use uniagent_envs::FaasConfig;
@@ -174,20 +174,15 @@ impl PoolProcess {
 /// Starts `uniagent-pool` with the configuration in `dir` and reads its first line.
 fn launch(dir: &tempfile::TempDir, port: u16) -> (Child, String, u16) {
     let key = std::fs::read_to_string(dir.path().join("key")).unwrap_or_default();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_uniagent-pool"))
-        .env("UNIAGENT_TEST_POOL_KEY", key)
-        .arg("--config")
-        .arg(dir.path().join("pool.yaml"))
-        .args(["--port", &port.to_string()])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (child, line) = spawn_with_first_line(
+        Command::new(env!("CARGO_BIN_EXE_uniagent-pool"))
+            .env("UNIAGENT_TEST_POOL_KEY", key)
+            .arg("--config")
+            .arg(dir.path().join("pool.yaml"))
+            .args(["--port", &port.to_string()])
+            .env("RUST_LOG", "warn")
+            .stderr(Stdio::inherit()),
+    );
     let url = line
         .trim()
         .strip_prefix("listening on ")
@@ -288,4 +283,10 @@ pub fn unique(test: &str) -> String {
 pub async fn get_json(url: &str) -> serde_json::Value {
     let client = reqwest::Client::new();
     client.get(url).send().await.unwrap().json().await.unwrap()
+}
+
+/// A POST of `body` to `url`, answered with JSON.
+pub async fn post_json(url: &str, body: &serde_json::Value) -> serde_json::Value {
+    let response = reqwest::Client::new().post(url).json(body).send().await;
+    response.unwrap().json().await.unwrap()
 }

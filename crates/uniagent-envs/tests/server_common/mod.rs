@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
+use reqwest::multipart::{Form, Part};
 use serde_json::{json, Value};
+use tokio::task::JoinHandle;
 use uniagent_envs::server::{serve, ServerConfig, ShellOptions};
 
 pub const TOKEN: &str = "test-token";
@@ -73,6 +75,17 @@ impl TestServer {
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
+    /// `POST /upload` with `form`.
+    pub async fn upload_form(&self, form: Form) -> reqwest::Response {
+        self.client
+            .post(format!("{}/upload", self.url))
+            .header("X-API-Key", TOKEN)
+            .multipart(form)
+            .send()
+            .await
+            .unwrap()
+    }
+
     pub async fn create(&self, session: &str) -> Value {
         let (status, body) = self
             .post(
@@ -93,6 +106,17 @@ impl TestServer {
         .await
     }
 
+    /// `run_in_session` with `check: silent` and no timeout, sent from a task of its own: for a
+    /// command that is still running while the test goes on.
+    pub fn spawn_run(&self, session: &str, command: &str) -> JoinHandle<reqwest::Response> {
+        let request = self
+            .client
+            .post(format!("{}/run_in_session", self.url))
+            .header("X-API-Key", TOKEN)
+            .json(&json!({"action_type": "bash", "session": session, "command": command, "check": "silent"}));
+        tokio::spawn(async move { request.send().await.unwrap() })
+    }
+
     /// Runs and expects success; returns (output, exit code).
     pub async fn ok(&self, session: &str, command: &str) -> (String, Value) {
         let (status, body) = self.run(session, command, Some(20.0)).await;
@@ -110,6 +134,11 @@ impl Drop for TestServer {
             let _ = tx.send(());
         }
     }
+}
+
+/// A multipart form whose `file` part is `data`, sent as `file_name`.
+pub fn file_form(data: Vec<u8>, file_name: &str) -> Form {
+    Form::new().part("file", Part::bytes(data).file_name(file_name.to_owned()))
 }
 
 pub fn class_path(body: &Value) -> &str {

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use uniagent_core::sandbox::*;
+use uniagent_core::testing::{free_port, sandbox_server_args};
 use uniagent_core::Error;
 use uniagent_envs::client::{RemoteRuntime, RemoteRuntimeOptions};
 
@@ -58,23 +59,12 @@ impl ServerUnderTest {
         let (work, home) = (dir.path().join("work"), dir.path().join("home"));
         std::fs::create_dir(&work).unwrap();
         std::fs::create_dir(&home).unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port().unwrap();
         let token = format!("tok-{:016x}", fastrand::u64(..));
         let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
         let child = std::process::Command::new(program)
             .args(extra_args)
-            .args([
-                "--host",
-                "127.0.0.1",
-                "--port",
-                &port.to_string(),
-                "--auth-token",
-                &token,
-            ])
+            .args(sandbox_server_args(port, &token))
             .current_dir(&work)
             .env_remove("TERM")
             .env("HOME", &home)
