@@ -35,6 +35,7 @@ mod load;
 mod probe;
 mod pyjson;
 mod pyrepr;
+mod render_cache;
 mod replay;
 mod rerender;
 mod template;

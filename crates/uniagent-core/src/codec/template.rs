@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use minijinja::value::{Kwargs, Object, ObjectRepr, Serde, Value as JinjaValue, ValueKind};
 use minijinja::{Environment, ErrorKind as JinjaErrorKind};
@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 
 use super::pyjson::{py_json_dumps_with, PyJsonOptions};
 use super::pyrepr::py_str;
+use super::render_cache::{BaseContext, MemoJson};
 use super::unsupported::find_unsupported;
 use crate::error::{Error, Result};
 
@@ -71,6 +72,9 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     /// The special-token variables, converted once: every render starts from them.
     jinja_globals: BTreeMap<String, JinjaValue>,
+    /// The variables of the last (tools, kwargs) rendered with, converted: the renders of one
+    /// rollout share them.
+    base: Mutex<Option<Arc<BaseContext>>>,
 }
 
 fn tojson(value: JinjaValue, kwargs: Kwargs) -> std::result::Result<JinjaValue, minijinja::Error> {
@@ -80,8 +84,26 @@ fn tojson(value: JinjaValue, kwargs: Kwargs) -> std::result::Result<JinjaValue, 
     // `separators` is accepted for compatibility; Python's defaults are what templates use.
     let _: Option<JinjaValue> = kwargs.get("separators")?;
     kwargs.assert_all_used()?;
-    if is_py_none(&value) {
-        return Ok(JinjaValue::from_safe_string("null".into()));
+    let options = PyJsonOptions {
+        indent,
+        sort_keys: sort_keys.unwrap_or(false),
+        ensure_ascii: ensure_ascii.unwrap_or(false),
+    };
+    if options == PyJsonOptions::default() {
+        if let Some(memo) = value.downcast_object_ref::<MemoJson>() {
+            return Ok(JinjaValue::from_safe_string(memo.json.clone()));
+        }
+    }
+    Ok(JinjaValue::from_safe_string(tojson_text(&value, &options)?))
+}
+
+/// `value|tojson(...)` as text: Python's `json.dumps` with `options`.
+fn tojson_text(
+    value: &JinjaValue,
+    options: &PyJsonOptions,
+) -> std::result::Result<String, minijinja::Error> {
+    if is_py_none(value) {
+        return Ok("null".into());
     }
     if value.kind() == ValueKind::Iterable {
         // A lazy iterator (Python: a generator) is not JSON-serialisable.
@@ -97,20 +119,13 @@ fn tojson(value: JinjaValue, kwargs: Kwargs) -> std::result::Result<JinjaValue, 
             "tojson: value is undefined",
         ));
     }
-    let json = serde_json::to_value(&value).map_err(|e| {
+    let json = serde_json::to_value(value).map_err(|e| {
         minijinja::Error::new(
             JinjaErrorKind::InvalidOperation,
             format!("tojson: value is not JSON-serialisable: {e}"),
         )
     })?;
-    let options = PyJsonOptions {
-        indent,
-        sort_keys: sort_keys.unwrap_or(false),
-        ensure_ascii: ensure_ascii.unwrap_or(false),
-    };
-    Ok(JinjaValue::from_safe_string(py_json_dumps_with(
-        &json, &options,
-    )))
+    Ok(py_json_dumps_with(&json, options))
 }
 
 /// Refuses templates that use an [`UnsupportedFeature`](super::UnsupportedFeature).
@@ -348,7 +363,11 @@ impl ChatTemplate {
             .iter()
             .map(|(k, v)| (k.clone(), to_jinja(v)))
             .collect();
-        Ok(Self { env, jinja_globals })
+        Ok(Self {
+            env,
+            jinja_globals,
+            base: Mutex::new(None),
+        })
     }
 
     /// Renders the template like `apply_chat_template(..., tokenize=False)`.
@@ -373,24 +392,10 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         template_kwargs: &Map<String, Value>,
     ) -> Result<String> {
-        // Later entries win, as in `apply_chat_template`: special tokens, then the caller's
-        // variables, then the named arguments.
-        let mut ctx: BTreeMap<String, JinjaValue> = self.jinja_globals.clone();
-        for (k, v) in template_kwargs {
-            ctx.insert(k.clone(), to_jinja(v));
-        }
+        let base = self.base_context(tools, template_kwargs);
+        let mut ctx: BTreeMap<String, JinjaValue> = base.ctx.clone();
+        // `messages` and `add_generation_prompt` override the caller's variables.
         ctx.insert("messages".into(), JinjaValue::from(Serde(messages)));
-        ctx.insert(
-            "tools".into(),
-            if tools.is_empty() {
-                JinjaValue::from_object(PyNone)
-            } else {
-                JinjaValue::from(Serde(tools))
-            },
-        );
-        // `transformers` always passes `documents` (None unless given).
-        ctx.entry("documents".into())
-            .or_insert_with(|| JinjaValue::from_object(PyNone));
         ctx.insert(
             "add_generation_prompt".into(),
             JinjaValue::from(add_generation_prompt),
@@ -408,6 +413,29 @@ impl ChatTemplate {
                 message: format!("chat template failed: {e}"),
                 source: Some(Box::new(e)),
             })
+    }
+}
+
+impl ChatTemplate {
+    /// The converted variables for `tools` and `kwargs`: the last ones when they match.
+    fn base_context(&self, tools: &[Value], kwargs: &Map<String, Value>) -> Arc<BaseContext> {
+        if let Ok(last) = self.base.lock() {
+            if let Some(base) = last.as_ref().filter(|b| b.matches(tools, kwargs)) {
+                return Arc::clone(base);
+            }
+        }
+        let base = Arc::new(BaseContext::new(
+            &self.jinja_globals,
+            tools,
+            kwargs,
+            to_jinja,
+            || JinjaValue::from_object(PyNone),
+            |value, options| tojson_text(value, options).ok(),
+        ));
+        if let Ok(mut last) = self.base.lock() {
+            *last = Some(Arc::clone(&base));
+        }
+        base
     }
 }
 
