@@ -187,7 +187,7 @@ impl Codec {
     /// (a token holding part of a multi-byte character spans the whole character).
     pub fn encode_with_offsets(&self, text: &str) -> Result<(Vec<u32>, Vec<(usize, usize)>)> {
         if let Some(fast) = &self.fast {
-            let mut offsets = Vec::new();
+            let mut offsets = Vec::with_capacity(text.len() / 3 + 1);
             let ids = fast.encode(text, Some(&mut offsets));
             return Ok((ids, offsets));
         }

@@ -3,7 +3,7 @@
 //! Only one exact shape is accepted; for anything else [`FastBpe::from_tokenizer`] returns
 //! `None` and the codec keeps using `tokenizers`.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -16,9 +16,10 @@ use super::FastBpe;
 /// The Qwen2 pre-tokenizer regex.
 const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
-/// The BPE model as `tokenizers` serializes it.
+/// The BPE model as `tokenizers` serializes it; strings are borrowed from the JSON where
+/// they have no escapes (loading is dominated by the 150 k vocab and merge strings).
 #[derive(Deserialize)]
-struct BpeModel {
+struct BpeModel<'a> {
     #[serde(rename = "type")]
     kind: String,
     dropout: Option<f32>,
@@ -27,8 +28,39 @@ struct BpeModel {
     end_of_word_suffix: Option<String>,
     byte_fallback: bool,
     ignore_merges: bool,
-    vocab: HashMap<String, u32>,
-    merges: Vec<(String, String)>,
+    #[serde(borrow)]
+    vocab: FxMap<Text<'a>, u32>,
+    #[serde(borrow)]
+    merges: Vec<(Text<'a>, Text<'a>)>,
+}
+
+/// A JSON string, borrowed unless it has escapes (serde's `Cow` always copies when nested).
+#[derive(PartialEq, Eq, Hash)]
+struct Text<'a>(Cow<'a, str>);
+
+impl std::borrow::Borrow<str> for Text<'_> {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(Visitor)
+    }
 }
 
 /// The GPT-2 byte-level alphabet: printable Latin-1 bytes stand for themselves, the others
@@ -111,11 +143,15 @@ fn added_tokens(tokenizer: &Tokenizer) -> Option<AddedTokens> {
     Some(AddedTokens::new(tokens))
 }
 
-fn merges(model: BpeModel) -> Option<Merges> {
+fn merges(model: BpeModel<'_>) -> Option<Merges> {
     let plain = model.kind == "BPE"
         && model.dropout.is_none_or(|d| d == 0.0)
         && model.unk_token.is_none()
-        && model.continuing_subword_prefix.as_deref().unwrap_or("").is_empty()
+        && model
+            .continuing_subword_prefix
+            .as_deref()
+            .unwrap_or("")
+            .is_empty()
         && model.end_of_word_suffix.as_deref().unwrap_or("").is_empty()
         && !model.byte_fallback
         && !model.ignore_merges;
@@ -128,19 +164,36 @@ fn merges(model: BpeModel) -> Option<Merges> {
         // Without unk or byte fallback `tokenizers` drops a byte missing from the vocab.
         *slot = *model.vocab.get(c.encode_utf8(&mut [0; 4]) as &str)?;
     }
+    // The alphabet's code points are all below U+0144.
+    let mut in_alphabet = [false; 0x144];
+    for c in chars {
+        if let Some(slot) = in_alphabet.get_mut(c as usize) {
+            *slot = true;
+        }
+    }
     let max_id = model.vocab.values().copied().max().unwrap_or(0) as usize;
     let mut token_len = vec![0u32; max_id + 1];
     for (token, &id) in &model.vocab {
-        if token.chars().all(|c| chars.contains(&c)) {
-            token_len[id as usize] = token.chars().count() as u32;
+        let mut len = 0;
+        for c in token.0.chars() {
+            if !in_alphabet.get(c as usize).copied().unwrap_or(false) {
+                len = 0;
+                break;
+            }
+            len += 1;
         }
+        token_len[id as usize] = len;
     }
     let mut ranks = FxMap::default();
     ranks.reserve(model.merges.len());
+    let mut joined = String::new();
     for (rank, (a, b)) in model.merges.iter().enumerate() {
-        let left = *model.vocab.get(a)?;
-        let right = *model.vocab.get(b)?;
-        let merged = *model.vocab.get(&format!("{a}{b}"))?;
+        let left = *model.vocab.get(&*a.0)?;
+        let right = *model.vocab.get(&*b.0)?;
+        joined.clear();
+        joined.push_str(&a.0);
+        joined.push_str(&b.0);
+        let merged = *model.vocab.get(joined.as_str())?;
         let key = (u64::from(left) << 32) | u64::from(right);
         ranks.insert(key, (rank as u32, merged));
     }
@@ -157,7 +210,7 @@ impl FastBpe {
         let added = added_tokens(tokenizer)?;
         // The merge ranks are private to `tokenizers`; its serialization lists them in order.
         let text = serde_json::to_string(tokenizer.get_model()).ok()?;
-        let model: BpeModel = serde_json::from_str(&text).ok()?;
+        let model: BpeModel<'_> = serde_json::from_str(&text).ok()?;
         Some(Self {
             added,
             merges: merges(model)?,

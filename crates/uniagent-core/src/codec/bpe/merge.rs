@@ -131,7 +131,10 @@ impl Merges {
 
     /// Short words: find the best pair by scanning the pair ranks each round.
     fn merge_scan(&self, word: &[u8], out: &mut Vec<u32>) {
-        let mut syms: Vec<u32> = word.iter().map(|&b| self.byte_ids[usize::from(b)]).collect();
+        let mut syms: Vec<u32> = word
+            .iter()
+            .map(|&b| self.byte_ids[usize::from(b)])
+            .collect();
         let mut pairs: Vec<Option<(u32, u32)>> =
             syms.windows(2).map(|w| self.rank(w[0], w[1])).collect();
         loop {
@@ -161,7 +164,10 @@ impl Merges {
     /// `(rank, position)`; stale candidates are skipped when popped.
     fn merge_heap(&self, word: &[u8], out: &mut Vec<u32>) {
         let n = word.len();
-        let mut id: Vec<u32> = word.iter().map(|&b| self.byte_ids[usize::from(b)]).collect();
+        let mut id: Vec<u32> = word
+            .iter()
+            .map(|&b| self.byte_ids[usize::from(b)])
+            .collect();
         let mut prev: Vec<usize> = (0..n).map(|i| i.wrapping_sub(1)).collect();
         let mut next: Vec<usize> = (1..=n).collect();
         let mut alive = vec![true; n];

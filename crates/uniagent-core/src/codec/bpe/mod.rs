@@ -106,7 +106,11 @@ mod tests {
         let ids = fast.encode(text, Some(&mut offsets));
         assert_eq!(ids, want.get_ids(), "ids of {text:?}");
         assert_eq!(offsets, want.get_offsets(), "offsets of {text:?}");
-        assert_eq!(fast.encode(text, None), ids, "ids without offsets of {text:?}");
+        assert_eq!(
+            fast.encode(text, None),
+            ids,
+            "ids without offsets of {text:?}"
+        );
     }
 
     #[test]
