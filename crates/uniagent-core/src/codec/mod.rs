@@ -185,7 +185,7 @@ impl Codec {
 
     /// [`Codec::encode`] with each token's byte range in `text`, as `tokenizers` reports it
     /// (a token holding part of a multi-byte character spans the whole character).
-    pub fn encode_with_offsets(&self, text: &str) -> Result<(Vec<u32>, Vec<(usize, usize)>)> {
+    pub fn encode_with_offsets(&self, text: &str) -> Result<(Vec<u32>, Vec<Offsets>)> {
         if let Some(fast) = &self.fast {
             let mut offsets = Vec::with_capacity(text.len() / 3 + 1);
             let ids = fast.encode(text, Some(&mut offsets));
@@ -281,7 +281,7 @@ pub fn tools_to_json(tools: &[ToolSpec]) -> Result<Vec<Value>> {
         .collect()
 }
 
-/// Byte offsets of a token in the encoded text.
-type Offsets = (usize, usize);
+/// Byte offsets of a token in the encoded text: `(start, end)`.
+pub type Offsets = (usize, usize);
 pub(crate) type Globals = BTreeMap<String, Value>;
 pub(crate) type Kwargs = Map<String, Value>;

@@ -57,6 +57,8 @@ impl Hasher for FxHasher {
 }
 
 pub(crate) type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+/// Word bytes → token ids.
+type WordCache = FxMap<Box<[u8]>, Box<[u32]>>;
 
 /// Words longer than this merge with a heap instead of repeated scans.
 const SCAN_MAX: usize = 48;
@@ -71,7 +73,7 @@ pub(crate) struct Merges {
     pub(crate) ranks: FxMap<u64, (u32, u32)>,
     /// Byte length of each token id (0 for ids that are not model tokens).
     pub(crate) token_len: Vec<u32>,
-    cache: Mutex<FxMap<Box<[u8]>, Box<[u32]>>>,
+    cache: Mutex<WordCache>,
 }
 
 #[inline]
