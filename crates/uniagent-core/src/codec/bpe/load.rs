@@ -4,10 +4,11 @@
 //! `None` and the codec keeps using `tokenizers`.
 
 use std::borrow::Cow;
+use std::sync::{Arc, Mutex};
 
 use serde::Deserialize;
 use serde_json::{json, Value};
-use tokenizers::Tokenizer;
+use tokenizers::{ModelWrapper, Tokenizer};
 
 use super::added::AddedTokens;
 use super::merge::{FxMap, Merges};
@@ -200,6 +201,33 @@ fn merges(model: BpeModel<'_>) -> Option<Merges> {
     Some(Merges::new(byte_ids, ranks, token_len))
 }
 
+/// Models already built, with the model each came from: codecs are often built many times
+/// from one tokenizer (a codec per chat template), and building costs more than loading
+/// `tokenizer.json`. `ModelWrapper`'s equality compares vocab and merges exactly.
+static BUILT: Mutex<Vec<(ModelWrapper, Arc<Merges>)>> = Mutex::new(Vec::new());
+/// How many built models [`BUILT`] keeps.
+const BUILT_MAX: usize = 2;
+
+fn shared_merges(tokenizer: &Tokenizer) -> Option<Arc<Merges>> {
+    let model = tokenizer.get_model();
+    if let Ok(built) = BUILT.lock() {
+        if let Some((_, merges)) = built.iter().find(|(m, _)| m == model) {
+            return Some(Arc::clone(merges));
+        }
+    }
+    // The merge ranks are private to `tokenizers`; its serialization lists them in order.
+    let text = serde_json::to_string(model).ok()?;
+    let parsed: BpeModel<'_> = serde_json::from_str(&text).ok()?;
+    let merges = Arc::new(merges(parsed)?);
+    if let Ok(mut built) = BUILT.lock() {
+        if built.len() >= BUILT_MAX {
+            built.remove(0);
+        }
+        built.push((model.clone(), Arc::clone(&merges)));
+    }
+    Some(merges)
+}
+
 impl FastBpe {
     /// The fast encoder for a Qwen2-style byte-level BPE tokenizer, or `None` when
     /// `tokenizer` is anything else.
@@ -207,13 +235,9 @@ impl FastBpe {
         if !pipeline_matches(tokenizer) {
             return None;
         }
-        let added = added_tokens(tokenizer)?;
-        // The merge ranks are private to `tokenizers`; its serialization lists them in order.
-        let text = serde_json::to_string(tokenizer.get_model()).ok()?;
-        let model: BpeModel<'_> = serde_json::from_str(&text).ok()?;
         Some(Self {
-            added,
-            merges: merges(model)?,
+            added: added_tokens(tokenizer)?,
+            merges: shared_merges(tokenizer)?,
         })
     }
 }

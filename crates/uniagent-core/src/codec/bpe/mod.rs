@@ -20,7 +20,7 @@ use super::Offsets;
 /// The fast encoder (see the module docs).
 pub(crate) struct FastBpe {
     added: added::AddedTokens,
-    merges: merge::Merges,
+    merges: std::sync::Arc<merge::Merges>,
 }
 
 impl std::fmt::Debug for FastBpe {
