@@ -7,7 +7,8 @@
 //!   the assistant turns between appends are set-up).
 //! - `append_observation/tokenize_delta_only`: the baseline in the same run, tokenizing the
 //!   text one append adds (template glue, the observation, the generation prompt) alone; the
-//!   rest of an append is the window render.
+//!   rest of an append is the window render. `tokenize_delta_only/tokenizers` tokenizes the
+//!   same text through the `tokenizers` pipeline, which the codec's native encoder replaces.
 //! - `render_tokenize`: full render + tokenization of the Qwen3 golden conversations plus a
 //!   20-turn agent conversation, against Python `transformers`' `apply_chat_template(
 //!   tokenize=True)` on the same conversations in the same run (needs `.venv-codec`, found
@@ -137,6 +138,14 @@ fn append_observation(c: &mut Criterion) {
         b.iter(|| {
             codec
                 .encode(black_box(&delta))
+                .unwrap_or_else(|e| panic!("{e}"))
+        })
+    });
+    group.bench_function("tokenize_delta_only/tokenizers", |b| {
+        b.iter(|| {
+            codec
+                .tokenizer()
+                .encode(black_box(delta.as_str()), false)
                 .unwrap_or_else(|e| panic!("{e}"))
         })
     });
