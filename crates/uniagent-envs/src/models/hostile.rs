@@ -1,12 +1,12 @@
-//! Test support: arbitrary JSON shaped like a model server's answer, for the parsers'
-//! never-panic properties.
+//! The model-server parsers' never-panic properties: arbitrary JSON shaped like a server's
+//! answer gives an output or a typed error.
 
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
 /// Any JSON value whose object keys are often one of `keys` (so that the parser gets past
 /// its first lookups) and whose strings match `strings`.
-pub(super) fn any_json(
+fn any_json(
     keys: &'static [&'static str],
     strings: &'static str,
 ) -> impl Strategy<Value = Value> {
@@ -28,4 +28,26 @@ pub(super) fn any_json(
                 .prop_map(|m| Value::Object(m.into_iter().collect())),
         ]
     })
+}
+
+#[cfg(feature = "sglang")]
+proptest! {
+    #[test]
+    fn sglang_generate_never_panics(v in any_json(
+        &["meta_info", "output_token_logprobs", "output_ids", "finish_reason", "type", "weight_version"],
+        "[0-9a-z]{0,8}",
+    )) {
+        let _ = super::sglang::parse_generate(&v);
+    }
+}
+
+#[cfg(feature = "vllm")]
+proptest! {
+    #[test]
+    fn vllm_completion_never_panics(v in any_json(
+        &["choices", "logprobs", "tokens", "token_logprobs", "token_ids", "finish_reason"],
+        "(token_id:)?[0-9a-z:]{0,12}",
+    )) {
+        let _ = super::vllm::parse_completion(&v);
+    }
 }
