@@ -9,6 +9,7 @@
 //! codec, for the real [`TokenChatModel`](crate::agent::TokenChatModel).
 
 mod bash;
+mod child_stdin;
 mod deployment;
 mod model;
 #[cfg(feature = "codec")]
@@ -16,6 +17,7 @@ mod token_generator;
 mod tool;
 
 pub use bash::BashTool;
+pub use child_stdin::output_with_stdin;
 pub use deployment::{ScriptedDeployment, ScriptedReply};
 pub use model::{ModelRequest, ScriptedChatModel, ScriptedTurn};
 #[cfg(feature = "codec")]
