@@ -15,8 +15,7 @@ use uniagent_core::{Error, FinishReason, GenerateOutput, GenerateRequest, TokenG
 use uniagent_gateway::cassette::{replay, GatewayCassette, CASSETTES};
 use uniagent_gateway::{Gateway, GatewayConfig, Recorder};
 
-mod json_body;
-pub use json_body::json_body;
+pub mod http;
 
 /// The Qwen2.5 or Qwen3 tokenizer and chat template of uniagent-core's fixtures.
 pub fn fixture(name: &str) -> PathBuf {
