@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use serde_json::{json, Value};
+use uniagent_core::testing::output_with_stdin;
 
 fn fixtures(family: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -13,25 +14,15 @@ fn fixtures(family: &str) -> PathBuf {
 }
 
 fn run(sub: &str, family: &str, input: &Value) -> Output {
-    use std::io::Write;
-    use std::process::Stdio;
     // The conversation goes through stdin (`--input -`).
-    let mut child = Command::new(env!("CARGO_BIN_EXE_codec"))
-        .args([sub, "--model-dir"])
-        .arg(fixtures(family))
-        .args(["--input", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(serde_json::to_string(input).unwrap().as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    output_with_stdin(
+        Command::new(env!("CARGO_BIN_EXE_codec"))
+            .args([sub, "--model-dir"])
+            .arg(fixtures(family))
+            .args(["--input", "-"]),
+        serde_json::to_string(input).unwrap().as_bytes(),
+    )
+    .unwrap()
 }
 
 fn ok(out: &Output) -> Value {

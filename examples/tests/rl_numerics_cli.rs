@@ -4,10 +4,10 @@
 // Helpers outside #[test] functions unwrap too: a panic is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use serde_json::{json, Value};
+use uniagent_core::testing::output_with_stdin;
 
 const BIN: &str = env!("CARGO_BIN_EXE_rl_numerics");
 
@@ -25,19 +25,7 @@ fn batch() -> Value {
 }
 
 fn run_stdin(input: &str) -> std::process::Output {
-    let mut child = Command::new(BIN)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    output_with_stdin(&mut Command::new(BIN), input.as_bytes()).unwrap()
 }
 
 fn f(v: &Value) -> f64 {

@@ -86,15 +86,9 @@ fn main() {
             let get = |q: &'static str| {
                 let (client, base) = (client.clone(), base.clone());
                 async move {
+                    let url = format!("{base}/api/runs/0/trajectories?{q}");
                     let start = Instant::now();
-                    let v: Value = client
-                        .get(format!("{base}/api/runs/0/trajectories?{q}"))
-                        .send()
-                        .await
-                        .unwrap()
-                        .json()
-                        .await
-                        .unwrap();
+                    let v: Value = client.get(url).send().await.unwrap().json().await.unwrap();
                     (start.elapsed(), v)
                 }
             };

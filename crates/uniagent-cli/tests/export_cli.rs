@@ -7,6 +7,7 @@
 mod common;
 
 use std::path::Path;
+use std::process::Output;
 
 use common::{error_line, run_in, stderr};
 use parquet::file::reader::{FileReader, SerializedFileReader};
@@ -47,6 +48,16 @@ fn rows(path: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// `uniagent export --format verl --out OUT ARGS...` in `dir`, which must succeed.
+fn export_ok(dir: &Path, out: &str, args: &[&str]) -> Output {
+    let out = run_in(
+        dir,
+        &[&["export", "--format", "verl", "--out", out], args].concat(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    out
+}
+
 #[test]
 fn exports_the_rl_phase_of_a_train_output() {
     let dir = tempfile::tempdir().unwrap();
@@ -69,20 +80,7 @@ fn exports_the_rl_phase_of_a_train_output() {
     ];
     std::fs::write(run.join("trajectories.jsonl"), lines.join("\n")).unwrap();
 
-    let out = run_in(
-        dir.path(),
-        &[
-            "export",
-            "--format",
-            "verl",
-            "--out",
-            "rl.parquet",
-            "run",
-            "--phase",
-            "rl",
-        ],
-    );
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = export_ok(dir.path(), "rl.parquet", &["run", "--phase", "rl"]);
     let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(summary["rows"], 3);
     assert_eq!(summary["dropped"], 1, "the model error");
@@ -118,19 +116,11 @@ fn exports_the_rl_phase_of_a_train_output() {
         line("d", 0, ExitReason::Finished, true, None),
     )
     .unwrap();
-    let out = run_in(
+    export_ok(
         dir.path(),
-        &[
-            "export",
-            "--format",
-            "verl",
-            "--out",
-            "all.parquet",
-            "run/trajectories.jsonl",
-            "more.jsonl",
-        ],
+        "all.parquet",
+        &["run/trajectories.jsonl", "more.jsonl"],
     );
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let got = rows(&dir.path().join("all.parquet"));
     assert_eq!(got.len(), 6);
     assert_eq!(got[5]["step"], Value::Null);
@@ -185,19 +175,7 @@ fn bad_input_exits_2_and_writes_nothing() {
             "row a:0 has response_logprobs and row a:1 has none",
         ],
     );
-    let out = run_in(
-        d,
-        &[
-            "export",
-            "--format",
-            "verl",
-            "--out",
-            "ok.parquet",
-            "--allow-mixed-logprobs",
-            "mixed.jsonl",
-        ],
-    );
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    export_ok(d, "ok.parquet", &["--allow-mixed-logprobs", "mixed.jsonl"]);
     assert_eq!(
         rows(&d.join("ok.parquet"))[1]["response_logprobs"],
         Value::Null

@@ -5,20 +5,22 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::process::Command;
 
-fn uniagent() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_uniagent"))
+use common::uniagent;
+
+/// Runs `cmd`, which must exit 2 (bad usage), and returns its stderr.
+fn bad_usage(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 #[test]
 fn gateway_without_a_policy_or_with_a_bad_config_exits_2() {
-    let out = uniagent()
-        .args(["gateway", "--port", "0"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = bad_usage(uniagent().args(["gateway", "--port", "0"]));
     assert!(
         err.starts_with("error: ") && err.contains("--model-dir"),
         "{err}"
@@ -26,14 +28,14 @@ fn gateway_without_a_policy_or_with_a_bad_config_exits_2() {
 
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("gw.yaml");
+    let with_config = || {
+        let mut cmd = uniagent();
+        cmd.args(["gateway", "--port", "0", "--config"])
+            .arg(&config);
+        cmd
+    };
     std::fs::write(&config, "max_model_lenn: 10\n").unwrap();
-    let out = uniagent()
-        .args(["gateway", "--port", "0", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = bad_usage(&mut with_config());
     assert!(err.contains("max_model_lenn"), "{err}");
 
     std::fs::write(
@@ -41,68 +43,31 @@ fn gateway_without_a_policy_or_with_a_bad_config_exits_2() {
         "model:\n  type: openai\n  http:\n    endpoints: [http://127.0.0.1:9/v1]\n    model: m\n",
     )
     .unwrap();
-    let out = uniagent()
-        .args(["gateway", "--port", "0", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = bad_usage(&mut with_config());
     assert!(err.contains("token-level"), "{err}");
 
     // Cassettes go to the output directory: `--cassettes` needs `--out`.
-    let out = uniagent()
-        .args(["gateway", "--port", "0", "--cassettes"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = bad_usage(uniagent().args(["gateway", "--port", "0", "--cassettes"]));
     assert!(err.contains("--out"), "{err}");
 }
 
 #[cfg(not(feature = "tch"))]
 #[test]
 fn model_dir_needs_the_tch_feature() {
-    let out = uniagent()
-        .args(["gateway", "--port", "0", "--model-dir", "/nonexistent"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--features tch"));
+    let err = bad_usage(uniagent().args(["gateway", "--port", "0", "--model-dir", "/nonexistent"]));
+    assert!(err.contains("--features tch"));
 }
 
 #[cfg(feature = "tch")]
 #[test]
 fn serves_the_tiny_model_and_records_open_sessions_on_sigterm() {
     use std::io::{BufRead, BufReader};
-    use std::path::Path;
 
     use nix::sys::signal::{kill, Signal};
     use nix::unistd::Pid;
 
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let model = tempfile::tempdir().unwrap();
-    for (from, name) in [
-        ("../uniagent-train/tests/fixtures/tiny-qwen2", "config.json"),
-        (
-            "../uniagent-train/tests/fixtures/tiny-qwen2",
-            "model.safetensors",
-        ),
-        (
-            "../uniagent-core/tests/fixtures/tokenizers/qwen2.5",
-            "tokenizer.json",
-        ),
-        (
-            "../uniagent-core/tests/fixtures/tokenizers/qwen2.5",
-            "tokenizer_config.json",
-        ),
-        (
-            "../uniagent-core/tests/fixtures/tokenizers/qwen2.5",
-            "chat_template.jinja",
-        ),
-    ] {
-        std::os::unix::fs::symlink(root.join(from).join(name), model.path().join(name)).unwrap();
-    }
+    common::link_tiny_qwen2(model.path());
     let out = tempfile::tempdir().unwrap();
     let mut child = uniagent()
         .args([

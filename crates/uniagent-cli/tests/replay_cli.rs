@@ -405,31 +405,10 @@ async fn gateway_cassettes_replay_without_the_model() {
 #[cfg(feature = "tch")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tch_cassettes_carry_seeds_and_replay_without_the_model() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy");
     std::fs::create_dir(&policy).unwrap();
-    for (from, name) in [
-        ("../uniagent-train/tests/fixtures/tiny-qwen2", "config.json"),
-        (
-            "../uniagent-train/tests/fixtures/tiny-qwen2",
-            "model.safetensors",
-        ),
-        (
-            "../uniagent-core/tests/fixtures/tokenizers/qwen2.5",
-            "tokenizer.json",
-        ),
-        (
-            "../uniagent-core/tests/fixtures/tokenizers/qwen2.5",
-            "tokenizer_config.json",
-        ),
-        (
-            "../uniagent-core/tests/fixtures/tokenizers/qwen2.5",
-            "chat_template.jinja",
-        ),
-    ] {
-        std::os::unix::fs::symlink(root.join(from).join(name), policy.join(name)).unwrap();
-    }
+    common::link_tiny_qwen2(&policy);
     write(
         dir.path(),
         "run.yaml",

@@ -125,8 +125,7 @@ async fn run_swe_with(
     responder: common::Responder,
     config: impl Fn(&str) -> String,
 ) -> Option<(Value, Vec<Value>, Vec<Value>)> {
-    if !common::docker_available() {
-        eprintln!("SKIPPED: no Docker daemon is reachable");
+    if common::skip_without_docker() {
         return None;
     }
     let server = ChatServer::start(responder).await;

@@ -9,7 +9,7 @@ mod viewfix;
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
-use serde_json::json;
+use serde_json::{json, Value};
 use viewfix::{append, get, qwen_dir, serve, write_run};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -126,22 +126,12 @@ async fn runs_list_trajectory_and_tokens() {
     // B decodes with its tokenizer and tells template from observation.
     let (_, t) = get(&format!("{base}/api/runs/1/trajectories/0")).await;
     let tv = &t["tokens"];
-    let text: Vec<&str> = tv["text"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_str().unwrap())
-        .collect();
+    let text = strs(&tv["text"]);
     assert_eq!(
         text[6..].concat(),
         "<|im_start|>assistant\nHello world<|im_end|>\n<|im_start|>user\nok"
     );
-    let sources: Vec<&str> = tv["source"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_str().unwrap())
-        .collect();
+    let sources = strs(&tv["source"]);
     assert_eq!(
         sources[6..],
         [
@@ -458,12 +448,7 @@ async fn rerender_diff_and_recorded_sources() {
     // Sources as recorded: the prompt, then mask 1 exactly on sampled tokens.
     assert_eq!(tv["sources_inferred"], false);
     let prompt = tv["prompt_len"].as_u64().unwrap() as usize;
-    let sources: Vec<&str> = tv["source"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s.as_str().unwrap())
-        .collect();
+    let sources = strs(&tv["source"]);
     assert!(sources[..prompt].iter().all(|s| *s == "prompt"));
     for (s, m) in sources[prompt..]
         .iter()
@@ -474,12 +459,7 @@ async fn rerender_diff_and_recorded_sources() {
     assert!(sources.contains(&"template") && sources.contains(&"observation"));
 
     // Text: the split character is whole on its last token, never U+FFFD.
-    let text: Vec<&str> = tv["text"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s.as_str().unwrap())
-        .collect();
+    let text = strs(&tv["text"]);
     assert!(!tv["partial"].as_array().unwrap().is_empty(), "{tv}");
     assert!(text.iter().all(|s| !s.contains('\u{FFFD}')));
     assert_eq!(
@@ -493,12 +473,7 @@ async fn rerender_diff_and_recorded_sources() {
     // re-render; what the template dropped is the first turn's empty think block.
     let d = &tv["rerender"];
     assert_eq!(d["aligned"], true, "{d}");
-    let stream: Vec<u64> = tv["ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap())
-        .collect();
+    let stream = u64s(&tv["ids"]);
     let (mut i, mut rebuilt, mut deleted) = (0usize, Vec::new(), Vec::new());
     for run in d["runs"].as_array().unwrap() {
         let n = run["len"].as_u64().unwrap() as usize;
@@ -506,13 +481,7 @@ async fn rerender_diff_and_recorded_sources() {
             "equal" => rebuilt.extend_from_slice(&stream[i..i + n]),
             "delete" => deleted.extend_from_slice(&stream[i..i + n]),
             "insert" => {
-                rebuilt.extend(
-                    run["ids"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .map(|x| x.as_u64().unwrap()),
-                );
+                rebuilt.extend(u64s(&run["ids"]));
                 assert_eq!(run["text"].as_array().unwrap().len(), n);
                 continue;
             }
@@ -521,12 +490,7 @@ async fn rerender_diff_and_recorded_sources() {
         i += n;
     }
     assert_eq!(i, stream.len());
-    let recorded: Vec<u64> = line["rerender_ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap())
-        .collect();
+    let recorded = u64s(&line["rerender_ids"]);
     assert_eq!(rebuilt, recorded);
     assert_eq!(d["len"], recorded.len());
     assert_eq!(
@@ -535,4 +499,22 @@ async fn rerender_diff_and_recorded_sources() {
     );
     assert_eq!(d["deleted"], think.len());
     assert_eq!(d["inserted"], 0);
+}
+
+/// A JSON array of strings, as `&str`s.
+fn strs(v: &Value) -> Vec<&str> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap())
+        .collect()
+}
+
+/// A JSON array of unsigned integers.
+fn u64s(v: &Value) -> Vec<u64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect()
 }

@@ -15,19 +15,46 @@ use serde_json::json;
 use uniagent_core::agent::TokenChatModel;
 use uniagent_core::agent::{
     AgentInteraction, CancellationToken, ExitReason, LoopConfig, MaskPolicy, RolloutControl,
-    NO_FUNCTION_CALL, SKIPPED_SANDBOX, SKIPPED_TIMEOUT_BUDGET,
+    Trajectory, NO_FUNCTION_CALL, SKIPPED_SANDBOX, SKIPPED_TIMEOUT_BUDGET,
 };
 use uniagent_core::testing::{
     BashTool, RecordingTool, ScriptedChatModel, ScriptedDeployment, ScriptedTokenGenerator,
     ScriptedTurn,
 };
 use uniagent_core::{
-    Deployment, Error, LengthLimits, Message, Result, RewardContext, RewardOutcome, RewardSpec,
-    Role, Tool, ToolOutput,
+    ChatModel, Deployment, Error, LengthLimits, Message, Result, RewardContext, RewardOutcome,
+    RewardSpec, Role, Tool, ToolOutput,
 };
 
 fn tools(list: Vec<Arc<dyn Tool>>) -> Vec<Arc<dyn Tool>> {
     list
+}
+
+/// Runs `model` with `echo` (a clone, sharing its record of calls) as its only tool and no
+/// sandbox.
+async fn run_echo(model: impl ChatModel, echo: &RecordingTool, cfg: LoopConfig) -> Trajectory {
+    run_with(model, tools(vec![Arc::new(echo.clone())]), cfg, None).await
+}
+
+/// The default loop config with at most `n` turns.
+fn max_turns(n: u32) -> LoopConfig {
+    LoopConfig {
+        max_turns: n,
+        ..LoopConfig::default()
+    }
+}
+
+/// The default loop config with these length limits.
+fn limited(limits: LengthLimits) -> LoopConfig {
+    LoopConfig {
+        limits,
+        ..LoopConfig::default()
+    }
+}
+
+/// Echo calls `c0`, `c1`, … for `n` turns.
+fn echo_calls(n: usize) -> Vec<ScriptedTurn> {
+    (0..n).map(|i| echo_call(&format!("c{i}"))).collect()
 }
 
 /// The real token-level model over the Qwen2.5 codec, sampling `script`.
@@ -49,14 +76,10 @@ async fn finish_on_the_last_allowed_turn_counts_as_finished() {
         reply(vec![call("c1", "finish", json!({"answer": "42"}))]),
         echo_call("never"),
     ]);
-    let cfg = LoopConfig {
-        max_turns: 2,
-        ..LoopConfig::default()
-    };
     let t = run_with(
         model,
         tools(vec![Arc::new(echo_tool()), Arc::new(finish.clone())]),
-        cfg,
+        max_turns(2),
         None,
     )
     .await;
@@ -118,19 +141,9 @@ async fn submit_ends_the_trace_on_the_sampled_end_of_turn() {
 
 #[tokio::test]
 async fn max_turns_stops_before_querying_again() {
-    let model = ScriptedChatModel::new((0..5).map(|i| echo_call(&format!("c{i}"))).collect());
+    let model = ScriptedChatModel::new(echo_calls(5));
     let echo = echo_tool();
-    let cfg = LoopConfig {
-        max_turns: 3,
-        ..LoopConfig::default()
-    };
-    let t = run_with(
-        model.clone(),
-        tools(vec![Arc::new(echo.clone())]),
-        cfg,
-        None,
-    )
-    .await;
+    let t = run_echo(model.clone(), &echo, max_turns(3)).await;
     assert_eq!(t.exit_reason, ExitReason::MaxTurns);
     assert_eq!((t.counts.turns, t.counts.tool_calls), (3, 3));
     assert_eq!(model.requests().len(), 3);
@@ -138,22 +151,17 @@ async fn max_turns_stops_before_querying_again() {
     // A message-level trajectory has no tokens: nothing to train on.
     assert!(t.masked);
     // A token-level one is trainable by default and masked under Uni-Agent's strict policy.
-    let cfg = LoopConfig {
-        max_turns: 3,
-        ..LoopConfig::default()
-    };
-    let tm = token_model((0..5).map(|i| echo_call(&format!("c{i}"))).collect());
-    let t = run_with(tm, tools(vec![Arc::new(echo_tool())]), cfg, None).await;
+    let tm = token_model(echo_calls(5));
+    let t = run_echo(tm, &echo_tool(), max_turns(3)).await;
     assert_eq!(t.exit_reason, ExitReason::MaxTurns);
     assert!(!t.masked);
     assert!(t.output.response_mask.contains(&1));
     let strict = LoopConfig {
-        max_turns: 3,
         mask: MaskPolicy::all_but(&[ExitReason::Finished, ExitReason::Submitted]),
-        ..LoopConfig::default()
+        ..max_turns(3)
     };
-    let tm = token_model((0..5).map(|i| echo_call(&format!("c{i}"))).collect());
-    let t = run_with(tm, tools(vec![Arc::new(echo_tool())]), strict, None).await;
+    let tm = token_model(echo_calls(5));
+    let t = run_echo(tm, &echo_tool(), strict).await;
     assert_eq!(t.exit_reason, ExitReason::MaxTurns);
     assert!(t.masked);
     assert!(!t.output.response_ids.is_empty());
@@ -194,14 +202,11 @@ async fn token_limit_ends_the_episode_and_masks_the_cut_turn() {
     let (sampled, inserted) = echo_turn_tokens("c0");
     let long = ScriptedTurn::Reply(Message::assistant("word ".repeat(100)));
     let model = token_model(vec![echo_call("c0"), long]);
-    let cfg = LoopConfig {
-        limits: LengthLimits {
-            max_response_len: Some(sampled + inserted + 10),
-            ..LengthLimits::default()
-        },
-        ..LoopConfig::default()
-    };
-    let t = run_with(model, tools(vec![Arc::new(echo_tool())]), cfg, None).await;
+    let cfg = limited(LengthLimits {
+        max_response_len: Some(sampled + inserted + 10),
+        ..LengthLimits::default()
+    });
+    let t = run_echo(model, &echo_tool(), cfg).await;
     assert_eq!(t.exit_reason, ExitReason::TokenLimit, "{:?}", t.error);
     assert_eq!(t.counts.turns, 2);
     let mask = &t.output.response_mask;
@@ -222,14 +227,11 @@ async fn token_limit_ends_the_episode_and_masks_the_cut_turn() {
 #[tokio::test]
 async fn over_long_prompt_is_a_context_overflow_before_any_model_call() {
     let model = token_model(vec![echo_call("c0")]);
-    let cfg = LoopConfig {
-        limits: LengthLimits {
-            max_model_len: Some(10),
-            ..LengthLimits::default()
-        },
-        ..LoopConfig::default()
-    };
-    let t = run_with(model, tools(vec![Arc::new(echo_tool())]), cfg, None).await;
+    let cfg = limited(LengthLimits {
+        max_model_len: Some(10),
+        ..LengthLimits::default()
+    });
+    let t = run_echo(model, &echo_tool(), cfg).await;
     assert_eq!(t.exit_reason, ExitReason::ContextOverflow);
     assert_eq!(t.counts.turns, 0);
     assert!(t.masked, "nothing sampled, nothing to train");
@@ -244,27 +246,16 @@ async fn observation_that_overflows_the_context_ends_the_episode() {
     // A fresh generator per run: it counts turns per rollout id.
     let model = || token_model(vec![echo_call("c0"), echo_call("c1")]);
     // The prompt as the template renders it with the same tools.
-    let prompt = run_with(
-        model(),
-        tools(vec![Arc::new(echo_tool())]),
-        LoopConfig {
-            max_turns: 1,
-            ..LoopConfig::default()
-        },
-        None,
-    )
-    .await
-    .output
-    .prompt_ids
-    .len();
-    let cfg = LoopConfig {
-        limits: LengthLimits {
-            max_model_len: Some(prompt + sampled + 3),
-            ..LengthLimits::default()
-        },
-        ..LoopConfig::default()
-    };
-    let t = run_with(model(), tools(vec![Arc::new(echo_tool())]), cfg, None).await;
+    let prompt = run_echo(model(), &echo_tool(), max_turns(1))
+        .await
+        .output
+        .prompt_ids
+        .len();
+    let cfg = limited(LengthLimits {
+        max_model_len: Some(prompt + sampled + 3),
+        ..LengthLimits::default()
+    });
+    let t = run_echo(model(), &echo_tool(), cfg).await;
     assert_eq!(t.exit_reason, ExitReason::ContextOverflow, "{:?}", t.error);
     assert_eq!(t.output.response_ids.len(), sampled);
     assert_eq!(
@@ -293,13 +284,7 @@ async fn format_errors_are_fed_back_and_bounded() {
         format_error_budget: 3,
         ..LoopConfig::default()
     };
-    let t = run_with(
-        model.clone(),
-        tools(vec![Arc::new(echo.clone())]),
-        cfg,
-        None,
-    )
-    .await;
+    let t = run_echo(model.clone(), &echo, cfg).await;
     assert_eq!(t.exit_reason, ExitReason::FormatErrorBudget);
     assert_eq!(t.counts.format_errors, 3);
     // The valid call of the mixed turn ran; the bad one got an error addressed to its id.
@@ -426,13 +411,7 @@ async fn model_failure_is_a_model_error() {
             retryable: true,
         },
     ]);
-    let t = run_with(
-        model,
-        tools(vec![Arc::new(echo_tool())]),
-        LoopConfig::default(),
-        None,
-    )
-    .await;
+    let t = run_echo(model, &echo_tool(), LoopConfig::default()).await;
     assert_eq!(t.exit_reason, ExitReason::ModelError);
     assert!(t.masked);
     assert!(t.error.unwrap().contains("503 upstream"));
@@ -547,7 +526,7 @@ async fn wall_clock_budget_ends_a_hanging_episode() {
         ..LoopConfig::default()
     };
     let start = tokio::time::Instant::now();
-    let t = run_with(model, tools(vec![Arc::new(echo_tool())]), cfg, None).await;
+    let t = run_echo(model, &echo_tool(), cfg).await;
     assert_eq!(t.exit_reason, ExitReason::WallClockTimeout);
     assert!(t.masked);
     assert!(start.elapsed() >= Duration::from_secs(5) && start.elapsed() < Duration::from_secs(6));
@@ -597,14 +576,6 @@ async fn duplicate_tool_names_and_bad_configs_are_rejected() {
     )
     .unwrap_err();
     assert!(err.to_string().contains("two tools are named `echo`"));
-    let err = AgentInteraction::new(
-        model,
-        vec![],
-        LoopConfig {
-            max_turns: 0,
-            ..LoopConfig::default()
-        },
-    )
-    .unwrap_err();
+    let err = AgentInteraction::new(model, vec![], max_turns(0)).unwrap_err();
     assert!(err.to_string().contains("max_turns"));
 }

@@ -9,10 +9,13 @@
 #![cfg(feature = "codec")]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // helpers outside #[test] fns unwrap too
 
+mod codec_common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
+use codec_common::{input_of, tokenizer_dir};
 use serde_json::Value;
 use tokenizers::AddedToken;
 use uniagent_core::codec::{ChatInput, ChatTemplate, Codec, UnsupportedTemplate};
@@ -26,8 +29,7 @@ fn corpus() -> PathBuf {
 }
 
 fn base_tokenizer() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/tokenizers/qwen2.5/tokenizer.json")
+    tokenizer_dir("qwen2.5").join("tokenizer.json")
 }
 
 /// The shared byte-level tokenizer with this template's special tokens added in the golden
@@ -55,18 +57,6 @@ fn codec_for(golden: &Value, source: String) -> uniagent_core::Result<Codec> {
     let template =
         ChatTemplate::new(source, globals)?.with_fixed_clock(golden["clock"].as_str().unwrap())?;
     Codec::new(tokenizer, template, eos, &[])
-}
-
-fn input_of(case: &Value) -> ChatInput {
-    ChatInput {
-        messages: case["messages"].as_array().unwrap().clone(),
-        tools: case["tools"].as_array().cloned().unwrap_or_default(),
-        add_generation_prompt: case["add_generation_prompt"].as_bool().unwrap(),
-        template_kwargs: case["template_kwargs"]
-            .as_object()
-            .cloned()
-            .unwrap_or_default(),
-    }
 }
 
 fn ids_of(v: &Value) -> Vec<u32> {

@@ -3,36 +3,19 @@
 #![cfg(feature = "codec")]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // helpers outside #[test] fns unwrap too
 
-use std::path::PathBuf;
+mod codec_common;
 
+use codec_common::{input_of, tokenizer_dir};
 use serde_json::Value;
 use uniagent_core::codec::{ChatInput, Codec};
 
-fn dir(family: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/tokenizers")
-        .join(family)
-}
-
 fn load(family: &str, file: &str) -> Value {
-    let text = std::fs::read_to_string(dir(family).join(file)).unwrap();
+    let text = std::fs::read_to_string(tokenizer_dir(family).join(file)).unwrap();
     serde_json::from_str(&text).unwrap()
 }
 
-fn input_of(case: &Value) -> ChatInput {
-    ChatInput {
-        messages: case["messages"].as_array().unwrap().clone(),
-        tools: case["tools"].as_array().cloned().unwrap_or_default(),
-        add_generation_prompt: case["add_generation_prompt"].as_bool().unwrap(),
-        template_kwargs: case["template_kwargs"]
-            .as_object()
-            .cloned()
-            .unwrap_or_default(),
-    }
-}
-
 fn check_templates(family: &str, expected_cases: usize) {
-    let codec = Codec::from_dir(dir(family)).unwrap();
+    let codec = Codec::from_dir(tokenizer_dir(family)).unwrap();
     let golden = load(family, "templates_golden.json");
     let cases = golden["cases"].as_array().unwrap();
     assert_eq!(cases.len(), expected_cases);
@@ -64,7 +47,7 @@ fn check_templates(family: &str, expected_cases: usize) {
 }
 
 fn check_encode(family: &str) {
-    let codec = Codec::from_dir(dir(family)).unwrap();
+    let codec = Codec::from_dir(tokenizer_dir(family)).unwrap();
     let golden = load(family, "encode_golden.json");
     let cases = golden["cases"].as_array().unwrap();
     assert!(cases.len() >= 50);
@@ -109,7 +92,7 @@ fn qwen3_encode_matches_tokenizers() {
 #[test]
 fn special_tokens_and_generation_prompt_are_loaded() {
     for family in ["qwen2.5", "qwen3"] {
-        let codec = Codec::from_dir(dir(family)).unwrap();
+        let codec = Codec::from_dir(tokenizer_dir(family)).unwrap();
         assert_eq!(codec.eos_token(), "<|im_end|>");
         assert_eq!(codec.eos_token_id(), 151645);
         assert_eq!(codec.stop_token_ids(), &[151645]);
@@ -119,7 +102,7 @@ fn special_tokens_and_generation_prompt_are_loaded() {
 
 #[test]
 fn template_errors_are_typed_not_renders() {
-    let codec = Codec::from_dir(dir("qwen3")).unwrap();
+    let codec = Codec::from_dir(tokenizer_dir("qwen3")).unwrap();
     // Qwen3 reads `messages[0]`: an empty conversation fails inside the template.
     let err = codec.render(&ChatInput::default()).unwrap_err();
     assert_eq!(err.kind(), uniagent_core::ErrorKind::InvalidInput, "{err}");
@@ -128,7 +111,7 @@ fn template_errors_are_typed_not_renders() {
 #[test]
 fn probing_reports_glue_and_append_only_structure() {
     let kwargs = serde_json::Map::new();
-    let qwen25 = Codec::from_dir(dir("qwen2.5"))
+    let qwen25 = Codec::from_dir(tokenizer_dir("qwen2.5"))
         .unwrap()
         .probe_template(&kwargs)
         .unwrap();
@@ -143,7 +126,7 @@ fn probing_reports_glue_and_append_only_structure() {
         qwen25.append_only_after_user_with_reasoning,
         "Qwen2.5 ignores reasoning_content"
     );
-    let qwen3 = Codec::from_dir(dir("qwen3"))
+    let qwen3 = Codec::from_dir(tokenizer_dir("qwen3"))
         .unwrap()
         .probe_template(&kwargs)
         .unwrap();
@@ -161,7 +144,7 @@ fn probing_reports_glue_and_append_only_structure() {
     assert!(!qwen3.append_only_after_user);
     let mut off = serde_json::Map::new();
     off.insert("enable_thinking".into(), serde_json::json!(false));
-    let qwen3_off = Codec::from_dir(dir("qwen3"))
+    let qwen3_off = Codec::from_dir(tokenizer_dir("qwen3"))
         .unwrap()
         .probe_template(&off)
         .unwrap();

@@ -3,25 +3,21 @@
 #![cfg(feature = "codec")]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // helpers outside #[test] fns unwrap too
 
-use std::path::PathBuf;
+mod codec_common;
+
 use std::sync::OnceLock;
 
+use codec_common::tokenizer_dir;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use uniagent_core::codec::{messages_to_json, ChatInput, Codec};
 use uniagent_core::parsers::ToolCallFormat;
 use uniagent_core::{Error, LengthLimits, Message, RolloutCache, TokenSource, ToolSpec};
 
-fn dir(family: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/tokenizers")
-        .join(family)
-}
-
 fn qwen25() -> &'static Codec {
     static C: OnceLock<Codec> = OnceLock::new();
     C.get_or_init(|| {
-        Codec::from_dir(dir("qwen2.5"))
+        Codec::from_dir(tokenizer_dir("qwen2.5"))
             .unwrap()
             .with_tool_parser(ToolCallFormat::Hermes)
     })
@@ -30,7 +26,7 @@ fn qwen25() -> &'static Codec {
 fn qwen3() -> &'static Codec {
     static C: OnceLock<Codec> = OnceLock::new();
     C.get_or_init(|| {
-        Codec::from_dir(dir("qwen3"))
+        Codec::from_dir(tokenizer_dir("qwen3"))
             .unwrap()
             .with_tool_parser(ToolCallFormat::Hermes)
     })
@@ -591,7 +587,7 @@ fn start_rollout(codec: &Codec, setup: &Setup) -> RolloutCache {
 /// and the full render wherever the stream is append-only.
 #[test]
 fn interleaved_rollouts_match_isolated_ones() {
-    let shared = Codec::from_dir(dir("qwen3"))
+    let shared = Codec::from_dir(tokenizer_dir("qwen3"))
         .unwrap()
         .with_tool_parser(ToolCallFormat::Hermes);
     // Appends render the small window, whose prompt render the codec keeps.
@@ -620,7 +616,7 @@ fn interleaved_rollouts_match_isolated_ones() {
     // The thinking rollouts with tool observations are append-only: the full-render check ran.
     assert!([0, 2, 3, 4].iter().all(|i| caches[*i].append_only()));
     for (r, (cache, setup)) in caches.iter().zip(&setups).enumerate() {
-        let alone = Codec::from_dir(dir("qwen3"))
+        let alone = Codec::from_dir(tokenizer_dir("qwen3"))
             .unwrap()
             .with_tool_parser(ToolCallFormat::Hermes);
         let mut own = start_rollout(&alone, setup);

@@ -17,11 +17,11 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
+use uniagent_core::testing::output_with_stdin;
 use uniagent_gateway::GatewayConfig;
 
 const TASK: &str = "swe-mini__csvline-1";
@@ -66,22 +66,13 @@ fn bash_turn(thought: &str, command: &str) -> String {
 fn reference_ids(python: &Path, model_dir: &Path, conversation: Value) -> Vec<u64> {
     let request =
         json!({"model_dir": model_dir, "mode": "render", "conversations": [conversation]});
-    let mut child = Command::new(python)
-        .arg(repo(
+    let out = output_with_stdin(
+        Command::new(python).arg(repo(
             "../uniagent-core/tests/fixtures/hf_apply_chat_template.py",
-        ))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(request.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+        )),
+        request.to_string().as_bytes(),
+    )
+    .unwrap();
     assert!(
         out.status.success(),
         "reference render failed:\n{}",

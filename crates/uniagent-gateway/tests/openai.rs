@@ -388,14 +388,7 @@ async fn reward_models_healthz_and_recording() {
             .status(),
         200
     );
-    let models: Value = client
-        .get(format!("{base}/sessions/r/v1/models"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let models = common::http::json_body(client.get(format!("{base}/sessions/r/v1/models"))).await;
     assert_eq!(models["data"][0]["id"], "uniagent-policy");
     let codec = common::codec("qwen2.5");
     let mut ids = codec.encode("ok").unwrap();
@@ -418,14 +411,7 @@ async fn reward_models_healthz_and_recording() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    let ended: Value = client
-        .post(format!("{base}/sessions/r/end"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let ended = common::http::json_body(client.post(format!("{base}/sessions/r/end"))).await;
     assert_eq!(ended[0]["reward_score"], 0.5);
     assert_eq!(ended[0]["reward"]["details"]["tests"], "3/4");
     // Shutting down records the session still open.

@@ -14,15 +14,18 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use reward_common::score_submission;
 use serde_json::{json, Map, Value};
 use uniagent_core::runner::SandboxFactory;
-use uniagent_core::{Deployment, DeploymentExt, EpisodeSignal, RewardContext, RewardSpec, Task};
+use uniagent_core::{Deployment, DeploymentExt, Task};
 use uniagent_envs::docker::{daemon_reachable, list_managed};
 use uniagent_envs::{DockerConfig, DockerDeployment};
 use uniagent_rewards::grade::{
     grade_patch, sandbox_task, FreshSandboxTests, GradeOptions, InstanceGrade, R2eInSandbox,
     SweInstance, Verdict,
 };
+
+mod reward_common;
 
 fn row() -> Value {
     let path =
@@ -171,24 +174,8 @@ async fn r2e_gym_instances_grade_in_fresh_containers_and_resist_tampering() {
     metadata.insert("image".into(), json!(image));
     let mut task = Task::new(instance.instance_id.clone(), vec![]);
     task.metadata = metadata;
-    let reward = FreshSandboxTests::new(docker.factory());
-    let score = |task: Task, reward: Arc<dyn RewardSpec>| {
-        let agent = Arc::clone(&agent);
-        async move {
-            let signal = EpisodeSignal::Submit {
-                patch: String::new(),
-            };
-            let ctx = RewardContext {
-                task: &task,
-                messages: &[],
-                signal: Some(&signal),
-                deployment: Some(&agent),
-            };
-            reward.score(&ctx).await
-        }
-    };
-    let fresh: Arc<dyn RewardSpec> = Arc::new(reward);
-    let in_sandbox: Arc<dyn RewardSpec> = Arc::new(R2eInSandbox::default());
+    let fresh = FreshSandboxTests::new(docker.factory());
+    let in_sandbox = R2eInSandbox::default();
     let sh = |script: &'static str| {
         let agent = Arc::clone(&agent);
         async move {
@@ -200,9 +187,9 @@ async fn r2e_gym_instances_grade_in_fresh_containers_and_resist_tampering() {
         }
     };
     sh("mkdir -p .venv/bin && printf '#!/bin/sh\\n' > .venv/bin/python && printf 'echo short test summary info\\n' >> run_tests.sh").await;
-    let out = score(task.clone(), Arc::clone(&fresh)).await.unwrap();
+    let out = score_submission(&fresh, &task, &agent).await.unwrap();
     assert!(!out.success, "{out:?}");
-    let out = score(task.clone(), Arc::clone(&in_sandbox)).await.unwrap();
+    let out = score_submission(&in_sandbox, &task, &agent).await.unwrap();
     assert!(!out.success, "{out:?}");
     let gold_file = instance.patch.clone();
     agent
@@ -210,10 +197,10 @@ async fn r2e_gym_instances_grade_in_fresh_containers_and_resist_tampering() {
         .await
         .unwrap();
     sh("git apply /tmp/gold.patch").await;
-    let out = score(task.clone(), Arc::clone(&fresh)).await.unwrap();
+    let out = score_submission(&fresh, &task, &agent).await.unwrap();
     assert!(out.success, "{out:?}");
     // The in-sandbox opt-in agrees on this honest agent (its extra summary header is ignored).
-    let out = score(task.clone(), Arc::clone(&in_sandbox)).await.unwrap();
+    let out = score_submission(&in_sandbox, &task, &agent).await.unwrap();
     assert!(out.success, "{out:?}");
     assert_eq!(out.details["comparison"]["matches"], true, "{out:?}");
     agent.stop().await.unwrap();

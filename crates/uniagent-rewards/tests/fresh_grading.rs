@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use uniagent_core::runner::SandboxFactory;
-use uniagent_core::{Deployment, DeploymentExt, EpisodeSignal, RewardContext, RewardSpec, Task};
+use uniagent_core::{Deployment, Task};
 use uniagent_envs::{HostConfig, HostDeployment};
 use uniagent_rewards::grade::{
     grade_patch, grade_predictions, FreshSandboxTests, GradeOptions, GradeRun, InfraError,
@@ -24,6 +24,9 @@ use uniagent_rewards::grade::{
 use uniagent_rewards::swebench::Parser;
 
 mod calc_task;
+mod reward_common;
+
+use reward_common::score_submission;
 
 const CALC: &str = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n";
 const FIXED: &str = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n";
@@ -63,16 +66,7 @@ fn diff_of(fx_template: &Path, scratch: &Path, edit: impl FnOnce(&Path)) -> Stri
 }
 
 fn fixture() -> Option<Fixture> {
-    let server = match uniagent_envs::host::find_server_binary(None) {
-        Ok(path) => path,
-        Err(e) if std::env::var_os("UNIAGENT_SWEREX_VENV").is_none() => {
-            eprintln!("SKIPPED: {e} (build it with `cargo build -p uniagent-envs --features server --bin uniagent-sandbox`)");
-            return None;
-        }
-        Err(e) => {
-            panic!("scripts/test builds the whole workspace, so the server must be there: {e}")
-        }
-    };
+    let server = reward_common::server_binary()?;
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().to_path_buf();
     let template = root.join("template");
@@ -253,9 +247,8 @@ async fn tampering_patches_cannot_raise_a_failing_patch() {
     let fx = Arc::new(fx);
     let options = GradeOptions::default();
     let unprotected = GradeOptions {
-        protect_test_harness_files: false,
         fail_on_conflicting_lines: false,
-        ..GradeOptions::default()
+        ..unprotected()
     };
 
     // Rewriting the test file: the dataset's test file comes back, the bug is still there.
@@ -341,22 +334,17 @@ async fn tampering_patches_cannot_raise_a_failing_patch() {
     assert_ne!(graded.verdict, Verdict::Resolved, "{graded:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conftest_cannot_rewrite_pytest_outcomes() {
+/// The fixture and an instance `id` graded by pytest from `UNIAGENT_SWEBENCH_VENV`'s python
+/// (also returned), or `None` (with the reason printed) when that venv or the server is missing.
+fn pytest_fixture(id: &str) -> Option<(Arc<Fixture>, PathBuf, SweInstance)> {
     let Some(venv) = std::env::var_os("UNIAGENT_SWEBENCH_VENV") else {
         eprintln!("SKIPPED: UNIAGENT_SWEBENCH_VENV is unset (its venv has pytest)");
-        return;
+        return None;
     };
-    let Some(fx) = fixture() else { return };
-    let fx = Arc::new(fx);
+    let fx = Arc::new(fixture()?);
     let python = PathBuf::from(venv).join("bin/python");
-    assert!(
-        python.exists(),
-        "UNIAGENT_SWEBENCH_VENV is set but {} is missing",
-        python.display()
-    );
     let instance = fx.instance(
-        "conftest",
+        id,
         &format!(
             "{} -m pytest -rA -p no:cacheprovider test_calc.py",
             python.display()
@@ -365,14 +353,32 @@ async fn conftest_cannot_rewrite_pytest_outcomes() {
         &["test_calc.py::CalcTest::test_add"],
         &["test_calc.py::CalcTest::test_sub"],
     );
+    Some((fx, python, instance))
+}
+
+/// Grading options with the protection of test-harness files off: a tampering patch that
+/// resolves under them shows that the attack works.
+fn unprotected() -> GradeOptions {
+    GradeOptions {
+        protect_test_harness_files: false,
+        ..GradeOptions::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conftest_cannot_rewrite_pytest_outcomes() {
+    let Some((fx, python, instance)) = pytest_fixture("conftest") else {
+        return;
+    };
+    assert!(
+        python.exists(),
+        "UNIAGENT_SWEBENCH_VENV is set but {} is missing",
+        python.display()
+    );
     let conftest = fx.patch("conftest", |d| {
         std::fs::write(d.join("conftest.py"), "import pytest\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n    outcome = yield\n    report = outcome.get_result()\n    report.outcome = 'passed'\n    report.longrepr = None\n").unwrap();
     });
-    let unprotected = GradeOptions {
-        protect_test_harness_files: false,
-        ..GradeOptions::default()
-    };
-    let control = fx.grade(&instance, &conftest, &unprotected).await;
+    let control = fx.grade(&instance, &conftest, &unprotected()).await;
     assert_eq!(
         control.verdict,
         Verdict::Resolved,
@@ -396,23 +402,9 @@ async fn conftest_cannot_rewrite_pytest_outcomes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pytest_config_in_the_patch_cannot_load_a_plugin_that_rewrites_outcomes() {
-    let Some(venv) = std::env::var_os("UNIAGENT_SWEBENCH_VENV") else {
-        eprintln!("SKIPPED: UNIAGENT_SWEBENCH_VENV is unset (its venv has pytest)");
+    let Some((fx, _, instance)) = pytest_fixture("pytest-config") else {
         return;
     };
-    let Some(fx) = fixture() else { return };
-    let fx = Arc::new(fx);
-    let python = PathBuf::from(venv).join("bin/python");
-    let instance = fx.instance(
-        "pytest-config",
-        &format!(
-            "{} -m pytest -rA -p no:cacheprovider test_calc.py",
-            python.display()
-        ),
-        Parser::Pytest,
-        &["test_calc.py::CalcTest::test_add"],
-        &["test_calc.py::CalcTest::test_sub"],
-    );
     // A plugin module in the repository (not a conftest) that passes every test, loaded by
     // `addopts` in each configuration file pytest reads options from.
     const PLUGIN: &str = "import pytest\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n    outcome = yield\n    report = outcome.get_result()\n    report.outcome = 'passed'\n    report.longrepr = None\n";
@@ -424,16 +416,12 @@ async fn pytest_config_in_the_patch_cannot_load_a_plugin_that_rewrites_outcomes(
         ("setup.cfg", "[metadata]\nname = calc\n\n[tool:pytest]\naddopts = -p grade_helper\n"),
         ("tox.ini", "[tox]\nenvlist = py3\n\n[pytest]\naddopts = -p grade_helper\n"),
     ];
-    let unprotected = GradeOptions {
-        protect_test_harness_files: false,
-        ..GradeOptions::default()
-    };
     for (file, config) in configs {
         let patch = fx.patch(&format!("cfg-{file}"), |d| {
             std::fs::write(d.join("grade_helper.py"), PLUGIN).unwrap();
             std::fs::write(d.join(file), config).unwrap();
         });
-        let control = fx.grade(&instance, &patch, &unprotected).await;
+        let control = fx.grade(&instance, &patch, &unprotected()).await;
         assert_eq!(
             control.verdict,
             Verdict::Resolved,
@@ -477,17 +465,7 @@ async fn pytest_config_in_the_patch_cannot_load_a_plugin_that_rewrites_outcomes(
 
 /// Runs `script` in the agent's sandbox, in its repository.
 async fn agent_sh(d: &Arc<dyn Deployment>, repo: &str, script: &str) {
-    let out = d
-        .sh(&format!("cd {repo} && {script}"), Duration::from_secs(30))
-        .await
-        .unwrap();
-    assert_eq!(
-        out.exit_code,
-        Some(0),
-        "{script}: {} {}",
-        out.stdout,
-        out.stderr
-    );
+    reward_common::sh(d, &format!("cd {repo} && {script}")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -523,22 +501,6 @@ async fn the_reward_takes_only_the_diff_from_the_agents_sandbox() {
     // The agent's repository is a clone elsewhere on the host; fresh sandboxes are cloned to
     // the task's `repo_dir`.
     let reward = FreshSandboxTests::new(fx.factory()).with_agent_repo_dir(agent_repo.clone());
-    let score = |task: Task| {
-        let agent = Arc::clone(&agent);
-        let reward = reward.clone();
-        async move {
-            let signal = EpisodeSignal::Submit {
-                patch: String::new(),
-            };
-            let ctx = RewardContext {
-                task: &task,
-                messages: &[],
-                signal: Some(&signal),
-                deployment: Some(&agent),
-            };
-            reward.score(&ctx).await
-        }
-    };
 
     // Tampering without a fix: tests rewritten, a replace object that makes base's test file
     // look like the agent's, a smudge/clean filter and hooks that would rewrite the tests.
@@ -554,7 +516,7 @@ async fn the_reward_takes_only_the_diff_from_the_agents_sandbox() {
         chmod +x .git/hooks/pre-commit
         cp .git/hooks/pre-commit .git/hooks/post-checkout
     "#).await;
-    let out = score(task.clone()).await.unwrap();
+    let out = score_submission(&reward, &task, &agent).await.unwrap();
     assert!(!out.success, "{out:?}");
     assert!(
         !Path::new("/tmp/uniagent-hook-ran").exists(),
@@ -568,12 +530,12 @@ async fn the_reward_takes_only_the_diff_from_the_agents_sandbox() {
         &format!("printf '%s' '{FIXED}' > calc.py"),
     )
     .await;
-    let out = score(task.clone()).await.unwrap();
+    let out = score_submission(&reward, &task, &agent).await.unwrap();
     assert!(out.success, "{out:?}");
 
     // Deleting .git leaves nothing to grade: 0, not an error and not a pass.
     agent_sh(&agent, &agent_repo, "rm -rf .git").await;
-    let out = score(task.clone()).await.unwrap();
+    let out = score_submission(&reward, &task, &agent).await.unwrap();
     assert!(!out.success);
     assert_eq!(out.details["verdict"], json!("patch_unavailable"));
     agent.stop().await.unwrap();

@@ -6,62 +6,25 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use reward_common::{score_submission as score, sh};
 use serde_json::json;
 use uniagent_core::{
-    Deployment, DeploymentExt, EpisodeSignal, ErrorKind, Message, RewardContext, RewardOutcome,
-    RewardSpec, Task,
+    Deployment, DeploymentExt, ErrorKind, Message, RewardContext, RewardSpec, Task,
 };
 use uniagent_envs::{HostConfig, HostDeployment};
 use uniagent_rewards::{CommandReward, CommandScore, LogFormat, TestsReward};
 
+mod reward_common;
+
 /// A started host sandbox, or `None` (with the reason printed) when the server is not built.
 async fn sandbox() -> Option<Arc<dyn Deployment>> {
-    let server = match uniagent_envs::host::find_server_binary(None) {
-        Ok(path) => path,
-        // `cargo test --workspace` builds the server next to this test; `-p` alone may not.
-        Err(e) if std::env::var_os("UNIAGENT_SWEREX_VENV").is_none() => {
-            eprintln!("SKIPPED: {e} (build it with `cargo build -p uniagent-envs --features server --bin uniagent-sandbox`)");
-            return None;
-        }
-        Err(e) => {
-            panic!("scripts/test builds the whole workspace, so the server must be there: {e}")
-        }
-    };
+    let server = reward_common::server_binary()?;
     let deployment: Arc<dyn Deployment> = Arc::new(HostDeployment::new(HostConfig {
         server_binary: Some(server),
         ..HostConfig::default()
     }));
     deployment.start().await.unwrap();
     Some(deployment)
-}
-
-async fn sh(d: &Arc<dyn Deployment>, script: &str) -> String {
-    let out = d.sh(script, Duration::from_secs(30)).await.unwrap();
-    assert_eq!(
-        out.exit_code,
-        Some(0),
-        "{script}: {} {}",
-        out.stdout,
-        out.stderr
-    );
-    out.stdout
-}
-
-async fn score(
-    reward: &dyn RewardSpec,
-    task: &Task,
-    d: &Arc<dyn Deployment>,
-) -> uniagent_core::Result<RewardOutcome> {
-    let signal = EpisodeSignal::Submit {
-        patch: String::new(),
-    };
-    let ctx = RewardContext {
-        task,
-        messages: &[],
-        signal: Some(&signal),
-        deployment: Some(d),
-    };
-    reward.score(&ctx).await
 }
 
 const CALC: &str = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n";

@@ -69,6 +69,36 @@ fn traj(
     t
 }
 
+/// `beta:1`, in both sets: a finished three-token answer with reward 1.
+fn beta_1() -> Trajectory {
+    traj(
+        "beta",
+        1,
+        ExitReason::Finished,
+        vec![151644, 9707, 198],
+        vec![70, 71, 151645],
+        vec![1, 1, 1],
+        true,
+        Some(1.0),
+        0,
+    )
+}
+
+/// `gamma:0`, in both sets: submitted after one tool call, with this reward.
+fn gamma_0(reward: Option<f64>) -> Trajectory {
+    traj(
+        "gamma",
+        0,
+        ExitReason::Submitted,
+        vec![151644, 11, 12, 13],
+        vec![80, 81],
+        vec![1, 1],
+        true,
+        reward,
+        1,
+    )
+}
+
 /// The homogeneous set (all with logprobs): varied shapes, groups of 3, 2 and 1, two rows that
 /// must be dropped. Each with the step it is pushed with, and whether it is expected in the
 /// file with which reward.
@@ -155,21 +185,7 @@ fn homogeneous() -> Vec<(Trajectory, Option<u64>, Option<f64>)> {
             None,
             Some(0.25),
         ),
-        (
-            traj(
-                "beta",
-                1,
-                E::Finished,
-                vec![151644, 9707, 198],
-                vec![70, 71, 151645],
-                vec![1, 1, 1],
-                true,
-                Some(1.0),
-                0,
-            ),
-            None,
-            Some(1.0),
-        ),
+        (beta_1(), None, Some(1.0)),
         // A sandbox that never started: dropped.
         (
             traj(
@@ -187,21 +203,7 @@ fn homogeneous() -> Vec<(Trajectory, Option<u64>, Option<f64>)> {
             None,
         ),
         // No reward computed: trains at 0.
-        (
-            traj(
-                "gamma",
-                0,
-                E::Submitted,
-                vec![151644, 11, 12, 13],
-                vec![80, 81],
-                vec![1, 1],
-                true,
-                None,
-                1,
-            ),
-            None,
-            Some(0.0),
-        ),
+        (gamma_0(None), None, Some(0.0)),
     ]
 }
 
@@ -209,21 +211,7 @@ fn homogeneous() -> Vec<(Trajectory, Option<u64>, Option<f64>)> {
 fn mixed() -> Vec<(Trajectory, Option<u64>, Option<f64>)> {
     use ExitReason as E;
     vec![
-        (
-            traj(
-                "beta",
-                1,
-                E::Finished,
-                vec![151644, 9707, 198],
-                vec![70, 71, 151645],
-                vec![1, 1, 1],
-                true,
-                Some(1.0),
-                0,
-            ),
-            None,
-            Some(1.0),
-        ),
+        (beta_1(), None, Some(1.0)),
         (
             traj(
                 "eps",
@@ -239,21 +227,7 @@ fn mixed() -> Vec<(Trajectory, Option<u64>, Option<f64>)> {
             None,
             Some(0.5),
         ),
-        (
-            traj(
-                "gamma",
-                0,
-                E::Submitted,
-                vec![151644, 11, 12, 13],
-                vec![80, 81],
-                vec![1, 1],
-                true,
-                Some(1.0),
-                1,
-            ),
-            None,
-            Some(1.0),
-        ),
+        (gamma_0(Some(1.0)), None, Some(1.0)),
     ]
 }
 

@@ -235,3 +235,29 @@ pub fn docker_available() -> bool {
         .output()
         .is_ok_and(|o| o.status.success())
 }
+
+/// True, after saying so on stderr, when no Docker daemon is reachable and a docker test skips.
+pub fn skip_without_docker() -> bool {
+    let skip = !docker_available();
+    if skip {
+        eprintln!("SKIPPED: no Docker daemon is reachable");
+    }
+    skip
+}
+
+/// Links the tiny random Qwen2 fixture (uniagent-train's weights, uniagent-core's Qwen2.5 codec)
+/// into `dir`, making it a model directory for the `tch` engine.
+pub fn link_tiny_qwen2(dir: &Path) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let weights = root.join("../uniagent-train/tests/fixtures/tiny-qwen2");
+    let codec = root.join("../uniagent-core/tests/fixtures/tokenizers/qwen2.5");
+    for (from, name) in [
+        (&weights, "config.json"),
+        (&weights, "model.safetensors"),
+        (&codec, "tokenizer.json"),
+        (&codec, "tokenizer_config.json"),
+        (&codec, "chat_template.jinja"),
+    ] {
+        std::os::unix::fs::symlink(from.join(name), dir.join(name)).unwrap();
+    }
+}

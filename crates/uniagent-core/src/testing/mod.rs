@@ -9,6 +9,7 @@
 //! codec, for the real [`TokenChatModel`](crate::agent::TokenChatModel).
 
 mod bash;
+mod child_stdin;
 mod deployment;
 mod model;
 mod process;
@@ -17,6 +18,7 @@ mod token_generator;
 mod tool;
 
 pub use bash::BashTool;
+pub use child_stdin::output_with_stdin;
 pub use deployment::{ScriptedDeployment, ScriptedReply};
 pub use model::{ModelRequest, ScriptedChatModel, ScriptedTurn};
 pub use process::{free_port, sandbox_server_args, spawn_with_first_line};

@@ -15,6 +15,8 @@ use uniagent_core::{Error, FinishReason, GenerateOutput, GenerateRequest, TokenG
 use uniagent_gateway::cassette::{replay, GatewayCassette, CASSETTES};
 use uniagent_gateway::{Gateway, GatewayConfig, Recorder};
 
+pub mod http;
+
 /// The Qwen2.5 or Qwen3 tokenizer and chat template of uniagent-core's fixtures.
 pub fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
