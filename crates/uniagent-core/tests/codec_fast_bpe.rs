@@ -3,18 +3,14 @@
 #![cfg(feature = "codec")]
 #![allow(clippy::unwrap_used, clippy::expect_used)] // helpers outside #[test] fns unwrap too
 
-use std::path::PathBuf;
+mod codec_common;
+
 use std::sync::OnceLock;
 
+use codec_common::tokenizer_dir as dir;
 use proptest::prelude::*;
 use serde_json::Value;
 use uniagent_core::codec::Codec;
-
-fn dir(family: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/tokenizers")
-        .join(family)
-}
 
 fn codec(family: &'static str) -> &'static Codec {
     static QWEN25: OnceLock<Codec> = OnceLock::new();

@@ -300,3 +300,31 @@ impl HttpClient {
         self.retry.retry(|| self.attempt(path, body, session)).await
     }
 }
+
+/// Implements [`TokenGenerator`](uniagent_core::TokenGenerator) for a generator with an
+/// `http: HttpClient` field and an inherent `request_body(&GenerateRequest) -> Value`: each
+/// request goes to `$path` through [`HttpClient::generate_tokens`] and its answer is read by
+/// `$parse`.
+#[cfg(any(feature = "vllm", feature = "sglang"))]
+macro_rules! impl_token_generator {
+    ($generator:ty, $backend:literal, $path:literal, $parse:path) => {
+        #[async_trait::async_trait]
+        impl uniagent_core::TokenGenerator for $generator {
+            fn name(&self) -> &str {
+                $backend
+            }
+
+            async fn generate(
+                &self,
+                request: uniagent_core::GenerateRequest,
+            ) -> uniagent_core::Result<uniagent_core::GenerateOutput> {
+                let body = || self.request_body(&request);
+                self.http
+                    .generate_tokens($backend, $path, &request, body, $parse)
+                    .await
+            }
+        }
+    };
+}
+#[cfg(any(feature = "vllm", feature = "sglang"))]
+pub(super) use impl_token_generator;

@@ -12,11 +12,11 @@
 //! [`TokenGenerator`]: uniagent_core::TokenGenerator
 //! [`ChatModel`]: uniagent_core::ChatModel
 
-#[cfg(all(test, any(feature = "vllm", feature = "sglang")))]
-mod hostile;
 mod http;
 #[cfg(feature = "openai")]
 mod openai;
+#[cfg(all(test, any(feature = "vllm", feature = "sglang")))]
+mod parser_properties;
 mod pool;
 #[cfg(feature = "sglang")]
 mod sglang;

@@ -1,10 +1,9 @@
 //! [`SglangGenerator`]: token ids through SGLang's native `/generate`.
 
-use async_trait::async_trait;
 use serde_json::{json, Value};
-use uniagent_core::{Error, FinishReason, GenerateOutput, GenerateRequest, Result, TokenGenerator};
+use uniagent_core::{Error, FinishReason, GenerateOutput, GenerateRequest, Result};
 
-use super::http::{HttpClient, HttpModelConfig};
+use super::http::{impl_token_generator, HttpClient, HttpModelConfig};
 
 /// A [`TokenGenerator`] over one or more SGLang servers.
 ///
@@ -111,50 +110,4 @@ pub fn parse_generate(body: &Value) -> Result<GenerateOutput> {
     })
 }
 
-#[async_trait]
-impl TokenGenerator for SglangGenerator {
-    fn name(&self) -> &str {
-        "sglang"
-    }
-
-    async fn generate(&self, request: GenerateRequest) -> Result<GenerateOutput> {
-        self.http
-            .generate_tokens(
-                "sglang",
-                "/generate",
-                &request,
-                || self.request_body(&request),
-                parse_generate,
-            )
-            .await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use proptest::prelude::*;
-    use serde_json::json;
-
-    use super::parse_generate;
-
-    proptest! {
-        #[test]
-        fn well_formed_responses_round_trip(
-            toks in proptest::collection::vec((any::<u32>(), -30.0f64..=0.0), 0..20),
-            version in any::<u64>(),
-        ) {
-            let body = json!({
-                "text": "",
-                "output_ids": toks.iter().map(|(i, _)| i).collect::<Vec<_>>(),
-                "meta_info": {
-                    "finish_reason": {"type": "length", "length": toks.len()},
-                    "weight_version": version.to_string(),
-                    "output_token_logprobs": toks.iter().map(|(i, lp)| json!([lp, i, null])).collect::<Vec<_>>(),
-                }
-            });
-            let out = parse_generate(&body).unwrap();
-            prop_assert_eq!(out.token_ids, toks.iter().map(|(i, _)| *i).collect::<Vec<_>>());
-            prop_assert_eq!(out.weight_version, Some(version));
-        }
-    }
-}
+impl_token_generator!(SglangGenerator, "sglang", "/generate", parse_generate);

@@ -1,10 +1,9 @@
 //! [`VllmGenerator`]: token ids through vLLM's `/v1/completions`.
 
-use async_trait::async_trait;
 use serde_json::{json, Value};
-use uniagent_core::{Error, FinishReason, GenerateOutput, GenerateRequest, Result, TokenGenerator};
+use uniagent_core::{Error, FinishReason, GenerateOutput, GenerateRequest, Result};
 
-use super::http::{HttpClient, HttpModelConfig};
+use super::http::{impl_token_generator, HttpClient, HttpModelConfig};
 
 /// A [`TokenGenerator`] over one or more vLLM servers.
 ///
@@ -126,49 +125,4 @@ pub fn parse_completion(body: &Value) -> Result<GenerateOutput> {
     })
 }
 
-#[async_trait]
-impl TokenGenerator for VllmGenerator {
-    fn name(&self) -> &str {
-        "vllm"
-    }
-
-    async fn generate(&self, request: GenerateRequest) -> Result<GenerateOutput> {
-        self.http
-            .generate_tokens(
-                "vllm",
-                "/v1/completions",
-                &request,
-                || self.request_body(&request),
-                parse_completion,
-            )
-            .await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use proptest::prelude::*;
-    use serde_json::json;
-
-    use super::parse_completion;
-
-    proptest! {
-        #[test]
-        fn well_formed_responses_round_trip(
-            toks in proptest::collection::vec((any::<u32>(), -30.0f64..=0.0), 0..20),
-            finish in prop_oneof![Just("stop"), Just("length"), Just("abort")],
-        ) {
-            let body = json!({"choices": [{
-                "index": 0, "text": "",
-                "logprobs": {
-                    "tokens": toks.iter().map(|(i, _)| format!("token_id:{i}")).collect::<Vec<_>>(),
-                    "token_logprobs": toks.iter().map(|(_, lp)| lp).collect::<Vec<_>>(),
-                },
-                "finish_reason": finish,
-            }]});
-            let out = parse_completion(&body).unwrap();
-            prop_assert_eq!(out.token_ids, toks.iter().map(|(i, _)| *i).collect::<Vec<_>>());
-            prop_assert_eq!(out.logprobs.unwrap(), toks.iter().map(|(_, lp)| *lp as f32).collect::<Vec<_>>());
-        }
-    }
-}
+impl_token_generator!(VllmGenerator, "vllm", "/v1/completions", parse_completion);
