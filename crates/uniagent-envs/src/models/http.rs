@@ -301,6 +301,16 @@ impl HttpClient {
     }
 }
 
+/// Whether a server's own list of sampled ids (`ids`) is exactly `token_ids`.
+#[cfg(any(feature = "vllm", feature = "sglang"))]
+pub(super) fn ids_agree(ids: &[Value], token_ids: &[u32]) -> bool {
+    ids.len() == token_ids.len()
+        && ids
+            .iter()
+            .zip(token_ids)
+            .all(|(a, b)| a.as_u64() == Some(u64::from(*b)))
+}
+
 /// Implements [`TokenGenerator`](uniagent_core::TokenGenerator) for a generator with an
 /// `http: HttpClient` field and an inherent `request_body(&GenerateRequest) -> Value`: each
 /// request goes to `$path` through [`HttpClient::generate_tokens`] and its answer is read by

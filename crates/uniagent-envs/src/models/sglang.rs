@@ -3,7 +3,7 @@
 use serde_json::{json, Value};
 use uniagent_core::{Error, FinishReason, GenerateOutput, GenerateRequest, Result};
 
-use super::http::{impl_token_generator, HttpClient, HttpModelConfig};
+use super::http::{ids_agree, impl_token_generator, HttpClient, HttpModelConfig};
 
 /// A [`TokenGenerator`] over one or more SGLang servers.
 ///
@@ -79,12 +79,7 @@ pub fn parse_generate(body: &Value) -> Result<GenerateOutput> {
         }
     }
     if let Some(ids) = body.get("output_ids").and_then(Value::as_array) {
-        let agree = ids.len() == token_ids.len()
-            && ids
-                .iter()
-                .zip(&token_ids)
-                .all(|(a, b)| a.as_u64() == Some(u64::from(*b)));
-        if !agree {
+        if !ids_agree(ids, &token_ids) {
             return Err(protocol(
                 "`output_ids` disagrees with output_token_logprobs",
             ));

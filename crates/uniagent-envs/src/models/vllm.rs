@@ -3,7 +3,7 @@
 use serde_json::{json, Value};
 use uniagent_core::{Error, FinishReason, GenerateOutput, GenerateRequest, Result};
 
-use super::http::{impl_token_generator, HttpClient, HttpModelConfig};
+use super::http::{ids_agree, impl_token_generator, HttpClient, HttpModelConfig};
 
 /// A [`TokenGenerator`] over one or more vLLM servers.
 ///
@@ -108,12 +108,7 @@ pub fn parse_completion(body: &Value) -> Result<GenerateOutput> {
         )));
     }
     if let Some(ids) = choice.get("token_ids").and_then(Value::as_array) {
-        let agree = ids.len() == token_ids.len()
-            && ids
-                .iter()
-                .zip(&token_ids)
-                .all(|(a, b)| a.as_u64() == Some(u64::from(*b)));
-        if !agree {
+        if !ids_agree(ids, &token_ids) {
             return Err(protocol("`token_ids` disagrees with logprobs.tokens"));
         }
     }

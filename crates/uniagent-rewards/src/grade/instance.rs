@@ -55,6 +55,15 @@ pub struct SweInstance {
     pub format: TaskFormat,
 }
 
+/// A task's metadata as a dataset row, with the task id as `instance_id` when the row has none.
+pub(crate) fn task_row(task: &uniagent_core::Task) -> Value {
+    let mut row = Value::Object(task.metadata.clone());
+    if row.get("instance_id").is_none() {
+        row["instance_id"] = Value::String(task.id.clone());
+    }
+    row
+}
+
 impl SweInstance {
     /// Reads one dataset row. Test lists may be lists or JSON strings holding lists.
     ///

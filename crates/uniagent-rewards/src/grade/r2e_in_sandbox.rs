@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use uniagent_core::{RewardContext, RewardOutcome};
 
-use super::instance::{SweInstance, TaskFormat};
+use super::instance::{task_row, SweInstance, TaskFormat};
 use crate::error::RewardError;
 use crate::r2e::{self, SummaryReading};
 use crate::sandbox::{run, sandbox, shell_quote, timed_out, Run};
@@ -46,10 +46,7 @@ impl R2eInSandbox {
         &self,
         ctx: &RewardContext<'_>,
     ) -> std::result::Result<RewardOutcome, RewardError> {
-        let mut row = Value::Object(ctx.task.metadata.clone());
-        if row.get("instance_id").is_none() {
-            row["instance_id"] = json!(ctx.task.id);
-        }
+        let row = task_row(ctx.task);
         let instance = SweInstance::from_json(&row)?;
         let TaskFormat::R2eGym { expected } = &instance.format else {
             return Err(RewardError::BadMetadata {

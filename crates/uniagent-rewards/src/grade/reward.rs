@@ -9,7 +9,7 @@ use uniagent_core::{RewardContext, RewardOutcome};
 
 use super::extract::extract_patch_excluding;
 use super::fresh::{grade_patch, GradeOptions, Verdict};
-use super::instance::{SweInstance, TaskFormat};
+use super::instance::{task_row, SweInstance, TaskFormat};
 use crate::error::RewardError;
 use crate::sandbox::sandbox;
 
@@ -82,10 +82,7 @@ impl FreshSandboxTests {
         &self,
         ctx: &RewardContext<'_>,
     ) -> std::result::Result<RewardOutcome, RewardError> {
-        let mut row = Value::Object(ctx.task.metadata.clone());
-        if row.get("instance_id").is_none() {
-            row["instance_id"] = json!(ctx.task.id);
-        }
+        let mut row = task_row(ctx.task);
         if let Some(cmd) = &self.test_cmd {
             row["test_cmd"] = json!(cmd);
             if let Some(install) = row.get_mut("install_config").and_then(Value::as_object_mut) {
