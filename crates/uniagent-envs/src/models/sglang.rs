@@ -5,7 +5,7 @@ use uniagent_core::{Error, FinishReason, GenerateOutput, GenerateRequest, Result
 
 use super::http::{ids_agree, impl_token_generator, HttpClient, HttpModelConfig};
 
-/// A [`TokenGenerator`] over one or more SGLang servers.
+/// A [`TokenGenerator`](uniagent_core::TokenGenerator) over one or more SGLang servers.
 ///
 /// Sends `input_ids` with `return_logprob: true` and reads the sampled ids and their logprobs
 /// from `meta_info.output_token_logprobs` (`[logprob, id, text]` triples); `output_ids`, when

@@ -5,7 +5,7 @@ use uniagent_core::{Error, FinishReason, GenerateOutput, GenerateRequest, Result
 
 use super::http::{ids_agree, impl_token_generator, HttpClient, HttpModelConfig};
 
-/// A [`TokenGenerator`] over one or more vLLM servers.
+/// A [`TokenGenerator`](uniagent_core::TokenGenerator) over one or more vLLM servers.
 ///
 /// The prompt goes out as token ids (`"prompt": [ids]`) and the sampled ids come back exactly:
 /// the request asks for `logprobs: 1` and `return_tokens_as_token_ids: true`, so every sampled
