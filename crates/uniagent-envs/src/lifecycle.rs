@@ -18,12 +18,14 @@ pub(crate) enum Phase {
 
 /// A deployment that keeps its running state apart (`host`, `docker`): idle in a phase, or
 /// running with `R`.
+#[cfg(any(feature = "host", feature = "docker"))]
 #[derive(Debug)]
 pub(crate) enum State<R> {
     Idle(Phase),
     Running(Box<R>),
 }
 
+#[cfg(any(feature = "host", feature = "docker"))]
 impl<R> State<R> {
     /// Marks the deployment stopped and hands back what was running, if anything.
     pub(crate) fn stop(&mut self) -> Option<R> {
@@ -36,6 +38,7 @@ impl<R> State<R> {
 
 /// Closes the server's sessions first, so shells end their jobs the polite way; waits at most
 /// two seconds, and a dead server is no error.
+#[cfg(any(feature = "host", feature = "docker"))]
 pub(crate) async fn close_sessions(runtime: &crate::client::RemoteRuntime) {
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), runtime.close()).await;
 }
@@ -58,6 +61,7 @@ pub(crate) fn not_running(backend: &str, phase: Phase, operation: &str) -> Error
 /// Implements [`Deployment`](uniagent_core::Deployment) for a type with inherent
 /// `do_start`, `do_stop` and `runtime(operation) -> Result<RemoteRuntime>` methods: lifecycle
 /// calls go to the former, every protocol operation to the client the latter returns.
+#[cfg(any(feature = "host", feature = "remote", feature = "faas"))]
 macro_rules! impl_deployment_over_runtime {
     ($ty:ty, $backend:expr) => {
         #[async_trait::async_trait]
@@ -117,4 +121,5 @@ macro_rules! impl_deployment_over_runtime {
     };
 }
 
+#[cfg(any(feature = "host", feature = "remote", feature = "faas"))]
 pub(crate) use impl_deployment_over_runtime;
