@@ -92,16 +92,7 @@ pub fn fill_template(
                 if !name.is_empty()
                     && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') =>
             {
-                let value = if name == "id" {
-                    Some(task.id.clone())
-                } else {
-                    match task.metadata.get(name) {
-                        Some(Value::String(s)) => Some(s.clone()),
-                        Some(Value::Number(n)) => Some(n.to_string()),
-                        _ => None,
-                    }
-                };
-                match value {
+                match template_field(task, name) {
                     Some(v) => out.push_str(&v),
                     None if strict => {
                         return Err(format!(
@@ -125,6 +116,18 @@ pub fn fill_template(
     }
     out.push_str(rest);
     Ok(out)
+}
+
+/// The value of `{name}` for `task`: its id, or a string or number metadata field.
+fn template_field(task: &Task, name: &str) -> Option<String> {
+    if name == "id" {
+        return Some(task.id.clone());
+    }
+    match task.metadata.get(name) {
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Number(n)) => Some(n.to_string()),
+        _ => None,
+    }
 }
 
 /// Builds every rollout's sandbox from [`SandboxSettings`] and wraps it in the setup hook.
