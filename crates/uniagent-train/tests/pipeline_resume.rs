@@ -29,7 +29,8 @@ async fn train(out: &Path, resume: bool) -> Summary {
     let (codec, policy) = codec_and_policy(3);
     let config = PipelineConfig::from_yaml_str(CONFIG).unwrap();
     let mut pipeline = if resume {
-        Pipeline::resume(policy, spec(codec.clone()), config.clone(), out).unwrap()
+        let checkpoint = Pipeline::latest_checkpoint(out).unwrap().unwrap();
+        Pipeline::resume(policy, spec(codec.clone()), config.clone(), checkpoint).unwrap()
     } else {
         Pipeline::new(policy, spec(codec.clone()), config.clone(), out).unwrap()
     };
@@ -162,12 +163,9 @@ async fn a_killed_sync_run_resumes_with_the_numbers_of_an_uninterrupted_one() {
 async fn resuming_needs_a_checkpoint_and_the_same_configuration() {
     let _serial = SERIAL.lock().await;
     let out = tempfile::tempdir().unwrap();
-    let (codec, policy) = codec_and_policy(3);
+    let (codec, _) = codec_and_policy(3);
     let config = PipelineConfig::from_yaml_str(CONFIG).unwrap();
-    let err = Pipeline::resume(policy, spec(codec.clone()), config.clone(), out.path())
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("no run checkpoint"), "{err}");
+    assert!(Pipeline::latest_checkpoint(out.path()).unwrap().is_none());
 
     // Two RL steps without SFT leave a checkpoint at step 2.
     let mut short = config.clone();
@@ -185,7 +183,9 @@ async fn resuming_needs_a_checkpoint_and_the_same_configuration() {
     let mut other = short.clone();
     other.rl.lr *= 2.0;
     let (_, policy) = codec_and_policy(3);
-    let err = Pipeline::resume(policy, spec(codec.clone()), other, out.path())
+    let checkpoint = Pipeline::latest_checkpoint(out.path()).unwrap().unwrap();
+    assert_eq!((checkpoint.step(), checkpoint.run_dir()), (2, out.path()));
+    let err = Pipeline::resume(policy, spec(codec.clone()), other, checkpoint)
         .unwrap_err()
         .to_string();
     assert!(err.contains("rl.lr"), "{err}");
@@ -194,7 +194,8 @@ async fn resuming_needs_a_checkpoint_and_the_same_configuration() {
     let mut longer = short.clone();
     longer.rl.steps = 4;
     let (_, policy) = codec_and_policy(3);
-    let mut pipeline = Pipeline::resume(policy, spec(codec), longer, out.path()).unwrap();
+    let checkpoint = Pipeline::latest_checkpoint(out.path()).unwrap().unwrap();
+    let mut pipeline = Pipeline::resume(policy, spec(codec), longer, checkpoint).unwrap();
     let rl = pipeline
         .rl(TaskSource::new(tasks("rl", 30), 3), &[])
         .await

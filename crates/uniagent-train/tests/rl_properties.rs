@@ -105,7 +105,7 @@ proptest! {
         for (adv, n_of) in [
             (grpo_advantages(&rewards, &mask, &g, true, GRPO_EPSILON).unwrap(), "grpo"),
             (grpo_advantages(&rewards, &mask, &g, false, GRPO_EPSILON).unwrap(), "grpo_no_std"),
-            (rloo_advantages(&rewards, &mask, &g).unwrap(), "rloo"),
+            (group_advantages(GroupEstimator::Rloo, &rewards, &mask, &g).unwrap(), "rloo"),
         ] {
             for (row, (n, s)) in groups.iter().flat_map(|(n, s)| std::iter::repeat_n((*n, *s), *n)).enumerate() {
                 let row_max = adv.get(row as i64).abs().max().double_value(&[]);

@@ -228,9 +228,9 @@ pub async fn train(prepared: &Prepared, section: &TrainerSection) -> Result<Trai
     let out = OutputDir::create(&prepared.out)?;
     // Rerunning with the same --out resumes from the run's latest checkpoint; a run that
     // stopped before its first one is left alone rather than overwritten.
-    let resume_step = Pipeline::checkpoint_step(&prepared.out)
+    let checkpoint = Pipeline::latest_checkpoint(&prepared.out)
         .map_err(|e| CliError::preflight(format!("reading the run's checkpoints: {e}")))?;
-    if resume_step.is_none() && prepared.out.join("metrics.jsonl").exists() {
+    if checkpoint.is_none() && prepared.out.join("metrics.jsonl").exists() {
         return Err(CliError::preflight(format!(
             "{} already holds a training run with no checkpoint to resume from (it stopped before its first): choose another --out or remove it",
             prepared.out.display()
@@ -245,13 +245,14 @@ pub async fn train(prepared: &Prepared, section: &TrainerSection) -> Result<Trai
     let codec = Arc::new(codec);
     let spec = rollout_source(prepared, section, codec.clone())?;
     let seed = section.pipeline.seed;
-    let mut pipeline = match resume_step {
-        Some(step) => {
+    let mut pipeline = match checkpoint {
+        Some(checkpoint) => {
             eprintln!(
-                "train: resuming {} from its checkpoint after RL step {step}",
-                prepared.out.display()
+                "train: resuming {} from its checkpoint after RL step {}",
+                prepared.out.display(),
+                checkpoint.step()
             );
-            Pipeline::resume(model, spec, section.pipeline.clone(), &prepared.out)
+            Pipeline::resume(model, spec, section.pipeline.clone(), checkpoint)
         }
         None => Pipeline::new(model, spec, section.pipeline.clone(), &prepared.out),
     }

@@ -13,11 +13,13 @@
 //! leased ones from their container labels. Exit codes: 0 ok, 2 bad usage or configuration, 1 a failure while
 //! running.
 
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod common;
+
 use clap::Parser;
+use common::listen::{announce, stop_signals, Listen};
 use uniagent_core::config::load;
 use uniagent_envs::pool::{Pool, PoolConfig};
 
@@ -31,12 +33,8 @@ struct Args {
     /// Pool configuration (YAML, TOML or JSON).
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
-    /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1")]
-    host: String,
-    /// Port to listen on (0 picks a free one).
-    #[arg(long, default_value_t = 8700)]
-    port: u16,
+    #[command(flatten)]
+    listen: Listen<8700>,
 }
 
 fn main() -> ExitCode {
@@ -79,16 +77,10 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args, config: PoolConfig) -> Result<(), Box<dyn std::error::Error>> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port)).await?;
+    let (mut term, mut interrupt) = stop_signals()?;
+    let listener = args.listen.bind().await?;
     let pool = Pool::start(config).await?;
-    let addr = listener.local_addr()?;
-    let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "listening on http://{addr}")?;
-    stdout.flush()?;
-    drop(stdout);
+    announce(&listener, "listening on")?;
     // The first signal starts the drain; the second cuts it short.
     let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
     let (second_tx, second_rx) = tokio::sync::oneshot::channel::<()>();

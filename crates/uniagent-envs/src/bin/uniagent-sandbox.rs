@@ -20,9 +20,12 @@
 use std::io::{Read as _, Write as _};
 use std::net::{Shutdown, TcpStream};
 use std::process::ExitCode;
+
+mod common;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use common::listen::{announce, stop_signals, Listen};
 use uniagent_envs::server::{seconds, serve, ServerConfig, ServerLimits, ShellOptions};
 
 /// The environment variable the token may come in.
@@ -35,12 +38,8 @@ const TOKEN_ENV: &str = "UNIAGENT_SANDBOX_TOKEN";
     about = "SWE-ReX-compatible sandbox server"
 )]
 struct Args {
-    /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1")]
-    host: String,
-    /// Port to listen on (0 picks a free one).
-    #[arg(long, default_value_t = 8000)]
-    port: u16,
+    #[command(flatten)]
+    listen: Listen<8000>,
     /// Token clients must send in `X-API-Key` (prefer `UNIAGENT_SANDBOX_TOKEN` or
     /// `--auth-token-file`: arguments are visible to every user through `ps`).
     #[arg(long)]
@@ -159,13 +158,8 @@ fn token_of(args: &Args, env_token: Option<String>) -> Result<String, String> {
 }
 
 async fn run(args: Args, token: String) -> std::io::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    // Install the handlers before serving, so a SIGTERM at any time after start shuts down
-    // cleanly (closing every session) instead of killing the process.
-    let mut term = signal(SignalKind::terminate())?;
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port)).await?;
-    let addr = listener.local_addr()?;
+    let (mut term, mut interrupt) = stop_signals()?;
+    let listener = args.listen.bind().await?;
     let mut config = ServerConfig::new(token);
     config.insecure_no_auth = args.insecure_no_auth;
     config.shell = ShellOptions {
@@ -187,9 +181,7 @@ async fn run(args: Args, token: String) -> std::io::Result<()> {
     let parent = args
         .exit_with_parent
         .then(|| nix::unistd::getppid().as_raw());
-    let mut stdout = std::io::stdout();
-    writeln!(stdout, "uniagent-sandbox listening on http://{addr}")?;
-    stdout.flush()?;
+    announce(&listener, "uniagent-sandbox listening on")?;
     let shutdown = async move {
         let end_of_life = async {
             match lifetime {

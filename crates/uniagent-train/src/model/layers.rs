@@ -103,6 +103,19 @@ pub(crate) struct LayerCache {
     pub(crate) values: Tensor,
 }
 
+/// One layer's slot in a KV cache (`None`: no cache, the pass keeps nothing); the slot itself
+/// is `None` until the layer's first pass fills it.
+pub(crate) type CacheSlot<'a> = Option<&'a mut Option<LayerCache>>;
+
+/// What every layer of one pass needs of the token positions: the RoPE tables (`cos`, `sin`)
+/// and which keys each query may see (`allowed`: boolean `[B, 1, T, S]`, S = cached + T keys).
+#[derive(Debug)]
+pub(crate) struct Positions {
+    pub(crate) cos: Tensor,
+    pub(crate) sin: Tensor,
+    pub(crate) allowed: Tensor,
+}
+
 /// Grouped-query self-attention with q/k/v biases and no output bias.
 #[derive(Debug)]
 pub(crate) struct Attention {
@@ -132,22 +145,15 @@ impl Attention {
         }
     }
 
-    /// `x`: `[B, T, hidden]`; `allowed`: boolean `[B, 1, T, S]` (S = cached + T keys);
-    /// `cache`: this layer's keys/values so far, extended in place.
-    pub(crate) fn forward(
-        &self,
-        x: &Tensor,
-        rope: &(Tensor, Tensor),
-        allowed: &Tensor,
-        cache: Option<&mut Option<LayerCache>>,
-    ) -> Tensor {
+    /// `x`: `[B, T, hidden]`; `cache`: this layer's keys/values so far, extended in place.
+    pub(crate) fn forward(&self, x: &Tensor, at: &Positions, cache: CacheSlot<'_>) -> Tensor {
         let (b, t) = (x.size()[0], x.size()[1]);
         let shape = |y: Tensor, n: i64| y.view([b, t, n, self.head_dim]).transpose(1, 2);
         let q = shape(self.q_proj.forward(x), self.heads);
         let k = shape(self.k_proj.forward(x), self.kv_heads);
         let v = shape(self.v_proj.forward(x), self.kv_heads);
-        let q = apply_rope(&q, &rope.0, &rope.1);
-        let k = apply_rope(&k, &rope.0, &rope.1);
+        let q = apply_rope(&q, &at.cos, &at.sin);
+        let k = apply_rope(&k, &at.cos, &at.sin);
         let (k, v) = match cache {
             Some(slot) => {
                 let (k, v) = match slot.take() {
@@ -169,7 +175,7 @@ impl Attention {
         let v = self.repeat_kv(&v);
         let scores = q.matmul(&k.transpose(2, 3)) * (self.head_dim as f64).powf(-0.5);
         // A fully masked row (a left-pad query) gets a uniform distribution, never NaN.
-        let scores = scores.masked_fill(&allowed.logical_not(), lowest_finite(scores.kind()));
+        let scores = scores.masked_fill(&at.allowed.logical_not(), lowest_finite(scores.kind()));
         let probs = scores.softmax(-1, Kind::Float).to_kind(q.kind());
         let out =
             probs
@@ -242,16 +248,10 @@ impl DecoderLayer {
         }
     }
 
-    pub(crate) fn forward(
-        &self,
-        x: &Tensor,
-        rope: &(Tensor, Tensor),
-        allowed: &Tensor,
-        cache: Option<&mut Option<LayerCache>>,
-    ) -> Tensor {
+    pub(crate) fn forward(&self, x: &Tensor, at: &Positions, cache: CacheSlot<'_>) -> Tensor {
         let h = x + self
             .self_attn
-            .forward(&self.input_layernorm.forward(x), rope, allowed, cache);
+            .forward(&self.input_layernorm.forward(x), at, cache);
         &h + self.mlp.forward(&self.post_attention_layernorm.forward(&h))
     }
 }

@@ -7,7 +7,7 @@ use tch::{Device, Kind, Tensor};
 use uniagent_core::{Error, Result};
 
 use super::config::Qwen2Config;
-use super::layers::{rope_tables, DecoderLayer, LayerCache, RmsNorm};
+use super::layers::{rope_tables, DecoderLayer, LayerCache, Positions, RmsNorm};
 use super::{weights, ModelDtype};
 
 /// Keys and values of every layer for the tokens processed so far, for incremental decoding.
@@ -286,16 +286,17 @@ impl Qwen2ForCausalLM {
             .unsqueeze(0)
             .logical_and(&key_valid.unsqueeze(1))
             .unsqueeze(1);
-        let rope = rope_tables(
+        let (cos, sin) = rope_tables(
             &positions,
             self.config.head_dim(),
             self.config.rope_base(),
             self.dtype.kind(),
         );
+        let at = Positions { cos, sin, allowed };
         let mut h = Tensor::embedding(&self.embed_tokens, &ids, -1, false, false);
         for (i, layer) in self.layers.iter().enumerate() {
             let slot = cache.as_mut().and_then(|c| c.layers.get_mut(i));
-            h = layer.forward(&h, &rope, &allowed, slot);
+            h = layer.forward(&h, &at, slot);
         }
         if let Some(c) = cache {
             c.len = total;

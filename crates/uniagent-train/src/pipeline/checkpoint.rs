@@ -58,11 +58,35 @@ pub(crate) struct RunState {
     pub(crate) records: RecordOffsets,
 }
 
-/// A checkpoint found on disk.
+/// A run checkpoint found on disk ([`Pipeline::latest_checkpoint`]), which
+/// [`Pipeline::resume`] continues from.
+///
+/// [`Pipeline::latest_checkpoint`]: super::Pipeline::latest_checkpoint
+/// [`Pipeline::resume`]: super::Pipeline::resume
 #[derive(Debug)]
-pub(crate) struct Checkpoint {
+pub struct RunCheckpoint {
+    /// The run's output folder.
+    pub(crate) out: PathBuf,
+    /// The checkpoint's own folder (`out/checkpoints/step-N`).
     pub(crate) dir: PathBuf,
     pub(crate) state: RunState,
+}
+
+impl RunCheckpoint {
+    /// The RL step it was written after.
+    pub fn step(&self) -> usize {
+        self.state.step
+    }
+
+    /// Its folder (`OUT/checkpoints/step-N`: the weights, the optimizer and the run state).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The output folder of the run it belongs to.
+    pub fn run_dir(&self) -> &Path {
+        &self.out
+    }
 }
 
 fn io(what: String) -> impl FnOnce(std::io::Error) -> Error {
@@ -124,7 +148,7 @@ fn prune(root: &Path, keep: usize) -> Result<()> {
 }
 
 /// The newest complete checkpoint of the run in `out`, if any.
-pub(crate) fn latest(out: &Path) -> Result<Option<Checkpoint>> {
+pub(crate) fn latest(out: &Path) -> Result<Option<RunCheckpoint>> {
     let root = out.join(CHECKPOINTS);
     let pointer = root.join(LATEST);
     let name = match std::fs::read_to_string(&pointer) {
@@ -144,7 +168,11 @@ pub(crate) fn latest(out: &Path) -> Result<Option<Checkpoint>> {
             state.format
         )));
     }
-    Ok(Some(Checkpoint { dir, state }))
+    Ok(Some(RunCheckpoint {
+        out: out.to_path_buf(),
+        dir,
+        state,
+    }))
 }
 
 /// Removes the checkpoints of an earlier run in `out` (a fresh run truncates its records,

@@ -74,6 +74,7 @@ mod tasks;
 mod weight_sync;
 
 pub use artifacts::export_hf;
+pub use checkpoint::RunCheckpoint;
 pub use config::{
     AsyncConfig, CheckpointConfig, LossName, Mode, PipelineConfig, RlConfig, SftConfig, SftTarget,
 };

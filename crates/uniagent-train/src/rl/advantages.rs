@@ -73,11 +73,87 @@ fn group_stats(scores: &Tensor, groups: &Groups, with_std: bool) -> (Tensor, Ten
     (mean, std)
 }
 
-/// GRPO outcome advantage (`compute_grpo_outcome_advantage`): per group, μ = mean and
-/// σ = `torch.std` (unbiased, n−1) of the scores; singletons get μ = 0, σ = 1.
+/// A group-relative outcome estimator: each row's advantage is its score against the other
+/// rows of its group, the same on every response token (`A_i · m[i,t]`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum GroupEstimator {
+    /// GRPO (`compute_grpo_outcome_advantage`): per group, μ = mean and σ = `torch.std`
+    /// (unbiased, n−1) of the scores; singletons get μ = 0, σ = 1.
+    /// `A_i = (score_i − μ)/(σ + ε)`, or `score_i − μ` when `norm_by_std` is false (Dr.GRPO).
+    /// A group of identical scores gets 0.
+    Grpo {
+        /// Divide by the group std (false: Dr.GRPO).
+        norm_by_std: bool,
+        /// ε added to the std ([`GRPO_EPSILON`] in verl).
+        epsilon: f64,
+    },
+    /// RLOO (`compute_rloo_outcome_advantage`, the non-vectorised estimator):
+    /// `A_i = score_i·n/(n−1) − μ·n/(n−1)` for a group of n > 1; a singleton keeps its score.
+    Rloo,
+    /// REINFORCE++ with a group baseline
+    /// (`compute_reinforce_plus_plus_baseline_outcome_advantage`):
+    /// `x[i,t] = (score_i − μ_g)·m[i,t]` (singletons μ = 0), then `masked_whiten(x, m)·m` over
+    /// the whole batch. Errors when fewer than two tokens are masked in (verl raises).
+    ReinforcePlusPlusBaseline,
+}
+
+/// `estimator`'s advantages of a batch: `[B, T]` of the rewards' kind, 0 off the mask.
 ///
-/// `A_i = (score_i − μ)/(σ + ε)`, or `score_i − μ` when `norm_by_std` is false (Dr.GRPO);
-/// the result is `A_i · m[i,t]` (advantages = returns). A group of identical scores gets 0.
+/// ```
+/// use tch::Tensor;
+/// use uniagent_train::rl::{group_advantages, GroupEstimator, Groups};
+/// let rewards = Tensor::from_slice(&[0.0f32, 1.0, 0.0, 0.0]).view([2, 2]);
+/// let mask = Tensor::from_slice(&[1i64, 1, 1, 1]).view([2, 2]);
+/// let groups = Groups::from_uids(&["p", "p"]);
+/// let adv = group_advantages(GroupEstimator::Rloo, &rewards, &mask, &groups)?;
+/// assert_eq!(adv.double_value(&[0, 1]), 2.0); // 1·2/1 − 0.5·2/1
+/// # Ok::<(), uniagent_train::rl::RlError>(())
+/// ```
+pub fn group_advantages(
+    estimator: GroupEstimator,
+    token_level_rewards: &Tensor,
+    response_mask: &Tensor,
+    groups: &Groups,
+) -> RlResult<Tensor> {
+    let _guard = tch::no_grad_guard();
+    let scores = scores_of(token_level_rewards, response_mask, groups)?;
+    let kind = scores.kind();
+    let m = as_values(response_mask, kind);
+    let with_std = matches!(
+        estimator,
+        GroupEstimator::Grpo {
+            norm_by_std: true,
+            ..
+        }
+    );
+    let (mean, std) = group_stats(&scores, groups, with_std);
+    let per_row = match estimator {
+        GroupEstimator::Grpo {
+            norm_by_std: true,
+            epsilon,
+        } => (scores - mean) / (std + epsilon),
+        GroupEstimator::Grpo { .. } => scores - mean,
+        GroupEstimator::Rloo => {
+            let sizes: Vec<f64> = (0..groups.rows())
+                .map(|r| groups.group_size_of_row(r) as f64)
+                .collect();
+            let n = Tensor::from_slice(&sizes)
+                .to_kind(kind)
+                .to_device(scores.device());
+            let n_minus_1 = &n - 1.0;
+            let loo = (&scores * &n) / &n_minus_1 - (mean * &n) / &n_minus_1;
+            loo.where_self(&n.gt(1.0), &scores)
+        }
+        GroupEstimator::ReinforcePlusPlusBaseline => {
+            let t = token_level_rewards.size()[1];
+            let x = (scores - mean).unsqueeze(-1).tile([1, t]) * &m;
+            return Ok(masked_whiten(&x, response_mask)? * m);
+        }
+    };
+    Ok(per_row.unsqueeze(-1) * m)
+}
+
+/// GRPO's advantages ([`GroupEstimator::Grpo`]), the trainer's estimator.
 ///
 /// ```
 /// use tch::Tensor;
@@ -95,56 +171,11 @@ pub fn grpo_advantages(
     norm_by_std: bool,
     epsilon: f64,
 ) -> RlResult<Tensor> {
-    let _guard = tch::no_grad_guard();
-    let scores = scores_of(token_level_rewards, response_mask, groups)?;
-    let (mean, std) = group_stats(&scores, groups, norm_by_std);
-    let adv = if norm_by_std {
-        (scores - mean) / (std + epsilon)
-    } else {
-        scores - mean
+    let estimator = GroupEstimator::Grpo {
+        norm_by_std,
+        epsilon,
     };
-    Ok(adv.unsqueeze(-1) * as_values(response_mask, token_level_rewards.kind()))
-}
-
-/// RLOO outcome advantage (`compute_rloo_outcome_advantage`, the non-vectorised estimator):
-/// `A_i = score_i·n/(n−1) − μ·n/(n−1)` for a group of n > 1; a singleton keeps its score.
-/// Returns `A_i · m[i,t]`.
-pub fn rloo_advantages(
-    token_level_rewards: &Tensor,
-    response_mask: &Tensor,
-    groups: &Groups,
-) -> RlResult<Tensor> {
-    let _guard = tch::no_grad_guard();
-    let scores = scores_of(token_level_rewards, response_mask, groups)?;
-    let kind = scores.kind();
-    let (mean, _) = group_stats(&scores, groups, false);
-    let sizes: Vec<f64> = (0..groups.rows())
-        .map(|r| groups.group_size_of_row(r) as f64)
-        .collect();
-    let n = Tensor::from_slice(&sizes)
-        .to_kind(kind)
-        .to_device(scores.device());
-    let n_minus_1 = &n - 1.0;
-    let loo = (&scores * &n) / &n_minus_1 - (mean * &n) / &n_minus_1;
-    let adv = loo.where_self(&n.gt(1.0), &scores);
-    Ok(adv.unsqueeze(-1) * as_values(response_mask, kind))
-}
-
-/// REINFORCE++ with a group baseline (`compute_reinforce_plus_plus_baseline_outcome_advantage`):
-/// `x[i,t] = (score_i − μ_g)·m[i,t]` (singletons μ = 0), then `masked_whiten(x, m)·m` over the
-/// whole batch. Errors when fewer than two tokens are masked in (verl raises).
-pub fn reinforce_plus_plus_baseline_advantages(
-    token_level_rewards: &Tensor,
-    response_mask: &Tensor,
-    groups: &Groups,
-) -> RlResult<Tensor> {
-    let _guard = tch::no_grad_guard();
-    let scores = scores_of(token_level_rewards, response_mask, groups)?;
-    let (mean, _) = group_stats(&scores, groups, false);
-    let t = token_level_rewards.size()[1];
-    let m = as_values(response_mask, token_level_rewards.kind());
-    let x = (scores - mean).unsqueeze(-1).tile([1, t]) * &m;
-    Ok(masked_whiten(&x, response_mask)? * m)
+    group_advantages(estimator, token_level_rewards, response_mask, groups)
 }
 
 /// REINFORCE++ (`compute_reinforce_plus_plus_outcome_advantage`): backward over t,

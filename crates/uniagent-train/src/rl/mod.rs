@@ -41,8 +41,8 @@ mod report;
 mod rollout_corr;
 
 pub use advantages::{
-    gae_advantages, grpo_advantages, reinforce_plus_plus_advantages,
-    reinforce_plus_plus_baseline_advantages, rloo_advantages, token_level_rewards, GRPO_EPSILON,
+    gae_advantages, group_advantages, grpo_advantages, reinforce_plus_plus_advantages,
+    token_level_rewards, GroupEstimator, GRPO_EPSILON,
 };
 pub use aggregation::{agg_loss, GlobalBatchInfo, LossAggMode};
 pub use error::{RlError, RlResult};

@@ -7,8 +7,7 @@ use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 
 use super::advantages::{
-    grpo_advantages, reinforce_plus_plus_baseline_advantages, rloo_advantages, token_level_rewards,
-    GRPO_EPSILON,
+    group_advantages, grpo_advantages, token_level_rewards, GroupEstimator, GRPO_EPSILON,
 };
 use super::aggregation::{GlobalBatchInfo, LossAggMode};
 use super::error::{RlError, RlResult};
@@ -159,9 +158,19 @@ pub fn rl_report(batch: &RlBatch) -> RlResult<RlReport> {
     advantages.insert("grpo_no_std".to_owned(), to_rows(&no_std)?);
     advantages.insert(
         "rloo".to_owned(),
-        to_rows(&rloo_advantages(&rewards, &mask, &groups)?)?,
+        to_rows(&group_advantages(
+            GroupEstimator::Rloo,
+            &rewards,
+            &mask,
+            &groups,
+        )?)?,
     );
-    let rfpp = reinforce_plus_plus_baseline_advantages(&rewards, &mask, &groups)?;
+    let rfpp = group_advantages(
+        GroupEstimator::ReinforcePlusPlusBaseline,
+        &rewards,
+        &mask,
+        &groups,
+    )?;
     advantages.insert("reinforce_plus_plus_baseline".to_owned(), to_rows(&rfpp)?);
 
     let clip = ClipConfig {

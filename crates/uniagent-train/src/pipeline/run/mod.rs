@@ -8,7 +8,7 @@ use std::time::Instant;
 use uniagent_core::runner::RolloutSource;
 use uniagent_core::{Error, Result, Task, TokenGenerator};
 
-use super::checkpoint::{self, Checkpoint};
+use super::checkpoint::{self, RunCheckpoint};
 use super::config::PipelineConfig;
 use super::metrics::{Records, Summary};
 use super::rollout::Seeded;
@@ -52,7 +52,7 @@ pub struct Pipeline {
     pub(super) sft_losses: Vec<f64>,
     pub(super) sft_probes: Vec<(usize, f64)>,
     /// The checkpoint a resumed pipeline continues from (taken by the RL phase).
-    resume: Option<Checkpoint>,
+    resume: Option<RunCheckpoint>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -82,10 +82,11 @@ impl Pipeline {
         Self::build(policy, spec, config, out, records, None)
     }
 
-    /// Continues the run in `out` from its latest checkpoint: the policy's weights, the
-    /// optimizer, the RL step, the task cursor and the generator's weight version are
-    /// restored, the records are cut back to what the checkpoint saw, and [`Self::run`] (or
-    /// [`Self::rl`]) goes on with the next RL step, skipping SFT and the first evaluation.
+    /// Continues a run from `from`, a checkpoint of its output folder
+    /// ([`Self::latest_checkpoint`]): the policy's weights, the optimizer, the RL step, the
+    /// task cursor and the generator's weight version are restored, the records are cut back
+    /// to what the checkpoint saw, and [`Self::run`] (or [`Self::rl`]) goes on with the next
+    /// RL step, skipping SFT and the first evaluation.
     /// `policy` must have the architecture of the checkpointed one; `config` must equal the
     /// run's, except `rl.steps`, which may grow. A sync run resumed this way gives the metrics
     /// of an uninterrupted one: every random choice is derived from the seed and the data
@@ -98,8 +99,8 @@ impl Pipeline {
     /// # fn demo(policy: uniagent_train::model::Qwen2ForCausalLM, spec: RolloutSpec,
     /// #         config: PipelineConfig) -> uniagent_core::Result<()> {
     /// let out = std::path::Path::new("runs/a");
-    /// let pipeline = match Pipeline::checkpoint_step(out)? {
-    ///     Some(_) => Pipeline::resume(policy, spec, config, out)?,
+    /// let pipeline = match Pipeline::latest_checkpoint(out)? {
+    ///     Some(checkpoint) => Pipeline::resume(policy, spec, config, checkpoint)?,
     ///     None => Pipeline::new(policy, spec, config, out)?,
     /// };
     /// # Ok(()) }
@@ -108,28 +109,27 @@ impl Pipeline {
         policy: Qwen2ForCausalLM,
         spec: impl RolloutSource + 'static,
         config: PipelineConfig,
-        out: &Path,
+        from: RunCheckpoint,
     ) -> Result<Self> {
         config.validate()?;
-        let cp = checkpoint::latest(out)?.ok_or_else(|| {
-            Error::invalid_input(format!(
-                "{} holds no run checkpoint ({}/latest): nothing to resume",
-                out.display(),
-                checkpoint::CHECKPOINTS
-            ))
-        })?;
-        checkpoint::check_compatible(&cp.state, &config)?;
-        policy.load_weights(&cp.dir)?;
-        let records = Records::reopen(out, cp.state.records)?;
-        let mut pipeline = Self::build(policy, spec, config, out, records, None)?;
+        checkpoint::check_compatible(&from.state, &config)?;
+        policy.load_weights(&from.dir)?;
+        let records = Records::reopen(&from.out, from.state.records)?;
+        let out = from.out.clone();
+        let mut pipeline = Self::build(policy, spec, config, &out, records, None)?;
         if let Some(engine) = &pipeline.engine {
-            engine.set_weight_version(cp.state.weight_version);
+            engine.set_weight_version(from.state.weight_version);
         }
-        pipeline.sft_losses = cp.state.sft_losses.clone();
-        pipeline.sft_probes = cp.state.sft_probes.clone();
-        tracing::info!(step = cp.state.step, dir = %cp.dir.display(), "resuming");
-        pipeline.resume = Some(cp);
+        pipeline.sft_losses = from.state.sft_losses.clone();
+        pipeline.sft_probes = from.state.sft_probes.clone();
+        tracing::info!(step = from.state.step, dir = %from.dir.display(), "resuming");
+        pipeline.resume = Some(from);
         Ok(pipeline)
+    }
+
+    /// The latest complete checkpoint of the run in `out`, if it holds one.
+    pub fn latest_checkpoint(out: &Path) -> Result<Option<RunCheckpoint>> {
+        checkpoint::latest(out)
     }
 
     /// The RL step of the latest checkpoint in `out`, if it holds one.
