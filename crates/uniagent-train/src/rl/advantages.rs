@@ -106,7 +106,7 @@ pub enum GroupEstimator {
 /// let mask = Tensor::from_slice(&[1i64, 1, 1, 1]).view([2, 2]);
 /// let groups = Groups::from_uids(&["p", "p"]);
 /// let adv = group_advantages(GroupEstimator::Rloo, &rewards, &mask, &groups)?;
-/// assert_eq!(adv.double_value(&[0, 1]), 2.0); // 1·2/1 − 0.5·2/1
+/// assert_eq!(adv.double_value(&[0, 1]), 1.0); // score 1 against its group: 1·2/1 − 0.5·2/1
 /// # Ok::<(), uniagent_train::rl::RlError>(())
 /// ```
 pub fn group_advantages(
