@@ -29,10 +29,11 @@ use uniagent_core::agent::{AgentInteraction, CancellationToken};
 use uniagent_core::runner::{Runner, RunnerConfig};
 use uniagent_core::{
     AssistantTurn, ChatModel, FinishReason, Message, Result, Role, RolloutCache, SamplingParams,
-    Task, ToolCall, ToolSpec,
+    Task, ToolCall,
 };
 
-/// Reads the asked file, then finishes with its digits; the first turn waits for all rollouts.
+/// Reads the asked file, then finishes with its digits; the first turn waits until every
+/// rollout has reached its own.
 #[derive(Debug)]
 struct FileReader {
     expected: usize,
@@ -59,19 +60,6 @@ impl ChatModel for FileReader {
     fn name(&self) -> &str {
         "scripted-file-reader"
     }
-    async fn start(
-        &self,
-        id: &str,
-        messages: Vec<Message>,
-        tools: Vec<ToolSpec>,
-    ) -> Result<RolloutCache> {
-        let now = self.in_loop.fetch_add(1, Ordering::SeqCst) + 1;
-        self.peak.fetch_max(now, Ordering::SeqCst);
-        if self.started.fetch_add(1, Ordering::SeqCst) + 1 >= self.expected {
-            self.all_started.notify_waiters();
-        }
-        Ok(RolloutCache::messages_only(id, messages, tools))
-    }
     async fn query(
         &self,
         cache: &mut RolloutCache,
@@ -85,7 +73,13 @@ impl ChatModel for FileReader {
             .map(|m| m.text().to_owned());
         let call = match last_tool {
             None => {
+                // A rollout is in the loop from its first turn to its last.
+                let now = self.in_loop.fetch_add(1, Ordering::SeqCst) + 1;
+                self.peak.fetch_max(now, Ordering::SeqCst);
                 let wait = self.all_started.notified();
+                if self.started.fetch_add(1, Ordering::SeqCst) + 1 >= self.expected {
+                    self.all_started.notify_waiters();
+                }
                 if self.started.load(Ordering::SeqCst) < self.expected {
                     let _ = tokio::time::timeout(Duration::from_secs(1800), wait).await;
                 }

@@ -164,16 +164,9 @@ impl ChatModel for Metered {
     fn name(&self) -> &str {
         "metered"
     }
+    // `start` and `append` stay the trait's defaults, as in the scripted model.
     fn capabilities(&self) -> ModelCapabilities {
         self.inner.capabilities()
-    }
-    async fn start(
-        &self,
-        id: &str,
-        messages: Vec<Message>,
-        tools: Vec<ToolSpec>,
-    ) -> Result<RolloutCache> {
-        self.inner.start(id, messages, tools).await
     }
     async fn query(
         &self,
@@ -185,9 +178,6 @@ impl ChatModel for Metered {
         tokio::time::sleep(Duration::from_millis(10)).await;
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
         self.inner.query(cache, sampling).await
-    }
-    async fn append(&self, cache: &mut RolloutCache, messages: Vec<Message>) -> Result<()> {
-        self.inner.append(cache, messages).await
     }
 }
 
