@@ -127,12 +127,14 @@ pub fn group_advantages(
         }
     );
     let (mean, std) = group_stats(&scores, groups, with_std);
-    let per_row = match estimator {
+    // A row's advantage on each of its response tokens, 0 off the mask.
+    let on_tokens = |per_row: Tensor| per_row.unsqueeze(-1) * &m;
+    Ok(match estimator {
         GroupEstimator::Grpo {
             norm_by_std: true,
             epsilon,
-        } => (scores - mean) / (std + epsilon),
-        GroupEstimator::Grpo { .. } => scores - mean,
+        } => on_tokens((scores - mean) / (std + epsilon)),
+        GroupEstimator::Grpo { .. } => on_tokens(scores - mean),
         GroupEstimator::Rloo => {
             let sizes: Vec<f64> = (0..groups.rows())
                 .map(|r| groups.group_size_of_row(r) as f64)
@@ -142,15 +144,12 @@ pub fn group_advantages(
                 .to_device(scores.device());
             let n_minus_1 = &n - 1.0;
             let loo = (&scores * &n) / &n_minus_1 - (mean * &n) / &n_minus_1;
-            loo.where_self(&n.gt(1.0), &scores)
+            on_tokens(loo.where_self(&n.gt(1.0), &scores))
         }
         GroupEstimator::ReinforcePlusPlusBaseline => {
-            let t = token_level_rewards.size()[1];
-            let x = (scores - mean).unsqueeze(-1).tile([1, t]) * &m;
-            return Ok(masked_whiten(&x, response_mask)? * m);
+            masked_whiten(&on_tokens(scores - mean), response_mask)? * &m
         }
-    };
-    Ok(per_row.unsqueeze(-1) * m)
+    })
 }
 
 /// GRPO's advantages ([`GroupEstimator::Grpo`]), the trainer's estimator.

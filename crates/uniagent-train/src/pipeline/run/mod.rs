@@ -134,7 +134,7 @@ impl Pipeline {
 
     /// The RL step of the latest checkpoint in `out`, if it holds one.
     pub fn checkpoint_step(out: &Path) -> Result<Option<usize>> {
-        Ok(checkpoint::latest(out)?.map(|cp| cp.state.step))
+        Ok(Self::latest_checkpoint(out)?.map(|cp| cp.step()))
     }
 
     /// The pipeline over `records`: generation by the in-process engine, or by `external`
