@@ -233,3 +233,16 @@ fn dry_run_and_help_exit_zero() {
         assert_eq!(out.status.code(), Some(0));
     }
 }
+
+#[test]
+fn absurdly_nested_configs_fail_fast_naming_the_line() {
+    // 100,000 levels of flow nesting in an otherwise valid config: the YAML parser took over
+    // 30 s on this before a limit applied; it is now refused before parsing.
+    let deep = format!("extra: {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
+    let dir = setup(&deep);
+    assert_bad(
+        dir.path(),
+        &["run", "run.yaml", "--dry-run"],
+        &["run.yaml:13", "nest more than 64 levels"],
+    );
+}

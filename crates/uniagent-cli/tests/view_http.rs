@@ -518,3 +518,73 @@ fn u64s(v: &Value) -> Vec<u64> {
         .map(|x| x.as_u64().unwrap())
         .collect()
 }
+
+/// Answers a hostile page gets: a cross-site read, a DNS-rebinding read (a page whose own host
+/// name resolves to the viewer, so the browser lets it read the answers), a write method, an
+/// over-long URI. Each is refused with a JSON body and its status; before, the runs (absolute
+/// paths included) were served to all of them and the framework's rejections were plain text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_pages_get_json_refusals() {
+    tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("secret-run");
+        write_run(&dir, 2, 2, |_| true);
+        // A run whose config is nested absurdly deep: reading it must not stall a request.
+        append(
+            &dir,
+            "config.yaml",
+            &format!("model: {}{}\n", "[".repeat(100_000), "]".repeat(100_000)),
+        );
+        let base = serve(std::slice::from_ref(&dir)).await;
+        let port = base.rsplit(':').next().unwrap().to_owned();
+        let client = reqwest::Client::new();
+        let answer = |r: reqwest::Response| async move {
+            let status = r.status().as_u16();
+            let text = r.text().await.unwrap();
+            let body: Value =
+                serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+            (status, body)
+        };
+        let cross_site = client
+            .get(format!("{base}/api/runs"))
+            .header("origin", "https://evil.example")
+            .send()
+            .await
+            .unwrap();
+        let (status, body) = answer(cross_site).await;
+        assert_eq!(status, 403, "{body}");
+        assert!(!body.to_string().contains("secret-run"), "{body}");
+        let rebound = client
+            .get(format!("{base}/api/runs"))
+            .header("host", format!("evil.example:{port}"))
+            .send()
+            .await
+            .unwrap();
+        let (status, body) = answer(rebound).await;
+        assert_eq!(status, 403, "{body}");
+        assert!(body["error"].as_str().unwrap().contains("Host"), "{body}");
+        let (status, body) = answer(
+            client
+                .post(format!("{base}/api/runs"))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, 405, "{body}");
+        let long = format!("{base}/api/runs?{}", "x".repeat(20_000));
+        let (status, body) = answer(client.get(long).send().await.unwrap()).await;
+        assert_eq!(status, 414, "{body}");
+        // The operator's own browser (same origin, local host) still reads everything.
+        let own = client
+            .get(format!("{base}/api/runs/0/trajectories/0"))
+            .header("origin", &base)
+            .send()
+            .await
+            .unwrap();
+        let (status, body) = answer(own).await;
+        assert_eq!(status, 200, "{body}");
+    })
+    .await
+    .unwrap();
+}

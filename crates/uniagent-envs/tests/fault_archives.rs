@@ -218,3 +218,50 @@ async fn a_hundred_thousand_entries_are_refused_by_default() {
     );
     assert_alive(&s).await;
 }
+
+/// Sets the uncompressed size of every entry of a (non-zip64) archive to `size`, in the local
+/// headers and the central directory alike: an entry that declares less than it inflates to.
+fn declare_size(mut zip: Vec<u8>, size: u32) -> Vec<u8> {
+    let mut at = 0;
+    while at + 4 <= zip.len() {
+        let field = match zip[at..at + 4] {
+            [0x50, 0x4b, 0x03, 0x04] => Some(at + 22),
+            [0x50, 0x4b, 0x01, 0x02] => Some(at + 24),
+            _ => None,
+        };
+        if let Some(field) = field {
+            zip[field..field + 4].copy_from_slice(&size.to_le_bytes());
+        }
+        at += 1;
+    }
+    zip
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_inflating_past_its_declared_size_stops_there_with_default_budgets() {
+    let s = TestServer::start().await;
+    let target = s.scratch.path().join("lie");
+    // 64 MiB of zeros (a ~64 KiB deflate stream) declared as 1 KiB: well inside the default
+    // 4 GiB budget, so only counting against the declaration stops it.
+    let zip = declare_size(deflated_zip(&[("zeros".into(), vec![0u8; 64 << 20])]), 1024);
+    let (status, body) = upload(&s, zip, target.to_str().unwrap(), true).await;
+    assert_eq!(
+        (status, class_path(&body)),
+        (511, "zipfile.LargeZipFile"),
+        "{body}"
+    );
+    assert!(body.to_string().contains("declared size"), "{body}");
+    let written = std::fs::metadata(target.join("zeros"))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    assert!(
+        written <= 1024,
+        "{written} bytes written past a 1 KiB declaration"
+    );
+    // An honest archive of the same content is extracted whole.
+    let honest = deflated_zip(&[("zeros".into(), vec![0u8; 1 << 20])]);
+    let ok = s.scratch.path().join("honest");
+    assert_eq!(upload(&s, honest, ok.to_str().unwrap(), true).await.0, 200);
+    assert_eq!(std::fs::metadata(ok.join("zeros")).unwrap().len(), 1 << 20);
+    assert_alive(&s).await;
+}

@@ -40,6 +40,31 @@ pub enum GatewayError {
         #[source]
         source: CoreError,
     },
+    /// The request names no session, or a name no session can have (400).
+    #[error("invalid session id: {message}")]
+    InvalidSession {
+        /// What is wrong with the id.
+        message: String,
+    },
+    /// A reward or other session-scoped call for a session the gateway has never seen (404).
+    #[error("no session `{session}`: it was never opened (send a model request first)")]
+    SessionNotFound {
+        /// The session id.
+        session: String,
+    },
+    /// A request for a session that has already ended: its trajectories are written, nothing
+    /// more can join them (409).
+    #[error("session `{session}` has ended: its trajectories are recorded")]
+    SessionEnded {
+        /// The session id.
+        session: String,
+    },
+    /// The request body is larger than any conversation the context window can hold (413).
+    #[error("the request body is over the limit of {limit} bytes (what a conversation filling max_model_len tokens can take; see the gateway's max_model_len)")]
+    BodyTooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
     /// Writing the session's trajectories failed (500).
     #[error("recording failed: {message}")]
     Recording {
@@ -84,9 +109,13 @@ impl GatewayError {
     /// The HTTP status of this error.
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::InvalidRequest { .. } | Self::ContextLength { .. } | Self::Template { .. } => {
-                StatusCode::BAD_REQUEST
-            }
+            Self::InvalidRequest { .. }
+            | Self::InvalidSession { .. }
+            | Self::ContextLength { .. }
+            | Self::Template { .. } => StatusCode::BAD_REQUEST,
+            Self::SessionNotFound { .. } => StatusCode::NOT_FOUND,
+            Self::SessionEnded { .. } => StatusCode::CONFLICT,
+            Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Model { .. } => StatusCode::BAD_GATEWAY,
             Self::Recording { .. } | Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -96,6 +125,10 @@ impl GatewayError {
     pub fn code(&self) -> &'static str {
         match self {
             Self::InvalidRequest { .. } => "invalid_request_error",
+            Self::InvalidSession { .. } => "invalid_session_id",
+            Self::SessionNotFound { .. } => "session_not_found",
+            Self::SessionEnded { .. } => "session_ended",
+            Self::BodyTooLarge { .. } => "request_too_large",
             Self::ContextLength { .. } => "context_length_exceeded",
             Self::Template { .. } => "template_error",
             Self::Model { .. } => "model_error",

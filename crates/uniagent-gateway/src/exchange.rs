@@ -124,6 +124,11 @@ impl Gateway {
         body: &[u8],
         stamp: Option<Stamp>,
     ) -> (Reply, Option<Placed>) {
+        // The session first: a bad or ended id is the answer whatever the body holds (and a
+        // request opens its session, so that its reward is accepted later).
+        if let Err(e) = self.open_for_request(session_id) {
+            return (Reply::error(route, &e), None);
+        }
         let parsed = match route {
             Route::ChatCompletions => {
                 openai::parse_request(body).map(|(r, o)| (r, Shape::OpenAi(o)))

@@ -1,6 +1,5 @@
 //! [`Gateway`]: sessions of token chains over one codec and one token generator.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -22,9 +21,8 @@ use crate::error::{GatewayError, Result};
 use crate::exchange::{Reply, Route, Stamp};
 use crate::record::Recorder;
 use crate::session::Session;
+use crate::table::{SessionHandle, SessionTable};
 use crate::turn::{Finish, ToolChoice, TurnAnswer, TurnRequest};
-
-type SessionHandle = Arc<tokio::sync::Mutex<Session>>;
 
 /// The gateway: a codec (tokenizer + chat template), a token generator, and the sessions.
 ///
@@ -35,7 +33,7 @@ pub struct Gateway {
     codec: Arc<Codec>,
     generator: Arc<dyn TokenGenerator>,
     config: GatewayConfig,
-    sessions: Mutex<HashMap<String, SessionHandle>>,
+    sessions: Mutex<SessionTable>,
     recorder: Option<Recorder>,
     cassettes: Option<Cassettes>,
     stamps: AtomicU64,
@@ -81,7 +79,7 @@ impl Gateway {
             codec,
             generator,
             config,
-            sessions: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(SessionTable::default()),
             recorder: None,
             cassettes: None,
             stamps: AtomicU64::new(0),
@@ -125,11 +123,29 @@ impl Gateway {
         &self.codec
     }
 
-    fn session(&self, id: &str) -> Result<SessionHandle> {
-        let mut sessions = self.sessions.lock().map_err(|_| GatewayError::Internal {
+    fn table(&self) -> Result<std::sync::MutexGuard<'_, SessionTable>> {
+        self.sessions.lock().map_err(|_| GatewayError::Internal {
             message: "session table lock poisoned".into(),
-        })?;
-        Ok(Arc::clone(sessions.entry(id.to_owned()).or_default()))
+        })
+    }
+
+    /// The open session `id`, opened by this request if new; an ended id is refused (409).
+    fn session(&self, id: &str) -> Result<SessionHandle> {
+        self.table()?.get_or_open(id)
+    }
+
+    /// The session a model request names, opened by it if new (see [`Self::session`]).
+    pub(crate) fn open_for_request(&self, id: &str) -> Result<()> {
+        self.session(id).map(drop)
+    }
+
+    /// Opens session `id` before its harness starts, so that a reward it posts without ever
+    /// asking the model is kept. An ended id may be opened again (a task sampled again in a
+    /// later step); its earlier record stays as written.
+    ///
+    /// Errors: [`GatewayError::InvalidSession`] for an empty, over-long or control-character id.
+    pub fn open(&self, id: &str) -> Result<()> {
+        self.table()?.reopen(id).map(drop)
     }
 
     /// Answers one request of session `session_id` (created if new), recording the sampled
@@ -253,7 +269,7 @@ impl Gateway {
                 .append_messages(&mut work, &[])
                 .map_err(GatewayError::from_codec)?;
         }
-        let requested = req.max_tokens.unwrap_or(self.config.default_max_tokens);
+        let requested = self.config.requested_tokens(req.max_tokens);
         let budget = work
             .generation_budget(Some(requested))
             .map_err(GatewayError::from_codec)?;
@@ -448,32 +464,31 @@ impl Gateway {
         Ok((hi, Some(first)))
     }
 
-    /// Records the reward of a session (created if new); every chain of the session carries it.
+    /// Records the reward of an open session; every chain of the session carries it.
+    ///
+    /// Errors: [`GatewayError::SessionNotFound`] for a session never opened,
+    /// [`GatewayError::SessionEnded`] for one already ended (its record is written: the reward
+    /// would be lost), [`GatewayError::InvalidRequest`] for a score that is not finite.
     pub async fn reward(&self, session_id: &str, reward: RewardOutcome) -> Result<()> {
         if !reward.score.is_finite() {
             return Err(GatewayError::invalid("`score` must be a finite number"));
         }
-        let handle = self.session(session_id)?;
+        let handle = self.table()?.existing(session_id)?;
         handle.lock().await.reward = Some(reward);
         Ok(())
     }
 
     /// The reward recorded on an open session, if any.
     pub async fn session_reward(&self, session_id: &str) -> Option<RewardOutcome> {
-        let handle = self.sessions.lock().ok()?.get(session_id).cloned()?;
+        let handle = self.sessions.lock().ok()?.get(session_id)?;
         let session = handle.lock().await;
         session.reward.clone()
     }
 
     /// Ends a session: removes it, appends its trajectories to the recorder, and returns them
-    /// (one per chain; an unknown session has none).
+    /// (one per chain; an unknown or already ended session has none: ending is idempotent).
     pub async fn end(&self, session_id: &str) -> Result<Vec<Value>> {
-        let handle = {
-            let mut sessions = self.sessions.lock().map_err(|_| GatewayError::Internal {
-                message: "session table lock poisoned".into(),
-            })?;
-            sessions.remove(session_id)
-        };
+        let handle = self.table()?.end(session_id);
         let Some(handle) = handle else {
             return Ok(Vec::new());
         };
@@ -514,15 +529,7 @@ impl Gateway {
 
     /// Ends every open session (server shutdown), so that nothing recorded is lost.
     pub async fn end_all(&self) -> Result<usize> {
-        let ids: Vec<String> = self
-            .sessions
-            .lock()
-            .map_err(|_| GatewayError::Internal {
-                message: "session table lock poisoned".into(),
-            })?
-            .keys()
-            .cloned()
-            .collect();
+        let ids = self.table()?.open_ids();
         for id in &ids {
             self.end(id).await?;
         }
@@ -531,7 +538,7 @@ impl Gateway {
 
     /// A snapshot of a session's chains (tests, inspection); `None` for an unknown session.
     pub async fn chains(&self, session_id: &str) -> Option<Vec<Chain>> {
-        let handle = self.sessions.lock().ok()?.get(session_id).cloned()?;
+        let handle = self.sessions.lock().ok()?.get(session_id)?;
         let session = handle.lock().await;
         Some(session.chains.clone())
     }

@@ -14,16 +14,18 @@ mod model_dir;
 mod record;
 mod server;
 mod session;
+mod table;
 mod turn;
 pub mod wire;
 
-pub use config::GatewayConfig;
+pub use config::{GatewayConfig, DEFAULT_MAX_TOKENS_CAP};
 pub use error::{GatewayError, Result};
 pub use exchange::{Reply, ReplyBody, Route, SseEvent, Stamp};
 pub use gateway::Gateway;
 #[cfg(feature = "tch")]
 pub use model_dir::load_model_dir;
 pub use record::{Recorder, TRAJECTORIES};
-pub use server::{router, serve};
+pub use server::{router, serve, SHUTDOWN_GRACE};
 pub use session::Session;
+pub use table::MAX_SESSION_ID_BYTES;
 pub use turn::{Finish, ToolChoice, TurnAnswer, TurnRequest};

@@ -1,4 +1,7 @@
-//! The HTTP routes (INTERFACES.md, "Gateway routes") over a [`Gateway`].
+//! The HTTP routes (INTERFACES.md, "Gateway routes") over a [`Gateway`], behind
+//! [`uniagent_http`]'s hardening: local or allow-listed `Host` only, no cross-origin requests,
+//! JSON bodies only, every rejection in OpenAI's error shape, bounded connections and header
+//! reads, and a shutdown that ends within a bound with every open session recorded.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -6,6 +9,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
 use axum::response::sse::{Event, Sse};
@@ -17,14 +21,17 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tokio::net::TcpListener;
 use uniagent_core::RewardOutcome;
+use uniagent_http::{Hardening, ServeLimits, SitePolicy};
 
 use crate::error::{GatewayError, Result};
 use crate::exchange::{Reply, ReplyBody, Route, SseEvent};
 use crate::gateway::Gateway;
 use crate::wire::openai;
 
-/// Request bodies up to this size are read (long sessions resend long conversations).
-const BODY_LIMIT: usize = 256 * 1024 * 1024;
+/// How long requests in flight may run on at shutdown before they are cancelled (a cancelled
+/// request leaves its chain as it was before the request), after which every open session is
+/// ended and recorded.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 #[derive(Debug)]
 struct AppState {
@@ -59,10 +66,13 @@ pub(crate) fn parse_reward(body: &[u8]) -> std::result::Result<RewardOutcome, se
     })
 }
 
-/// The router of `gateway`.
+/// The router of `gateway`, hardened (see the module docs).
 pub fn router(gateway: Arc<Gateway>) -> Router {
+    let config = gateway.config();
+    let site = SitePolicy::local().allow_hosts(&config.allowed_hosts);
+    let body_limit = config.body_limit();
     let state = Arc::new(AppState { gateway });
-    Router::new()
+    let routes = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route(
             "/sessions/{session}/v1/chat/completions",
@@ -75,19 +85,40 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/sessions/{session}/v1/models", get(models))
         .route("/sessions/{session}/reward", post(reward))
         .route("/sessions/{session}/end", post(end))
-        .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .with_state(state)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .with_state(state);
+    Hardening::new(site, rejection).apply(routes)
+}
+
+/// A rejection of the hardening layer or the framework (403, 404, 405, 413, 414, 415, a bad
+/// path) in OpenAI's error shape.
+fn rejection(status: StatusCode, message: &str) -> Response {
+    let code = match status {
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::FORBIDDEN => "forbidden",
+        StatusCode::PAYLOAD_TOO_LARGE => "request_too_large",
+        _ => "invalid_request_error",
+    };
+    let body = json!({"error": {"message": message, "type": code, "code": code, "param": null}});
+    (status, Json(body)).into_response()
 }
 
 /// Serves `gateway` on `listener` until `shutdown` resolves, then ends every open session so
 /// that its trajectories are recorded.
+///
+/// At most 1,024 connections are served at once, each gets 30 s to send a request's headers,
+/// and at shutdown requests in flight get [`SHUTDOWN_GRACE`] before they are cancelled: the
+/// call returns within that grace plus the time the recording takes.
 pub async fn serve(
     listener: TcpListener,
     gateway: Arc<Gateway>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    axum::serve(listener, router(Arc::clone(&gateway)))
-        .with_graceful_shutdown(shutdown)
+    let limits = ServeLimits {
+        shutdown_grace: SHUTDOWN_GRACE,
+        ..ServeLimits::default()
+    };
+    uniagent_http::serve(listener, router(Arc::clone(&gateway)), limits, shutdown)
         .await
         .map_err(|e| GatewayError::Internal {
             message: format!("the HTTP server failed: {e}"),
@@ -118,12 +149,35 @@ fn respond(reply: Reply) -> Response {
     }
 }
 
+/// A request body, or the route's error when it could not be read (413 naming the limit).
+fn read_body(
+    state: &AppState,
+    body: std::result::Result<Bytes, BytesRejection>,
+) -> std::result::Result<Bytes, GatewayError> {
+    body.map_err(|rejection| match rejection.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => GatewayError::BodyTooLarge {
+            limit: state.gateway.config().body_limit(),
+        },
+        _ => GatewayError::invalid(rejection.body_text()),
+    })
+}
+
 /// The handler of one model route (`/v1/chat/completions` or `/v1/messages`).
 fn model_route(
     route: Route,
-) -> impl Fn(State<Arc<AppState>>, Path<String>, Bytes) -> BoxFuture<'static, Response> + Clone {
+) -> impl Fn(
+    State<Arc<AppState>>,
+    Path<String>,
+    std::result::Result<Bytes, BytesRejection>,
+) -> BoxFuture<'static, Response>
+       + Clone {
     move |State(state), Path(session), body| {
-        Box::pin(async move { respond(state.gateway.exchange(&session, route, &body, None).await) })
+        Box::pin(async move {
+            match read_body(&state, body) {
+                Ok(body) => respond(state.gateway.exchange(&session, route, &body, None).await),
+                Err(e) => respond(Reply::error(route, &e)),
+            }
+        })
     }
 }
 
@@ -134,8 +188,12 @@ async fn models(State(state): State<Arc<AppState>>) -> Response {
 async fn reward(
     State(state): State<Arc<AppState>>,
     Path(session): Path<String>,
-    body: Bytes,
+    body: std::result::Result<Bytes, BytesRejection>,
 ) -> Response {
+    let body = match read_body(&state, body) {
+        Ok(body) => body,
+        Err(e) => return openai_error(e),
+    };
     let outcome = match parse_reward(&body) {
         Ok(outcome) => outcome,
         Err(e) => return openai_error(GatewayError::invalid(format!("reward body: {e}"))),

@@ -87,6 +87,7 @@ fn read_config(path: Option<&Path>) -> Result<(GatewayConfig, Option<ModelConfig
     let text = std::fs::read_to_string(path)
         .map_err(|e| CliError::preflight(format!("cannot read {}: {e}", path.display())))?;
     let bad = |m: String| CliError::preflight(format!("{}: {m}", path.display()));
+    uniagent_core::config::check_nesting(&text).map_err(|e| bad(e.to_string()))?;
     let mut value: Value = serde_norway::from_str(&text).map_err(|e| bad(e.to_string()))?;
     let model = match value.as_object_mut().and_then(|o| o.remove("model")) {
         Some(m) => Some(serde_json::from_value(m).map_err(|e| bad(format!("model: {e}")))?),

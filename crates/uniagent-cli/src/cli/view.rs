@@ -1,10 +1,12 @@
-//! `uniagent view DIR... [--host 127.0.0.1] [--port P]`: the web viewer over output
-//! directories. With `--port 0` a free port is picked; the first line on stdout is always
-//! `listening on http://HOST:PORT`. Stops on Ctrl-C or SIGTERM.
+//! `uniagent view DIR... [--host 127.0.0.1] [--port P] [--allow-host NAME]...`: the web viewer
+//! over output directories. With `--port 0` a free port is picked; the first line on stdout is
+//! always `listening on http://HOST:PORT`. Stops on Ctrl-C or SIGTERM. Requests must name an IP
+//! address, `localhost` or an `--allow-host` name as their `Host`, and come from no other site.
 
 use std::path::PathBuf;
 
 use clap::Args;
+use uniagent_http::{ServeLimits, SitePolicy};
 
 use crate::error::{CliError, Result};
 use crate::view::Viewer;
@@ -22,6 +24,10 @@ pub struct ViewArgs {
     /// Port to listen on; 0 picks a free one.
     #[arg(long, default_value_t = 8765)]
     pub port: u16,
+    /// A host name the viewer answers to besides IP addresses and `localhost` (when it is
+    /// reached by name, e.g. through a tunnel); repeatable.
+    #[arg(long = "allow-host", value_name = "NAME")]
+    pub allow_hosts: Vec<String>,
 }
 
 /// Runs `view` until interrupted.
@@ -29,9 +35,14 @@ pub(super) fn main(args: ViewArgs) -> Result<()> {
     super::runtime()?.block_on(async move {
         let listener = super::listen(&args.host, args.port).await?;
         let viewer = Viewer::new(&args.dirs);
-        axum::serve(listener, viewer.router())
-            .with_graceful_shutdown(super::shutdown_signal())
-            .await
-            .map_err(|e| CliError::runtime(format!("serving: {e}")))
+        let app = viewer.router_for(SitePolicy::local().allow_hosts(&args.allow_hosts));
+        uniagent_http::serve(
+            listener,
+            app,
+            ServeLimits::default(),
+            super::shutdown_signal(),
+        )
+        .await
+        .map_err(|e| CliError::runtime(format!("serving: {e}")))
     })
 }

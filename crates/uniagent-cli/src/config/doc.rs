@@ -242,6 +242,17 @@ fn segments(path: &serde_path_to_error::Path) -> Vec<String> {
 }
 
 fn parse_value(text: &str, format: ConfigFormat, shown: &str) -> Result<Value> {
+    use uniagent_core::config::{nesting_depth, MAX_NESTING};
+    let (depth, line) = nesting_depth(text);
+    if depth > MAX_NESTING {
+        return Err(CliError::config(
+            format!("{shown}:{line}"),
+            "",
+            format!(
+                "collections nest more than {MAX_NESTING} levels deep (refused before parsing)"
+            ),
+        ));
+    }
     match format {
         ConfigFormat::Yaml => serde_norway::from_str(text).map_err(|e| {
             let origin = match e.location() {

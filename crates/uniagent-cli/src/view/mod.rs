@@ -17,7 +17,8 @@
 //! | `GET /api/compare?a=RUN&b=RUN` | two runs task by task: which tasks flipped, which way |
 //!
 //! Errors are JSON `{"error": ...}` with status 400 (bad parameter) or 404 (no such run or
-//! trajectory). A corrupt line, a line still being written or a missing directory is a
+//! trajectory); 403 for a request from another site or to a `Host` that is not local or
+//! allowed, 405 and 414 likewise as JSON. A corrupt line, a line still being written or a missing directory is a
 //! `warnings` entry, never an error.
 //!
 //! ```no_run
@@ -50,6 +51,7 @@ use std::time::Duration;
 
 use axum::routing::get;
 use axum::Router;
+use uniagent_http::{error_body, Hardening, SitePolicy};
 
 pub use decode::token_texts;
 pub use diff::{edit_script, DiffOp};
@@ -95,9 +97,17 @@ impl Viewer {
         viewer
     }
 
-    /// The HTTP routes: the UI at `/`, its assets, the JSON API under `/api`, `/healthz`.
+    /// The HTTP routes: the UI at `/`, its assets, the JSON API under `/api`, `/healthz`,
+    /// answering local hosts only (see [`router_for`](Self::router_for)).
     pub fn router(self: &Arc<Self>) -> Router {
-        Router::new()
+        self.router_for(SitePolicy::local())
+    }
+
+    /// The routes behind `site`'s `Host` and `Origin` checks: a DNS-rebinding page cannot read
+    /// the runs (which hold absolute paths, prompts and rewards), and every rejection is JSON
+    /// (`{"error": ...}`) with its status.
+    pub fn router_for(self: &Arc<Self>, site: SitePolicy) -> Router {
+        let routes = Router::new()
             .route("/", get(assets::index))
             .route("/assets/{file}", get(assets::file))
             .route("/healthz", get(|| async { "ok" }))
@@ -111,7 +121,8 @@ impl Viewer {
             .route("/api/runs/{run}/metrics", get(routes::metrics))
             .route("/api/compare", get(routes::compare_runs))
             .fallback(|| async { ViewError::NotFound("no such page or route".into()) })
-            .with_state(Arc::clone(self))
+            .with_state(Arc::clone(self));
+        Hardening::new(site, error_body).apply(routes)
     }
 }
 

@@ -153,6 +153,8 @@ fn tokenizer_dir(dir: &Path) -> Option<PathBuf> {
         return Some(dir.join("policy"));
     }
     let config = std::fs::read_to_string(dir.join(crate::output::CONFIG)).ok()?;
+    // A run directory is not trusted input: a deeply nested file must not stall the viewer.
+    uniagent_core::config::check_nesting(&config).ok()?;
     let config: Value = serde_norway::from_str(&config).ok()?;
     let model_dir = config.get("model")?.get("dir")?.as_str()?;
     let model_dir = Path::new(model_dir);

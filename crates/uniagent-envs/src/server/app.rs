@@ -20,6 +20,7 @@ use tokio::sync::Semaphore;
 use uniagent_core::sandbox::{
     Action, CloseSessionRequest, Command, CreateSessionRequest, ReadFileRequest, WriteFileRequest,
 };
+use uniagent_http::{is_json_content_type, SitePolicy};
 
 use super::errors::{class, unauthorized, NotCacheable, ServerError};
 use super::replay::{ReplayCache, StoredResponse};
@@ -36,6 +37,9 @@ type InFlight = tokio::sync::watch::Sender<Option<StoredResponse>>;
 #[derive(Debug)]
 pub struct AppState {
     token: String,
+    /// Origin checks always; `Host` checks too when authentication is off (nothing else then
+    /// stops a DNS-rebinding page from posting commands).
+    site: SitePolicy,
     /// The bash sessions.
     pub sessions: SessionManager,
     replay: Mutex<ReplayCache>,
@@ -51,7 +55,13 @@ pub struct AppState {
 pub fn router(config: ServerConfig) -> (Router, Arc<AppState>) {
     let staging_dir = config.shell.scratch_dir.join("uploads");
     let json_limit = DefaultBodyLimit::max(config.limits.max_body_bytes);
+    let site = if config.auth_token.is_empty() {
+        SitePolicy::local()
+    } else {
+        SitePolicy::any_host()
+    };
     let state = Arc::new(AppState {
+        site,
         token: config.auth_token,
         max_output_bytes: config.shell.max_output_bytes,
         sessions: SessionManager::new(config.shell, config.limits.max_sessions),
@@ -99,8 +109,8 @@ fn detail(status: StatusCode, text: &str) -> Response {
 /// gets the stored answer, and a repeat that arrives while the first is still running waits for
 /// its answer instead of running the work again.
 async fn guard(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
-    if let Err(why) = same_site(request.headers(), state.token.is_empty()) {
-        let mut response = detail(StatusCode::FORBIDDEN, why);
+    if let Err(why) = state.site.check(request.headers()) {
+        let mut response = detail(StatusCode::FORBIDDEN, why.message());
         response.extensions_mut().insert(NotCacheable);
         return response;
     }
@@ -199,42 +209,6 @@ impl Drop for ForgetFlight {
     }
 }
 
-/// Refuses what a browser sends for another site: an `Origin` whose host is not the `Host`
-/// asked for, and, when authentication is off (nothing else stops a page from posting
-/// commands), a `Host` that is not an IP address or `localhost` (DNS rebinding).
-fn same_site(headers: &HeaderMap, auth_off: bool) -> Result<(), &'static str> {
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("");
-    if let Some(origin) = headers.get(header::ORIGIN) {
-        let origin = origin.to_str().unwrap_or("");
-        let origin_host = origin.split_once("://").map_or("", |(_, rest)| rest);
-        if origin_host.is_empty() || !origin_host.eq_ignore_ascii_case(host) {
-            return Err("Forbidden: cross-origin request");
-        }
-    }
-    if auth_off && !is_local_host(host) {
-        return Err(
-            "Forbidden: Host must be an IP address or localhost when authentication is off",
-        );
-    }
-    Ok(())
-}
-
-/// Whether a `Host` header names an IP address or `localhost` (with an optional port).
-fn is_local_host(host: &str) -> bool {
-    let name = if let Some(rest) = host.strip_prefix('[') {
-        match rest.split_once(']') {
-            Some((v6, _)) => return v6.parse::<std::net::Ipv6Addr>().is_ok(),
-            None => return false,
-        }
-    } else {
-        host.rsplit_once(':').map_or(host, |(name, _)| name)
-    };
-    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::Ipv4Addr>().is_ok()
-}
-
 /// Runs a handler in its own task: it completes even when the client goes away, and a panic
 /// becomes a 500 answer instead of a dropped connection.
 async fn detached(work: impl std::future::Future<Output = Response> + Send + 'static) -> Response {
@@ -276,15 +250,7 @@ fn json_body(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Bytes, ServerError> {
     if let Some(kind) = headers.get(header::CONTENT_TYPE) {
-        let essence = kind
-            .to_str()
-            .unwrap_or("")
-            .split(';')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
-        if essence != "application/json" && !essence.ends_with("+json") {
+        if !is_json_content_type(kind.to_str().unwrap_or("")) {
             return Err(ServerError::Http {
                 status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 detail: "Unsupported Media Type: send application/json".into(),

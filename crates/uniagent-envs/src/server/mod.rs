@@ -31,9 +31,6 @@ mod upload;
 mod validate;
 
 use std::future::Future;
-use std::sync::Arc;
-
-use tokio::sync::Semaphore;
 
 pub use app::{router, AppState};
 pub use errors::ServerError;
@@ -137,45 +134,13 @@ pub async fn serve(
     config.shell.scratch_dir = prepare_scratch_dir(&config.shell.scratch_dir)?;
     let limits = config.limits;
     let (app, state) = router(config);
-    let connections = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let mut shutdown = std::pin::pin!(shutdown);
-    loop {
-        let permit = tokio::select! {
-            () = &mut shutdown => break,
-            permit = connections.clone().acquire_owned() => match permit {
-                Ok(p) => p,
-                Err(_) => break,
-            },
-        };
-        let stream = tokio::select! {
-            () = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    // Out of file descriptors and the like: back off instead of spinning.
-                    tracing::warn!("accept failed: {e}");
-                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                    continue;
-                }
-            },
-        };
-        let _ = stream.set_nodelay(true);
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
-        let mut builder = hyper::server::conn::http1::Builder::new();
-        builder
-            .timer(hyper_util::rt::TokioTimer::new())
-            .header_read_timeout(limits.header_timeout);
-        let connection = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-        let connection = graceful.watch(connection);
-        tokio::spawn(async move {
-            let _ = connection.await;
-            drop(permit);
-        });
-    }
-    drop(listener);
-    // Requests in progress finish (bounded: sessions are killed next in any case).
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), graceful.shutdown()).await;
+    let serve_limits = uniagent_http::ServeLimits {
+        max_connections: limits.max_connections,
+        header_timeout: limits.header_timeout,
+        // Requests in progress finish (bounded: sessions are killed next in any case).
+        shutdown_grace: std::time::Duration::from_secs(5),
+    };
+    uniagent_http::serve(listener, app, serve_limits, shutdown).await?;
     state.sessions.shutdown().await;
     Ok(())
 }

@@ -169,7 +169,10 @@ pub fn extract(archive: &Path, target: &Path, limits: &UnzipLimits) -> Result<()
             .custom_flags(nix::libc::O_NOFOLLOW)
             .open(&path)
             .map_err(|e| os_error(&e, &path))?;
-        let copied = copy_bounded(&mut entry, &mut out, left, &path)?;
+        // The declared size was checked against the budget above; an entry that inflates past
+        // it lies, and is stopped there rather than at the (much larger) total budget.
+        let declared = entry.size();
+        let copied = copy_bounded(&mut entry, &mut out, declared, &path)?;
         written += copied;
         if let Some(mode) = mode.filter(|m| *m != 0) {
             let _ = out.set_permissions(std::fs::Permissions::from_mode(mode));
@@ -181,12 +184,12 @@ pub fn extract(archive: &Path, target: &Path, limits: &UnzipLimits) -> Result<()
     Ok(())
 }
 
-/// Copies at most `left` bytes; one more byte available is a budget error (the entry lied
-/// about its size or the budget ran out).
+/// Copies at most `declared` bytes (the entry's declared size, already within the budget);
+/// one more byte available is a budget error: the entry inflates past what it declared.
 fn copy_bounded(
     from: &mut impl Read,
     to: &mut std::fs::File,
-    left: u64,
+    declared: u64,
     path: &Path,
 ) -> Result<u64, ServerError> {
     let mut buf = vec![0u8; 64 << 10];
@@ -199,12 +202,14 @@ fn copy_bounded(
             return Ok(copied);
         }
         copied += n as u64;
-        if copied > left {
+        if copied > declared {
             return Err(too_large(format!(
-                "{}: extracting it exceeds the extraction budget",
+                "{}: inflates past its declared size of {declared} bytes (extraction stopped \
+                 there, within the extraction budget)",
                 path.display()
             )));
         }
+        // Only the bytes within the declared size are written.
         to.write_all(&buf[..n]).map_err(|e| os_error(&e, path))?;
     }
 }

@@ -164,6 +164,9 @@ pub async fn replay(cassette: &GatewayCassette, codec: Codec) -> Result<GatewayR
         }
     }
     if let Some(reward) = &cassette.reward {
+        // Recorded sessions were open when rewarded (a harness session before its first
+        // request, too).
+        gateway.open(session)?;
         gateway.reward(session, reward.clone()).await?;
     }
     let trajectories = gateway.end(session).await?;

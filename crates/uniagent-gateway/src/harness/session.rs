@@ -41,6 +41,10 @@ enum RewardState {
 pub(super) async fn run(ctx: &Context, task: &Task, sample: u32) -> CoreResult<Vec<Trajectory>> {
     let started = Instant::now();
     let id = format!("{}:{sample}", task.id);
+    // Opened before the harness starts: a reward it posts without asking the model is kept.
+    if let Err(e) = ctx.gateway.open(&id) {
+        return Ok(vec![failed(task, sample, format!("harness session: {e}"))]);
+    }
     let (work, task_file) = match work_dir(task) {
         Ok(prepared) => prepared,
         Err(why) => return Ok(vec![failed(task, sample, why)]),

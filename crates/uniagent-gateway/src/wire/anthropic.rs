@@ -315,7 +315,9 @@ pub fn events(answer: &TurnAnswer, id: &str, model: &str) -> Vec<(&'static str, 
 /// An error body in Anthropic's shape.
 pub fn error_body(e: &GatewayError) -> Value {
     let kind = match e.status().as_u16() {
-        400 => "invalid_request_error",
+        400 | 409 => "invalid_request_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
         _ => "api_error",
     };
     let mut err = Map::new();

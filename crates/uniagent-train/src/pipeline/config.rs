@@ -58,6 +58,8 @@ impl PipelineConfig {
 
     /// Parses YAML (unknown keys are errors).
     pub fn from_yaml_str(text: &str) -> Result<Self> {
+        uniagent_core::config::check_nesting(text)
+            .map_err(|e| Error::config(format!("pipeline config (YAML): {e}")))?;
         serde_norway::from_str(text)
             .map_err(|e| Error::config(format!("pipeline config (YAML): {e}")))
     }

@@ -9,6 +9,10 @@ use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
 
+mod nesting;
+
+pub use nesting::{check_nesting, nesting_depth, MAX_NESTING};
+
 /// A configuration file format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigFormat {
@@ -54,7 +58,11 @@ impl ConfigFormat {
 /// let err = parse::<SamplingParams>("temprature = 0.5", ConfigFormat::Toml).unwrap_err();
 /// assert!(err.to_string().contains("temprature"));
 /// ```
+///
+/// Text whose collections nest deeper than [`MAX_NESTING`] levels is refused before it is
+/// parsed (see [`check_nesting`]).
 pub fn parse<T: DeserializeOwned>(text: &str, format: ConfigFormat) -> Result<T> {
+    check_nesting(text)?;
     let result: std::result::Result<T, Box<dyn std::error::Error + Send + Sync>> = match format {
         ConfigFormat::Yaml => serde_norway::from_str(text).map_err(Into::into),
         ConfigFormat::Toml => toml::from_str(text).map_err(Into::into),
