@@ -1,4 +1,4 @@
-//! The HTTP routes (INTERFACES.md, "Gateway routes") over a [`Gateway`].
+//! The HTTP routes (`docs/http.md`, "Gateway") over a [`Gateway`].
 
 use std::convert::Infallible;
 use std::future::Future;
