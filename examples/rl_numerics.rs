@@ -12,8 +12,8 @@
 //! "reinforce_plus_plus_baseline"}, "policy_loss": {MODE: {AGG: {"loss", "grad_log_prob"}}},
 //! "kl": {"k1", "abs", "k2", "k3"}}` for MODE in vanilla, gspo, cispo and the five aggregation
 //! modes, the losses using the `grpo` advantages and verl's trainer semantics for one
-//! mini-batch on one rank. Conventions: docs/INTERFACES.md. A bad batch exits with status 2 and
-//! a message on stderr.
+//! mini-batch on one rank. Conventions: `docs/cli.md`, section `rl_numerics`. A bad batch exits
+//! with status 2 and a message on stderr.
 
 use std::io::Read;
 use std::path::PathBuf;

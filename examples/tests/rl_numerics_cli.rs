@@ -1,5 +1,6 @@
 //! The `rl_numerics` binary: input from a file and from stdin, the exact output schema of
-//! docs/INTERFACES.md, hand-computed values, and typed failures on bad batches.
+//! `docs/cli.md` (section `rl_numerics`), hand-computed values, and typed failures on bad
+//! batches.
 #![cfg(feature = "tch")]
 // Helpers outside #[test] functions unwrap too: a panic is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

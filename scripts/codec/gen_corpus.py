@@ -7,7 +7,7 @@ with the `.venv-codec` of scripts/setup/10-codec.sh) and writes, per template, a
 tests/data/codec_corpus/golden/ with
 
   - the expected render (or that the template raises), and
-  - the expected incremental token stream of INTERFACES.md's `codec` section: the prompt, each
+  - the expected incremental token stream of docs/cli.md's `codec` section: the prompt, each
     assistant message as its sampled span (the ids after the prompt's render with the generation
     prompt, through the first eos id, or the rest of that turn's render when it has none), the
     messages in between; `append_only` says whether every later render's ids extended the ids
@@ -214,7 +214,7 @@ class Renderer:
 
 
 def incremental(r, msgs, agp, eos_id):
-    """INTERFACES.md's incremental semantics, computed from full renders only."""
+    """The incremental semantics of docs/cli.md (`codec`), computed from full renders only."""
     first = next((i for i, m in enumerate(msgs) if m["role"] == "assistant"), None)
     if first is None:
         return {"ids": r.ids(msgs, agp), "sampled": [], "span_starts": [], "append_only": True}

@@ -1,7 +1,8 @@
 //! [`CliError`]: every way a command can fail, and the exit code each one maps to.
 //!
-//! The split follows INTERFACES.md: bad usage or bad input (config, dataset, missing image,
-//! unreachable model) exits 2 before anything starts; a failure while running exits 1.
+//! The split is the exit-code contract of `docs/cli.md`: bad usage or bad input (config,
+//! dataset, missing image, unreachable model) exits 2 before anything starts; a failure while
+//! running exits 1.
 
 use std::fmt;
 

@@ -1,4 +1,4 @@
-//! The HTTP routes (INTERFACES.md, "Gateway routes") over a [`Gateway`], behind
+//! The HTTP routes (`docs/http.md`, "Gateway") over a [`Gateway`], behind
 //! [`uniagent_http`]'s hardening: local or allow-listed `Host` only, no cross-origin requests,
 //! JSON bodies only, every rejection in OpenAI's error shape, bounded connections and header
 //! reads, and a shutdown that ends within a bound with every open session recorded.

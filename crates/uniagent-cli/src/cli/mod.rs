@@ -109,7 +109,7 @@ pub(crate) fn print_tasks(tasks: &[uniagent_core::Task], n: usize) {
 }
 
 /// Binds `host:port` (0: a free port) and prints `listening on http://HOST:PORT` as the first
-/// stdout line (INTERFACES.md), flushed so that a script can read it at once.
+/// stdout line (`docs/cli.md`), flushed so that a script can read it at once.
 pub(crate) async fn listen(host: &str, port: u16) -> Result<tokio::net::TcpListener, CliError> {
     use std::io::Write;
     let listener = tokio::net::TcpListener::bind((host, port))

@@ -7,9 +7,9 @@
 //! renders are diffed: the context before the last assistant turn with the generation prompt
 //! (`P`), the context plus that turn (`B`), and that plus the new messages (`A`). The turn's
 //! sampled span is what `B` adds to `P`, through the first eos (or through the sampled text
-//! when it is known, or to the end of the turn when there is no eos: INTERFACES.md); the delta
-//! is the text of `A` after it. Special tokens split the tokenizer's input, so tokenizing the
-//! delta alone gives the ids a full render has there.
+//! when it is known, or to the end of the turn when there is no eos: `docs/cli.md`, `codec`);
+//! the delta is the text of `A` after it. Special tokens split the tokenizer's input, so
+//! tokenizing the delta alone gives the ids a full render has there.
 //!
 //! The context is normally a small *window* (the leading system message and an empty user
 //! turn), so the cost does not grow with the conversation. [`TemplateProbe::window_exact`]
@@ -84,7 +84,7 @@ fn nth_end(text: &str, needle: &str, n: usize) -> Option<usize> {
 
 /// Where in `turn` (a render ending with an assistant turn) that turn's sampled span ends, and
 /// whether `turn` extends `prompt` (the render of what precedes the turn, with the generation
-/// prompt). INTERFACES.md: the span starts after the generation prompt
+/// prompt). The rule (`docs/cli.md`, `codec`): the span starts after the generation prompt
 /// and runs through the first eos, or to the end of the turn's render if it has none. When the
 /// actually sampled text is known and the template rendered it verbatim, the span ends after it
 /// (a model stopped by another stop id, or cut by a length limit, leaves the rest to the template).

@@ -1,5 +1,5 @@
-//! The `rl_numerics` batch format (docs/INTERFACES.md): one JSON batch in, every advantage,
-//! policy loss (value and gradient) and KL estimate out.
+//! The `rl_numerics` batch format (`docs/cli.md`, section `rl_numerics`): one JSON batch in,
+//! every advantage, policy loss (value and gradient) and KL estimate out.
 
 use std::collections::BTreeMap;
 
