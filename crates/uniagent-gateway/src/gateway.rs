@@ -148,8 +148,9 @@ impl Gateway {
         self.table()?.reopen(id).map(drop)
     }
 
-    /// Answers one request of session `session_id` (opened if new; an ended session is refused), recording the sampled
-    /// turn in the chain the request continues (see the crate docs).
+    /// Answers one request of session `session_id` (opened if new; an ended session is
+    /// refused), recording the sampled turn in the chain the request continues (see the crate
+    /// docs).
     pub async fn complete(&self, session_id: &str, req: TurnRequest) -> Result<TurnAnswer> {
         check(&req)?;
         let handle = self.session(session_id)?;
