@@ -406,7 +406,25 @@ impl Gateway {
                 Message::assistant(raw_body(&self.codec, ids)?),
                 Some(err.message().to_owned()),
             ),
-            _ => (turn.message.clone(), None),
+            _ => {
+                // The content as sampled, not as the tool parser trims it: a harness echoes it
+                // back, and the template's render of the echo must be the sampled tokens. Text
+                // alone is returned whole (leading and trailing whitespace included, as vLLM
+                // does); before tool calls, the one newline the Hermes-family templates write
+                // between content and `<tool_call>` is theirs, not the content's.
+                let mut message = turn.message.clone();
+                message.content = if message.tool_calls.is_empty() {
+                    Some(turn.content_as_sampled.clone())
+                } else {
+                    let before = turn
+                        .content_as_sampled
+                        .split_once(TOOL_CALL_OPEN)
+                        .map_or(turn.content_as_sampled.as_str(), |(before, _)| before);
+                    let before = before.strip_suffix('\n').unwrap_or(before);
+                    Some(before.to_owned()).filter(|c| !c.is_empty())
+                };
+                (message, None)
+            }
         };
         for (i, call) in message.tool_calls.iter_mut().enumerate() {
             call.id = format!("call_{chain_index}_{turn_index}_{i}");
@@ -544,6 +562,9 @@ impl Gateway {
         Some(session.chains.clone())
     }
 }
+
+/// Where a tool call starts in the text of both tool-call formats.
+const TOOL_CALL_OPEN: &str = "<tool_call>";
 
 /// The sampled text without its end-of-turn token (tool-call text included).
 fn raw_body(codec: &Codec, ids: &[u32]) -> Result<String> {

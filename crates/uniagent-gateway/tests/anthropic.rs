@@ -95,6 +95,7 @@ async fn streaming_emits_the_message_event_sequence() {
         .iter()
         .map(|(_, d)| serde_json::from_str(d).unwrap())
         .collect();
+    // The text as sampled up to the newline the template itself writes before the tool call.
     assert_eq!(data[2]["delta"]["text"], "Checking.");
     assert_eq!(data[4]["content_block"]["type"], "tool_use");
     let input: Value =

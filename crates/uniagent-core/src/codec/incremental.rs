@@ -40,6 +40,10 @@ pub struct SampledTurn {
     pub message: Message,
     /// The decoded text, special tokens included.
     pub text: String,
+    /// The turn's text after the reasoning split and before the tool parser, as sampled (not
+    /// trimmed): what an OpenAI-compatible server answers as content (vLLM returns the
+    /// sampled text as is), while [`message`](Self::message) holds the parser's trimmed view.
+    pub content_as_sampled: String,
     /// Whether the turn ended with a stop token (`false`: cut by a length limit).
     pub stopped: bool,
     /// A malformed tool call: the turn is kept as text, and this message can be shown to the
@@ -481,6 +485,7 @@ impl Codec {
         let body = if stopped { &ids[..ids.len() - 1] } else { ids };
         let body_text = self.decode(body, false)?;
         let (reasoning, content) = split_reasoning(&body_text);
+        let content_as_sampled = content.clone();
         let (content, tool_calls, tool_call_error) = match self.tool_parser {
             Some(format) => match format.parse(&content, cache.tools()) {
                 Ok(parsed) => (parsed.content, parsed.calls, None),
@@ -494,6 +499,7 @@ impl Codec {
         Ok(SampledTurn {
             message,
             text,
+            content_as_sampled,
             stopped,
             tool_call_error,
         })
