@@ -159,12 +159,18 @@ fn trim_filter(value: JinjaValue, chars: Option<String>) -> String {
     }
 }
 
-/// `|map(...)`: in `jinja2` a generator, which is not JSON-serialisable and has no length.
+/// `|map(...)`: in `jinja2` a generator, which is not JSON-serialisable and has no length. Of
+/// Python's `None` it yields nothing (`jinja2` maps only a truthy value).
 fn map_filter(
     state: &mut minijinja::State<'_, '_>,
     value: JinjaValue,
     args: minijinja::value::Rest<minijinja::value::ValueOrKwargs>,
 ) -> std::result::Result<JinjaValue, minijinja::Error> {
+    if is_py_none(&value) {
+        return Ok(JinjaValue::make_one_shot_iterator(std::iter::empty::<
+            JinjaValue,
+        >()));
+    }
     let items = minijinja::filters::map(state, value, args)?;
     Ok(JinjaValue::make_one_shot_iterator(items.into_iter()))
 }
@@ -188,6 +194,33 @@ fn join_filter(
     }
     Ok(out)
 }
+
+/// The arguments of `|select`, `|reject`, `|selectattr` and `|rejectattr` after the value.
+type SelectArgs = minijinja::value::Rest<minijinja::value::ValueOrKwargs>;
+
+/// A `|select`-family filter of minijinja, except on Python's `None` (a top-level `tools=None`),
+/// of which `jinja2` selects nothing (`if value:`) where minijinja's would raise.
+macro_rules! none_selects_nothing {
+    ($name:ident, $inner:path $(, $attr:ident)?) => {
+        fn $name(
+            state: &mut minijinja::State<'_, '_>,
+            value: JinjaValue,
+            $($attr: std::borrow::Cow<'_, str>,)?
+            test_name: Option<std::borrow::Cow<'_, str>>,
+            args: SelectArgs,
+        ) -> std::result::Result<Vec<JinjaValue>, minijinja::Error> {
+            if is_py_none(&value) {
+                return Ok(Vec::new());
+            }
+            $inner(state, value, $($attr,)? test_name, args)
+        }
+    };
+}
+
+none_selects_nothing!(select_filter, minijinja::filters::select);
+none_selects_nothing!(reject_filter, minijinja::filters::reject);
+none_selects_nothing!(selectattr_filter, minijinja::filters::selectattr, attr);
+none_selects_nothing!(rejectattr_filter, minijinja::filters::rejectattr, attr);
 
 fn raise_exception(message: String) -> std::result::Result<JinjaValue, minijinja::Error> {
     Err(minijinja::Error::new(
@@ -348,6 +381,10 @@ impl ChatTemplate {
         env.add_filter("trim", trim_filter);
         env.add_filter("join", join_filter);
         env.add_filter("map", map_filter);
+        env.add_filter("select", select_filter);
+        env.add_filter("reject", reject_filter);
+        env.add_filter("selectattr", selectattr_filter);
+        env.add_filter("rejectattr", rejectattr_filter);
         env.add_filter("__pyiter", py_iter);
         env.add_test("none", test_none);
         env.add_test("iterable", test_iterable);
@@ -481,6 +518,13 @@ mod tests {
         let ctx = serde_json::json!({"messages": [{"content": null, "flag": true, "x": 1e-05}]});
         let src = "{% set m = messages[0] %}{{ m.content }}|{{ m.flag }}|{{ m.x }}|{{ m.content|string }}|{{ [m.content, 1]|join(',') }}|{{ m.missing }}|{{ documents }}";
         assert_eq!(render(src, ctx), "None|True|1e-05|None|None,1||None");
+    }
+
+    #[test]
+    fn select_and_map_of_none_yield_nothing() {
+        // jinja2 3.1.6 with `tools=None`: '0|[]|[]|[]|[]'.
+        let src = "{{ tools|selectattr('type', 'equalto', 'x')|list|length }}|{{ tools|rejectattr('type')|list }}|{{ tools|select|list }}|{{ tools|reject('none')|list }}|{{ tools|map(attribute='x')|list }}";
+        assert_eq!(render(src, serde_json::json!({})), "0|[]|[]|[]|[]");
     }
 
     #[test]
