@@ -8,9 +8,11 @@ use minijinja::value::{Kwargs, Object, ObjectRepr, Serde, Value as JinjaValue, V
 use minijinja::{Environment, ErrorKind as JinjaErrorKind};
 use serde_json::{Map, Value};
 
+use super::markup;
 use super::pyjson::{py_json_dumps_with, PyJsonOptions};
 use super::pyrepr::py_str;
 use super::render_cache::{BaseContext, MemoJson};
+use super::syntax;
 use super::unsupported::find_unsupported;
 use crate::error::{Error, Result};
 
@@ -89,12 +91,13 @@ fn tojson(value: JinjaValue, kwargs: Kwargs) -> std::result::Result<JinjaValue, 
         sort_keys: sort_keys.unwrap_or(false),
         ensure_ascii: ensure_ascii.unwrap_or(false),
     };
+    // A plain string, as `transformers`' `json.dumps` filter returns (not `jinja2`'s markup).
     if options == PyJsonOptions::default() {
         if let Some(memo) = value.downcast_object_ref::<MemoJson>() {
-            return Ok(JinjaValue::from_safe_string(memo.json.clone()));
+            return Ok(JinjaValue::from(memo.json.clone()));
         }
     }
-    Ok(JinjaValue::from_safe_string(tojson_text(&value, &options)?))
+    Ok(JinjaValue::from(tojson_text(&value, &options)?))
 }
 
 /// `value|tojson(...)` as text: Python's `json.dumps` with `options`.
@@ -128,15 +131,27 @@ fn tojson_text(
     Ok(py_json_dumps_with(&json, options))
 }
 
-/// Refuses templates that use an [`UnsupportedFeature`](super::UnsupportedFeature).
-fn check_supported(source: &str) -> Result<()> {
-    match find_unsupported(source) {
-        Some(u) => Err(Error::Codec {
+/// The source minijinja compiles: refused when it uses an
+/// [`UnsupportedFeature`](super::UnsupportedFeature), with its `+` and `~` rewritten for the
+/// markup emulation when it can create markup ([`markup`]). A source that does not parse is
+/// returned unchanged: compiling it reports the syntax error.
+fn prepare_source(source: String, config: &minijinja::syntax::SyntaxConfig) -> Result<String> {
+    let Ok(scan) = syntax::scan(&source, config.clone()) else {
+        return Ok(source);
+    };
+    if let Some(u) = find_unsupported(&source, &scan) {
+        return Err(Error::Codec {
             message: u.to_string(),
             source: Some(Box::new(u)),
-        }),
-        None => Ok(()),
+        });
     }
+    if !markup::can_create_markup(&scan) || scan.operators.is_empty() {
+        return Ok(source);
+    }
+    markup::rewrite(&source, &scan, config.clone()).map_err(|e| Error::Codec {
+        message: e.to_string(),
+        source: Some(Box::new(e)),
+    })
 }
 
 /// `|string`: Python's `str()` (`None`, `True`, ...).
@@ -147,16 +162,6 @@ fn string_filter(value: JinjaValue) -> JinjaValue {
     let mut out = String::new();
     py_str(&value, &mut out);
     JinjaValue::from(out)
-}
-
-/// `|trim`: `str(value).strip(chars)` as in `jinja2`.
-fn trim_filter(value: JinjaValue, chars: Option<String>) -> String {
-    let mut text = String::new();
-    py_str(&value, &mut text);
-    match chars {
-        Some(chars) => text.trim_matches(|c| chars.contains(c)).to_owned(),
-        None => text.trim().to_owned(),
-    }
 }
 
 /// `|map(...)`: in `jinja2` a generator, which is not JSON-serialisable and has no length. Of
@@ -368,8 +373,10 @@ impl ChatTemplate {
                 message: format!("template syntax config: {e}"),
                 source: Some(Box::new(e)),
             })?;
-        env.set_syntax(syntax);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_syntax(syntax.clone());
+        // `str` methods as Python's (`minijinja_contrib::pycompat`), on markup as markupsafe's;
+        // `safe`, `escape`, `trim`, `format`, `+` and `~` with `jinja2`'s markup semantics.
+        markup::register(&mut env);
         // `{{ x }}` is Python's `str(x)`: `None`, `True`, `1e-05`, `{'k': 1}`.
         env.set_formatter(|out, _state, value| {
             let mut text = String::new();
@@ -378,7 +385,6 @@ impl ChatTemplate {
         });
         env.add_filter("tojson", tojson);
         env.add_filter("string", string_filter);
-        env.add_filter("trim", trim_filter);
         env.add_filter("join", join_filter);
         env.add_filter("map", map_filter);
         env.add_filter("select", select_filter);
@@ -390,8 +396,8 @@ impl ChatTemplate {
         env.add_test("iterable", test_iterable);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
-        check_supported(&source)?;
-        env.add_template_owned(TEMPLATE_NAME, without_generation_tags(&source))
+        let source = prepare_source(without_generation_tags(&source), &syntax)?;
+        env.add_template_owned(TEMPLATE_NAME, source)
             .map_err(|e| Error::Codec {
                 message: format!("chat template does not compile: {e:#}"),
                 source: Some(Box::new(e)),
