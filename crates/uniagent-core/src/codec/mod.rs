@@ -9,8 +9,10 @@
 //! Any Hugging Face chat template works, not only the Qwen layout: the turn structure is
 //! learned by probing the template ([`TemplateProbe`]), values behave as in Python's `jinja2`
 //! (`None`, `True`, `1e-05`, `{'k': 1}`, `for` over `None` raises, `|map` is a generator),
-//! `{% generation %}` blocks render, and templates using a feature the codec cannot reproduce
-//! are refused up front with an [`UnsupportedTemplate`] error naming it. The corpus test
+//! `|safe` strings are `jinja2`'s `Markup` (`Markup + str` HTML-escapes the `str`, as MeetKai
+//! Functionary v3.1's tool list relies on), `{% generation %}` blocks render, and templates
+//! using a feature the codec cannot reproduce (an escaping `{% autoescape %}` block) are
+//! refused up front with an [`UnsupportedTemplate`] error naming it. The corpus test
 //! (`tests/codec_corpus.rs`) checks renders, errors and incremental ids/masks against
 //! `transformers` on 75 real templates.
 //!
@@ -33,12 +35,14 @@
 mod bpe;
 mod incremental;
 mod load;
+mod markup;
 mod probe;
 mod pyjson;
 mod pyrepr;
 mod render_cache;
 mod replay;
 mod rerender;
+mod syntax;
 mod template;
 mod unsupported;
 

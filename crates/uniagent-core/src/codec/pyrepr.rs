@@ -29,6 +29,9 @@ pub(crate) fn py_repr(value: &Value, out: &mut String) {
                 out.push_str(&value.to_string());
             }
         }
+        ValueKind::String if value.is_safe() => {
+            super::markup::write_markup_repr(value.as_str().unwrap_or_default(), out);
+        }
         ValueKind::String => write_str_repr(value.as_str().unwrap_or_default(), out),
         ValueKind::Seq | ValueKind::Iterable => {
             out.push('[');

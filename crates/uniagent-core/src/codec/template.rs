@@ -8,9 +8,11 @@ use minijinja::value::{Kwargs, Object, ObjectRepr, Serde, Value as JinjaValue, V
 use minijinja::{Environment, ErrorKind as JinjaErrorKind};
 use serde_json::{Map, Value};
 
+use super::markup;
 use super::pyjson::{py_json_dumps_with, PyJsonOptions};
 use super::pyrepr::py_str;
 use super::render_cache::{BaseContext, MemoJson};
+use super::syntax;
 use super::unsupported::find_unsupported;
 use crate::error::{Error, Result};
 
@@ -89,12 +91,13 @@ fn tojson(value: JinjaValue, kwargs: Kwargs) -> std::result::Result<JinjaValue, 
         sort_keys: sort_keys.unwrap_or(false),
         ensure_ascii: ensure_ascii.unwrap_or(false),
     };
+    // A plain string, as `transformers`' `json.dumps` filter returns (not `jinja2`'s markup).
     if options == PyJsonOptions::default() {
         if let Some(memo) = value.downcast_object_ref::<MemoJson>() {
-            return Ok(JinjaValue::from_safe_string(memo.json.clone()));
+            return Ok(JinjaValue::from(memo.json.clone()));
         }
     }
-    Ok(JinjaValue::from_safe_string(tojson_text(&value, &options)?))
+    Ok(JinjaValue::from(tojson_text(&value, &options)?))
 }
 
 /// `value|tojson(...)` as text: Python's `json.dumps` with `options`.
@@ -128,15 +131,27 @@ fn tojson_text(
     Ok(py_json_dumps_with(&json, options))
 }
 
-/// Refuses templates that use an [`UnsupportedFeature`](super::UnsupportedFeature).
-fn check_supported(source: &str) -> Result<()> {
-    match find_unsupported(source) {
-        Some(u) => Err(Error::Codec {
+/// The source minijinja compiles: refused when it uses an
+/// [`UnsupportedFeature`](super::UnsupportedFeature), with its `+` and `~` rewritten for the
+/// markup emulation when it can create markup ([`markup`]). A source that does not parse is
+/// returned unchanged: compiling it reports the syntax error.
+fn prepare_source(source: String, config: &minijinja::syntax::SyntaxConfig) -> Result<String> {
+    let Ok(scan) = syntax::scan(&source, config.clone()) else {
+        return Ok(source);
+    };
+    if let Some(u) = find_unsupported(&source, &scan) {
+        return Err(Error::Codec {
             message: u.to_string(),
             source: Some(Box::new(u)),
-        }),
-        None => Ok(()),
+        });
     }
+    if !markup::can_create_markup(&scan) || scan.operators.is_empty() {
+        return Ok(source);
+    }
+    markup::rewrite(&source, &scan, config.clone()).map_err(|e| Error::Codec {
+        message: e.to_string(),
+        source: Some(Box::new(e)),
+    })
 }
 
 /// `|string`: Python's `str()` (`None`, `True`, ...).
@@ -149,22 +164,18 @@ fn string_filter(value: JinjaValue) -> JinjaValue {
     JinjaValue::from(out)
 }
 
-/// `|trim`: `str(value).strip(chars)` as in `jinja2`.
-fn trim_filter(value: JinjaValue, chars: Option<String>) -> String {
-    let mut text = String::new();
-    py_str(&value, &mut text);
-    match chars {
-        Some(chars) => text.trim_matches(|c| chars.contains(c)).to_owned(),
-        None => text.trim().to_owned(),
-    }
-}
-
-/// `|map(...)`: in `jinja2` a generator, which is not JSON-serialisable and has no length.
+/// `|map(...)`: in `jinja2` a generator, which is not JSON-serialisable and has no length. Of
+/// Python's `None` it yields nothing (`jinja2` maps only a truthy value).
 fn map_filter(
     state: &mut minijinja::State<'_, '_>,
     value: JinjaValue,
     args: minijinja::value::Rest<minijinja::value::ValueOrKwargs>,
 ) -> std::result::Result<JinjaValue, minijinja::Error> {
+    if is_py_none(&value) {
+        return Ok(JinjaValue::make_one_shot_iterator(std::iter::empty::<
+            JinjaValue,
+        >()));
+    }
     let items = minijinja::filters::map(state, value, args)?;
     Ok(JinjaValue::make_one_shot_iterator(items.into_iter()))
 }
@@ -188,6 +199,33 @@ fn join_filter(
     }
     Ok(out)
 }
+
+/// The arguments of `|select`, `|reject`, `|selectattr` and `|rejectattr` after the value.
+type SelectArgs = minijinja::value::Rest<minijinja::value::ValueOrKwargs>;
+
+/// A `|select`-family filter of minijinja, except on Python's `None` (a top-level `tools=None`),
+/// of which `jinja2` selects nothing (`if value:`) where minijinja's would raise.
+macro_rules! none_selects_nothing {
+    ($name:ident, $inner:path $(, $attr:ident)?) => {
+        fn $name(
+            state: &mut minijinja::State<'_, '_>,
+            value: JinjaValue,
+            $($attr: std::borrow::Cow<'_, str>,)?
+            test_name: Option<std::borrow::Cow<'_, str>>,
+            args: SelectArgs,
+        ) -> std::result::Result<Vec<JinjaValue>, minijinja::Error> {
+            if is_py_none(&value) {
+                return Ok(Vec::new());
+            }
+            $inner(state, value, $($attr,)? test_name, args)
+        }
+    };
+}
+
+none_selects_nothing!(select_filter, minijinja::filters::select);
+none_selects_nothing!(reject_filter, minijinja::filters::reject);
+none_selects_nothing!(selectattr_filter, minijinja::filters::selectattr, attr);
+none_selects_nothing!(rejectattr_filter, minijinja::filters::rejectattr, attr);
 
 fn raise_exception(message: String) -> std::result::Result<JinjaValue, minijinja::Error> {
     Err(minijinja::Error::new(
@@ -335,8 +373,10 @@ impl ChatTemplate {
                 message: format!("template syntax config: {e}"),
                 source: Some(Box::new(e)),
             })?;
-        env.set_syntax(syntax);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_syntax(syntax.clone());
+        // `str` methods as Python's (`minijinja_contrib::pycompat`), on markup as markupsafe's;
+        // `safe`, `escape`, `trim`, `format`, `+` and `~` with `jinja2`'s markup semantics.
+        markup::register(&mut env);
         // `{{ x }}` is Python's `str(x)`: `None`, `True`, `1e-05`, `{'k': 1}`.
         env.set_formatter(|out, _state, value| {
             let mut text = String::new();
@@ -345,16 +385,19 @@ impl ChatTemplate {
         });
         env.add_filter("tojson", tojson);
         env.add_filter("string", string_filter);
-        env.add_filter("trim", trim_filter);
         env.add_filter("join", join_filter);
         env.add_filter("map", map_filter);
+        env.add_filter("select", select_filter);
+        env.add_filter("reject", reject_filter);
+        env.add_filter("selectattr", selectattr_filter);
+        env.add_filter("rejectattr", rejectattr_filter);
         env.add_filter("__pyiter", py_iter);
         env.add_test("none", test_none);
         env.add_test("iterable", test_iterable);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
-        check_supported(&source)?;
-        env.add_template_owned(TEMPLATE_NAME, without_generation_tags(&source))
+        let source = prepare_source(without_generation_tags(&source), &syntax)?;
+        env.add_template_owned(TEMPLATE_NAME, source)
             .map_err(|e| Error::Codec {
                 message: format!("chat template does not compile: {e:#}"),
                 source: Some(Box::new(e)),
@@ -481,6 +524,13 @@ mod tests {
         let ctx = serde_json::json!({"messages": [{"content": null, "flag": true, "x": 1e-05}]});
         let src = "{% set m = messages[0] %}{{ m.content }}|{{ m.flag }}|{{ m.x }}|{{ m.content|string }}|{{ [m.content, 1]|join(',') }}|{{ m.missing }}|{{ documents }}";
         assert_eq!(render(src, ctx), "None|True|1e-05|None|None,1||None");
+    }
+
+    #[test]
+    fn select_and_map_of_none_yield_nothing() {
+        // jinja2 3.1.6 with `tools=None`: '0|[]|[]|[]|[]'.
+        let src = "{{ tools|selectattr('type', 'equalto', 'x')|list|length }}|{{ tools|rejectattr('type')|list }}|{{ tools|select|list }}|{{ tools|reject('none')|list }}|{{ tools|map(attribute='x')|list }}";
+        assert_eq!(render(src, serde_json::json!({})), "0|[]|[]|[]|[]");
     }
 
     #[test]

@@ -1,24 +1,29 @@
 //! Template features the codec cannot render exactly as `transformers` does. They are found in
-//! the template source when it is loaded, so a template that uses one is refused up front with
-//! an error naming the feature, instead of rendering (and masking) something else.
+//! the template's syntax tree when it is loaded, so a template that uses one is refused up front
+//! with an error naming the feature, instead of rendering (and masking) something else.
+//!
+//! `|safe` markup is no longer among them: [`super::markup`] emulates `jinja2`'s `Markup`.
 
 use serde::Serialize;
+
+use super::syntax::Scan;
 
 /// A chat-template feature the codec does not support.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub enum UnsupportedFeature {
-    /// `"text"|safe + value`: in `jinja2` a `|safe` string is `Markup`, and adding a plain
-    /// string to it HTML-escapes that string (`"` becomes `&#34;`); minijinja concatenates the
-    /// text unchanged. (MeetKai Functionary v3.1 writes its tool list this way.)
-    SafeMarkupConcatenation,
+    /// `{% autoescape true %}...{% endautoescape %}` (or with any argument other than a constant
+    /// `false`/`none`): inside it `jinja2` HTML-escapes every printed plain string and `~`
+    /// escapes its plain side, which the codec does not emulate (its markup emulation assumes
+    /// `transformers`' environment, where autoescape is off).
+    AutoEscapeBlock,
 }
 
 impl UnsupportedFeature {
     /// A short name of the feature.
     pub fn name(self) -> &'static str {
         match self {
-            Self::SafeMarkupConcatenation => "`|safe` markup concatenated with `+`",
+            Self::AutoEscapeBlock => "`{% autoescape %}` block that turns escaping on",
         }
     }
 }
@@ -34,84 +39,47 @@ pub struct UnsupportedTemplate {
     pub snippet: String,
 }
 
-/// The expressions (`{{ ... }}`) and statements (`{% ... %}`) of a template source.
-fn tags(source: &str) -> impl Iterator<Item = &str> {
-    let mut rest = source;
-    std::iter::from_fn(move || loop {
-        let start = rest.find('{')?;
-        let after = &rest[start + 1..];
-        let close = match after.chars().next() {
-            Some('{') => "}}",
-            Some('%') => "%}",
-            _ => {
-                rest = after;
-                continue;
-            }
-        };
-        let Some(end) = after.find(close) else {
-            rest = "";
-            return None;
-        };
-        let tag = &after[1..end];
-        rest = &after[end + close.len()..];
-        return Some(tag);
-    })
-}
-
-/// Code of a tag with string literals blanked out.
-fn code_of(tag: &str) -> String {
-    let mut out = String::with_capacity(tag.len());
-    let mut quote: Option<char> = None;
-    let mut escaped = false;
-    for c in tag.chars() {
-        match quote {
-            Some(q) => {
-                if escaped {
-                    escaped = false;
-                } else if c == '\\' {
-                    escaped = true;
-                } else if c == q {
-                    quote = None;
-                    out.push(c);
-                }
-            }
-            None => {
-                if c == '"' || c == '\'' {
-                    quote = Some(c);
-                }
-                out.push(c);
-            }
-        }
-    }
-    out
-}
-
-/// The first unsupported feature `source` uses, if any.
-pub(crate) fn find_unsupported(source: &str) -> Option<UnsupportedTemplate> {
-    for tag in tags(source) {
-        let code: String = code_of(tag)
+/// The first unsupported feature the template that `scan` describes uses, if any (`source` is
+/// the scanned text, for the snippet).
+pub(crate) fn find_unsupported(source: &str, scan: &Scan) -> Option<UnsupportedTemplate> {
+    let block = scan.autoescape.iter().find(|a| !a.statically_off)?;
+    Some(UnsupportedTemplate {
+        feature: UnsupportedFeature::AutoEscapeBlock,
+        snippet: source
+            .get(block.at..)
+            .unwrap_or_default()
             .chars()
-            .filter(|c| !c.is_whitespace())
-            .collect();
-        if code.contains("|safe") && code.contains('+') {
-            return Some(UnsupportedTemplate {
-                feature: UnsupportedFeature::SafeMarkupConcatenation,
-                snippet: tag.trim().chars().take(80).collect(),
-            });
-        }
-    }
-    None
+            .take(80)
+            .collect(),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codec::syntax::scan;
+    use minijinja::syntax::SyntaxConfig;
+
+    fn found(source: &str) -> Option<UnsupportedFeature> {
+        let s = scan(source, SyntaxConfig::default()).unwrap();
+        find_unsupported(source, &s).map(|u| u.feature)
+    }
 
     #[test]
-    fn markup_concatenation_is_found_and_safe_alone_is_not() {
-        let found = find_unsupported(r#"{{ "Use '"|safe + t["name"] }}"#).map(|u| u.feature);
-        assert_eq!(found, Some(UnsupportedFeature::SafeMarkupConcatenation));
-        assert_eq!(find_unsupported("{{ x|safe }} {{ 'a|safe' + b }}"), None);
-        assert_eq!(find_unsupported("{% if a %}{{ a + b }}{% endif %}"), None);
+    fn escaping_autoescape_blocks_are_found_and_markup_is_not() {
+        assert_eq!(
+            found("{% autoescape true %}{{ x }}{% endautoescape %}"),
+            Some(UnsupportedFeature::AutoEscapeBlock)
+        );
+        assert_eq!(
+            found("{% autoescape flag %}{{ x }}{% endautoescape %}"),
+            Some(UnsupportedFeature::AutoEscapeBlock)
+        );
+        assert_eq!(
+            found("{% autoescape false %}{{ x }}{% endautoescape %}"),
+            None
+        );
+        assert_eq!(found(r#"{{ "Use '"|safe + t["name"] }}"#), None);
+        assert_eq!(found("{% if a %}{{ a + b }}{% endif %}"), None);
     }
 }
