@@ -2,6 +2,8 @@
 //! connections, cross-site requests, non-JSON bodies, framework rejections and shutdown with
 //! work in flight. Every test runs under an overall deadline.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
