@@ -149,11 +149,11 @@ fn respond(reply: Reply) -> Response {
     }
 }
 
+/// A request body as the framework read it (too large, or cut off).
+type BodyRead = std::result::Result<Bytes, BytesRejection>;
+
 /// A request body, or the route's error when it could not be read (413 naming the limit).
-fn read_body(
-    state: &AppState,
-    body: std::result::Result<Bytes, BytesRejection>,
-) -> std::result::Result<Bytes, GatewayError> {
+fn read_body(state: &AppState, body: BodyRead) -> std::result::Result<Bytes, GatewayError> {
     body.map_err(|rejection| match rejection.status() {
         StatusCode::PAYLOAD_TOO_LARGE => GatewayError::BodyTooLarge {
             limit: state.gateway.config().body_limit(),
@@ -165,12 +165,7 @@ fn read_body(
 /// The handler of one model route (`/v1/chat/completions` or `/v1/messages`).
 fn model_route(
     route: Route,
-) -> impl Fn(
-    State<Arc<AppState>>,
-    Path<String>,
-    std::result::Result<Bytes, BytesRejection>,
-) -> BoxFuture<'static, Response>
-       + Clone {
+) -> impl Fn(State<Arc<AppState>>, Path<String>, BodyRead) -> BoxFuture<'static, Response> + Clone {
     move |State(state), Path(session), body| {
         Box::pin(async move {
             match read_body(&state, body) {
@@ -188,7 +183,7 @@ async fn models(State(state): State<Arc<AppState>>) -> Response {
 async fn reward(
     State(state): State<Arc<AppState>>,
     Path(session): Path<String>,
-    body: std::result::Result<Bytes, BytesRejection>,
+    body: BodyRead,
 ) -> Response {
     let body = match read_body(&state, body) {
         Ok(body) => body,

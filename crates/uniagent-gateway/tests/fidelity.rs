@@ -84,3 +84,46 @@ async fn anthropic_text_is_the_sampled_text_and_its_echo_extends_the_chain() {
     assert_eq!(status, 200, "{r2}");
     assert_eq!(s.end("a").await.len(), 1, "the echo started a new chain");
 }
+
+/// A turn cut at `max_tokens` has no end-of-turn token; when the harness goes on, the chain
+/// closes it as the template does (mask 0), so the next prompt is the template's render of
+/// the conversation, never a context the template cannot produce.
+#[tokio::test]
+async fn a_turn_cut_at_max_tokens_is_closed_before_the_next_turn() {
+    for sampled in ["Hello there world", " Hello  there ", "x\n\n"] {
+        let s = serve("qwen2.5", GatewayConfig::default()).await;
+        let ids = s.codec.encode(sampled).unwrap();
+        let cut = ids.len().min(2);
+        s.script.push_ids(ids.clone());
+        s.script.push_ids(s.turn("next"));
+        let mut messages = vec![json!({"role": "user", "content": "hi"})];
+        let (status, r1) = s
+            .chat(
+                "cut",
+                &json!({"model": "m", "max_tokens": cut, "messages": messages}),
+            )
+            .await;
+        assert_eq!(status, 200, "{r1}");
+        assert_eq!(r1["choices"][0]["finish_reason"], "length");
+        messages.push(r1["choices"][0]["message"].clone());
+        messages.push(json!({"role": "user", "content": "go on"}));
+        let (status, r2) = s
+            .chat("cut", &json!({"model": "m", "messages": messages}))
+            .await;
+        assert_eq!(status, 200, "{r2}");
+        let prompts = s.script.prompts();
+        let mut want = prompts[0].clone();
+        want.extend(&ids[..cut]);
+        want.extend(
+            s.codec
+                .encode("<|im_end|>\n<|im_start|>user\ngo on<|im_end|>\n<|im_start|>assistant\n")
+                .unwrap(),
+        );
+        assert_eq!(
+            s.codec.decode(&prompts[1], false).unwrap(),
+            s.codec.decode(&want, false).unwrap(),
+            "{sampled:?}"
+        );
+        assert_eq!(s.end("cut").await.len(), 1, "{sampled:?}: a second chain");
+    }
+}

@@ -427,9 +427,16 @@ impl Codec {
         };
         let delta = self.delta_with_fallback(req, context)?;
         let mut spans = delta.spans;
-        if sampled.is_none() && !ends_with_stop {
-            // The turn was cut before its end-of-turn token and its tokens are masked out:
-            // the template closes it.
+        let delta_closes = spans
+            .first()
+            .and_then(|(ids, _)| ids.first())
+            .is_some_and(|id| *id == self.eos_id);
+        if !ends_with_stop && !delta_closes {
+            // The turn was cut before its end-of-turn token (a length limit), and the delta
+            // starts after the template's close: the masked-out turn, or a sampled text the
+            // kept message renders differently (a parser trimmed it). The template closes the
+            // turn, so that token is glue, or the next prompt would be a context the template
+            // never produces.
             spans.insert(0, (vec![self.eos_id], TokenSource::TemplateGlue));
         }
         let total: usize = spans.iter().map(|(ids, _)| ids.len()).sum();
