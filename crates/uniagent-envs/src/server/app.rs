@@ -5,9 +5,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use axum::body::Body;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Multipart, Request, State};
-use axum::http::HeaderMap;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -20,14 +18,12 @@ use tokio::sync::Semaphore;
 use uniagent_core::sandbox::{
     Action, CloseSessionRequest, Command, CreateSessionRequest, ReadFileRequest, WriteFileRequest,
 };
-use uniagent_http::{is_json_content_type, SitePolicy};
+use uniagent_http::SitePolicy;
 
 use super::errors::{class, unauthorized, NotCacheable, ServerError};
+use super::extract::SweRexBody;
 use super::replay::{ReplayCache, StoredResponse};
 use super::session::SessionManager;
-use super::validate::{
-    parse_body, ACTION, CLOSE_SESSION, COMMAND, CREATE_SESSION, READ_FILE, WRITE_FILE,
-};
 use super::{execute, files, upload, ServerConfig, ServerLimits};
 
 /// The answer of a request that is still running, for repeats of its `X-Request-ID`.
@@ -242,74 +238,31 @@ fn to_json(value: impl serde::Serialize) -> Answer {
         .map_err(|e| ServerError::exception("builtins.TypeError", e.to_string()))
 }
 
-/// The body of a JSON route: 413 above the route's limit, 415 for a content type that is not
-/// JSON. A missing content type is read as JSON, as FastAPI does; a cross-site "simple" request
-/// from a browser always carries a non-JSON one (`text/plain`, forms).
-fn json_body(
-    headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Bytes, ServerError> {
-    if let Some(kind) = headers.get(header::CONTENT_TYPE) {
-        if !is_json_content_type(kind.to_str().unwrap_or("")) {
-            return Err(ServerError::Http {
-                status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                detail: "Unsupported Media Type: send application/json".into(),
-            });
-        }
-    }
-    body.map_err(|rejection| match rejection.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => too_large(),
-        status => ServerError::Http {
-            status,
-            detail: rejection.body_text(),
-        },
-    })
-}
-
-fn too_large() -> ServerError {
-    ServerError::Http {
-        status: StatusCode::PAYLOAD_TOO_LARGE,
-        detail: "Request body too large".into(),
-    }
-}
-
 async fn create_session(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    SweRexBody(request): SweRexBody<CreateSessionRequest>,
 ) -> Answer {
-    let body = json_body(&headers, body)?;
-    let request: CreateSessionRequest = parse_body(&body, &CREATE_SESSION)?;
     to_json(state.sessions.create(&request).await?)
 }
 
 async fn run_in_session(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    SweRexBody(action): SweRexBody<Action>,
 ) -> Answer {
-    let body = json_body(&headers, body)?;
-    let action: Action = parse_body(&body, &ACTION)?;
     to_json(state.sessions.run(&action).await?)
 }
 
 async fn close_session(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    SweRexBody(request): SweRexBody<CloseSessionRequest>,
 ) -> Answer {
-    let body = json_body(&headers, body)?;
-    let request: CloseSessionRequest = parse_body(&body, &CLOSE_SESSION)?;
     to_json(state.sessions.close_session(&request).await?)
 }
 
 async fn execute_handler(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    SweRexBody(command): SweRexBody<Command>,
 ) -> Answer {
-    let body = json_body(&headers, body)?;
-    let command: Command = parse_body(&body, &COMMAND)?;
     // Waiting for a slot bounds the children; the connection limit bounds the waiters.
     let _slot =
         state.executes.acquire().await.map_err(|_| {
@@ -320,17 +273,12 @@ async fn execute_handler(
 
 async fn read_file(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    SweRexBody(request): SweRexBody<ReadFileRequest>,
 ) -> Answer {
-    let body = json_body(&headers, body)?;
-    let request: ReadFileRequest = parse_body(&body, &READ_FILE)?;
     to_json(files::read_file(&request, state.limits.max_read_bytes).await?)
 }
 
-async fn write_file(headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Answer {
-    let body = json_body(&headers, body)?;
-    let request: WriteFileRequest = parse_body(&body, &WRITE_FILE)?;
+async fn write_file(SweRexBody(request): SweRexBody<WriteFileRequest>) -> Answer {
     files::write_file(&request).await?;
     Ok(Json(json!({})))
 }

@@ -21,6 +21,7 @@
 mod app;
 mod errors;
 mod execute;
+mod extract;
 mod files;
 mod limits;
 mod pyfmt;
