@@ -119,3 +119,54 @@ async fn bad_bodies_are_anthropic_errors() {
         assert_eq!(v["error"]["type"], "invalid_request_error");
     }
 }
+
+/// A harness that rewrites an earlier assistant turn gets its reply recorded at the end of a
+/// chain, as on the OpenAI route (the rewritten turn is context there, mask 0).
+#[tokio::test]
+async fn a_rewritten_earlier_assistant_turn_still_records_the_reply() {
+    for (one, two, three) in [("One.", "Two.", "Three."), (" One. ", "\nTwo ", "  Three.")] {
+        let s = serve("qwen2.5", GatewayConfig::default()).await;
+        for text in [one, two, three] {
+            s.script.push_ids(s.turn(text));
+        }
+        let user = |t: &str| json!({"role": "user", "content": t});
+        let asst = |t: &str| json!({"role": "assistant", "content": [{"type": "text", "text": t}]});
+        let ask = |m: Vec<Value>| json!({"model": "m", "max_tokens": 32, "messages": m});
+        let path = "/sessions/rw/v1/messages";
+        let (status, r) = s.post(path, &ask(vec![user("u1")])).await;
+        assert_eq!(status, 200, "{r}");
+        let first = r["content"][0]["text"].as_str().unwrap().to_owned();
+        let (status, r) = s
+            .post(path, &ask(vec![user("u1"), asst(&first), user("u2")]))
+            .await;
+        assert_eq!(status, 200, "{r}");
+        let second = r["content"][0]["text"].as_str().unwrap().to_owned();
+        let (status, r) = s
+            .post(
+                path,
+                &ask(vec![
+                    user("u1"),
+                    asst("Rewritten."),
+                    user("u2"),
+                    asst(&second),
+                    user("u3"),
+                ]),
+            )
+            .await;
+        assert_eq!(status, 200, "{r}");
+        assert_eq!(r["content"][0]["text"], three);
+        let chains = s.end("rw").await;
+        let last_sampled: Vec<u64> = s.turn(three).iter().map(|&i| i as u64).collect();
+        let ends_with_reply = chains.iter().any(|t| {
+            let got = sampled(t);
+            got.ends_with(&last_sampled)
+                && t["messages"].as_array().unwrap().last().unwrap()["content"]
+                    .to_string()
+                    .contains("Three.")
+        });
+        assert!(
+            ends_with_reply,
+            "{three:?}: no chain ends with the reply: {chains:#?}"
+        );
+    }
+}
