@@ -114,9 +114,45 @@ fn serves_the_tiny_model_and_records_open_sessions_on_sigterm() {
             .unwrap()
     });
     assert_eq!(answer["usage"]["completion_tokens"], 4, "{answer}");
+    // A long generation in flight (16,384 tokens, the default cap) when SIGTERM arrives: the
+    // gateway gives it the shutdown grace, cancels it (the engine drops the row at its next
+    // step) and exits, instead of decoding it to the end first.
+    let long = std::thread::spawn({
+        let base = base.clone();
+        move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                reqwest::Client::new()
+                    .post(format!("{base}/sessions/long/v1/chat/completions"))
+                    .json(&serde_json::json!({"model": "m", "max_tokens": 1_000_000,
+                        "messages": [{"role": "user", "content": "talk"}]}))
+                    .send()
+                    .await
+                    .map(|r| r.status().as_u16())
+            })
+        }
+    });
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let signalled = std::time::Instant::now();
     kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
-    let status = child.wait().unwrap();
+    // A deadline, not a timing claim: past it the shutdown is taken as hung.
+    let deadline = uniagent_gateway::SHUTDOWN_GRACE + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if signalled.elapsed() > deadline {
+            let _ = child.kill();
+            panic!("the gateway did not exit within {deadline:?} of SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     assert!(status.success(), "{status}");
+    // The long request's connection ended without an answer of 16,384 tokens.
+    assert!(!matches!(long.join().unwrap(), Ok(200)));
     let text = std::fs::read_to_string(out.path().join("trajectories.jsonl")).unwrap();
     let record: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
     assert_eq!(record["task_id"], "cli");

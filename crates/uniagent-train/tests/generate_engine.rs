@@ -226,3 +226,44 @@ async fn engine_batches_concurrent_calls_and_tracks_weight_versions() {
     let out = engine.generate(requests[0].clone()).await.unwrap();
     assert_eq!(out.weight_version, Some(1));
 }
+
+/// A request whose caller goes away (a client that disconnected) leaves the running batch
+/// after the next step: the engine does not decode its whole budget before serving the
+/// requests queued behind it. Counted in sampled tokens, not in time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_caller_is_gone_stops_decoding() {
+    tokio::time::timeout(std::time::Duration::from_secs(300), async {
+        let engine = Arc::new(TchEngine::new(
+            common::tiny_model(),
+            EngineConfig::default(),
+        ));
+        let budget = 400;
+        let long = GenerateRequest::new(vec![9707, 1879], sampled(1), budget);
+        let caller = tokio::spawn({
+            let engine = Arc::clone(&engine);
+            async move { engine.generate(long).await }
+        });
+        // Wait until the long request is being decoded, then drop its caller.
+        while engine.tokens_sampled() == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        caller.abort();
+        let _ = caller.await;
+        let after = engine
+            .generate(GenerateRequest::new(
+                vec![9707, 1879],
+                SamplingParams::greedy(),
+                2,
+            ))
+            .await
+            .unwrap();
+        assert_eq!(after.token_ids.len(), 2);
+        let sampled = engine.tokens_sampled();
+        assert!(
+            sampled < budget as u64,
+            "{sampled} tokens sampled: the abandoned request ran on"
+        );
+    })
+    .await
+    .unwrap();
+}

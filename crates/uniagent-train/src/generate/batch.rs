@@ -1,5 +1,7 @@
 //! Batched generation with a KV cache: the synchronous core of the engine.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use tch::{Kind, Tensor};
 use uniagent_core::{
     Error, FinishReason, GenerateOutput, GenerateRequest, LengthLimitKind, Result,
@@ -45,6 +47,12 @@ pub enum LogprobKind {
     Processed,
 }
 
+/// Which rows nobody waits for, and the count of sampled tokens.
+struct Stop<'a> {
+    cancelled: &'a dyn Fn(usize) -> bool,
+    sampled: &'a AtomicU64,
+}
+
 struct Row {
     budget: usize,
     rng: fastrand::Rng,
@@ -74,6 +82,23 @@ pub fn generate_batch_with(
     weight_version: Option<u64>,
     kind: LogprobKind,
 ) -> Result<Vec<GenerateOutput>> {
+    let sampled = AtomicU64::new(0);
+    generate_batch_cancellable(model, requests, weight_version, kind, &|_| false, &sampled)
+}
+
+/// [`generate_batch_with`], leaving out of the batch, after the step that samples their next
+/// token, the rows whose request `cancelled(i)` says nobody waits for any more (a client that
+/// disconnected): they stop costing forward passes at once. A cancelled row's output holds
+/// what it sampled until then, with `finish_reason` `length`. Every sampled token is counted
+/// in `sampled` as it is sampled.
+pub(crate) fn generate_batch_cancellable(
+    model: &Qwen2ForCausalLM,
+    requests: &[GenerateRequest],
+    weight_version: Option<u64>,
+    kind: LogprobKind,
+    cancelled: &dyn Fn(usize) -> bool,
+    sampled: &AtomicU64,
+) -> Result<Vec<GenerateOutput>> {
     for request in requests {
         validate_request(model, request)?;
     }
@@ -95,7 +120,8 @@ pub fn generate_batch_with(
         .filter(|&i| rows[i].finish.is_none())
         .collect();
     if !active.is_empty() {
-        tch::no_grad(|| decode(model, requests, &mut rows, &mut active, kind))?;
+        let stop = Stop { cancelled, sampled };
+        tch::no_grad(|| decode(model, requests, &mut rows, &mut active, kind, &stop))?;
     }
     Ok(rows
         .into_iter()
@@ -114,6 +140,7 @@ fn decode(
     rows: &mut [Row],
     active: &mut Vec<usize>,
     kind: LogprobKind,
+    stop: &Stop<'_>,
 ) -> Result<()> {
     let device = model.device();
     let width = active
@@ -161,13 +188,14 @@ fn decode(
                 &mut row.rng,
             );
             row.tokens.push(sampled.token);
+            stop.sampled.fetch_add(1, Ordering::Relaxed);
             row.logprobs.push(match kind {
                 LogprobKind::Raw => sampled.logprob,
                 LogprobKind::Processed => sampled.processed_logprob,
             });
             if request.stop_token_ids.contains(&sampled.token) {
                 row.finish = Some(FinishReason::Stop);
-            } else if row.tokens.len() >= row.budget {
+            } else if row.tokens.len() >= row.budget || (stop.cancelled)(i) {
                 row.finish = Some(FinishReason::Length);
             } else {
                 keep.push(slot as i64);

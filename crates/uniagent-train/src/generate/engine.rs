@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot};
 use uniagent_core::{Error, GenerateOutput, GenerateRequest, Result, TokenGenerator};
 
-use super::batch::{generate_batch_with, validate_request, LogprobKind};
+use super::batch::{generate_batch_cancellable, validate_request, LogprobKind};
 use crate::model::Qwen2ForCausalLM;
 
 /// Engine settings.
@@ -47,6 +47,12 @@ struct Job {
 /// [`update_weights`](Self::update_weights) copies new parameters in between batches and bumps
 /// the weight version reported with every output.
 ///
+/// A request whose caller stops waiting (its `generate` future dropped: a client that
+/// disconnected, a cancelled rollout) leaves the running batch after the next decoding step,
+/// so it stops costing forward passes and holding up the requests queued behind the batch.
+/// Dropping the engine ends its thread after the running step (waiting at most 10 s), so no
+/// forward pass runs while the process tears libtorch down.
+///
 /// ```no_run
 /// # async fn demo(model: uniagent_train::model::Qwen2ForCausalLM) -> uniagent_core::Result<()> {
 /// use uniagent_core::{GenerateRequest, SamplingParams, TokenGenerator};
@@ -58,9 +64,26 @@ struct Job {
 /// # Ok(()) }
 /// ```
 pub struct TchEngine {
-    queue: mpsc::UnboundedSender<Job>,
+    queue: Option<mpsc::UnboundedSender<Job>>,
     model: Arc<Mutex<Qwen2ForCausalLM>>,
     version: Arc<AtomicU64>,
+    sampled: Arc<AtomicU64>,
+    /// Closed when the decoding thread ends.
+    stopped: Option<std::sync::mpsc::Receiver<()>>,
+}
+
+/// How long dropping the engine waits for its thread to finish the running step.
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl Drop for TchEngine {
+    fn drop(&mut self) {
+        // Closing the queue ends the thread's loop; its jobs' callers are gone by now, so the
+        // running batch ends after its next step.
+        self.queue = None;
+        if let Some(stopped) = self.stopped.take() {
+            let _ = stopped.recv_timeout(STOP_WAIT);
+        }
+    }
 }
 
 impl std::fmt::Debug for TchEngine {
@@ -77,16 +100,32 @@ impl TchEngine {
         let (queue, jobs) = mpsc::unbounded_channel();
         let model = Arc::new(Mutex::new(model));
         let version = Arc::new(AtomicU64::new(0));
-        let worker_model = Arc::clone(&model);
-        let worker_version = Arc::clone(&version);
-        let max_batch = config.max_batch_size.max(1);
-        let kind = config.logprobs;
-        std::thread::spawn(move || run_worker(jobs, worker_model, worker_version, max_batch, kind));
+        let sampled = Arc::new(AtomicU64::new(0));
+        let (done, stopped) = std::sync::mpsc::channel::<()>();
+        let worker = Worker {
+            model: Arc::clone(&model),
+            version: Arc::clone(&version),
+            sampled: Arc::clone(&sampled),
+            max_batch: config.max_batch_size.max(1),
+            kind: config.logprobs,
+        };
+        std::thread::spawn(move || {
+            worker.run(jobs);
+            drop(done);
+        });
         Self {
-            queue,
+            queue: Some(queue),
             model,
             version,
+            sampled,
+            stopped: Some(stopped),
         }
+    }
+
+    /// Tokens sampled since the engine started, over all requests (those of cancelled
+    /// requests included).
+    pub fn tokens_sampled(&self) -> u64 {
+        self.sampled.load(Ordering::SeqCst)
     }
 
     /// The version reported with outputs generated from now on.
@@ -124,31 +163,44 @@ impl TchEngine {
     }
 }
 
-fn run_worker(
-    mut jobs: mpsc::UnboundedReceiver<Job>,
+/// What the decoding thread owns.
+struct Worker {
     model: Arc<Mutex<Qwen2ForCausalLM>>,
     version: Arc<AtomicU64>,
+    sampled: Arc<AtomicU64>,
     max_batch: usize,
     kind: LogprobKind,
-) {
-    while let Some(first) = jobs.blocking_recv() {
-        let mut batch = vec![first];
-        while batch.len() < max_batch {
-            match jobs.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
+}
+
+impl Worker {
+    fn run(self, mut jobs: mpsc::UnboundedReceiver<Job>) {
+        while let Some(first) = jobs.blocking_recv() {
+            let mut batch = vec![first];
+            while batch.len() < self.max_batch {
+                match jobs.try_recv() {
+                    Ok(job) => batch.push(job),
+                    Err(_) => break,
+                }
             }
+            self.serve(batch);
         }
-        let Ok(model) = model.lock() else {
+    }
+
+    fn serve(&self, batch: Vec<Job>) {
+        let Ok(model) = self.model.lock() else {
             for job in batch {
                 let _ = job
                     .reply
                     .send(Err(Error::internal("engine model lock poisoned")));
             }
-            continue;
+            return;
         };
         let mut valid = Vec::with_capacity(batch.len());
         for job in batch {
+            if job.reply.is_closed() {
+                // Nobody waits for it any more.
+                continue;
+            }
             match validate_request(&model, &job.request) {
                 Ok(()) => valid.push(job),
                 Err(e) => {
@@ -157,11 +209,20 @@ fn run_worker(
             }
         }
         if valid.is_empty() {
-            continue;
+            return;
         }
         let requests: Vec<GenerateRequest> = valid.iter().map(|j| j.request.clone()).collect();
-        let current = Some(version.load(Ordering::SeqCst));
-        match generate_batch_with(&model, &requests, current, kind) {
+        let current = Some(self.version.load(Ordering::SeqCst));
+        let cancelled = |i: usize| valid[i].reply.is_closed();
+        let outputs = generate_batch_cancellable(
+            &model,
+            &requests,
+            current,
+            self.kind,
+            &cancelled,
+            &self.sampled,
+        );
+        match outputs {
             Ok(outputs) => {
                 for (job, output) in valid.into_iter().zip(outputs) {
                     let _ = job.reply.send(Ok(output));
@@ -197,6 +258,8 @@ impl TokenGenerator for TchEngine {
             source: None,
         };
         self.queue
+            .as_ref()
+            .ok_or_else(gone)?
             .send(Job { request, reply })
             .map_err(|_| gone())?;
         answer.await.map_err(|_| gone())?
