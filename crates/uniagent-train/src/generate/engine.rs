@@ -68,8 +68,8 @@ pub struct TchEngine {
     model: Arc<Mutex<Qwen2ForCausalLM>>,
     version: Arc<AtomicU64>,
     sampled: Arc<AtomicU64>,
-    /// Closed when the decoding thread ends.
-    stopped: Option<std::sync::mpsc::Receiver<()>>,
+    /// Closed when the decoding thread ends (behind a mutex: a receiver is not `Sync`).
+    stopped: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
 }
 
 /// How long dropping the engine waits for its thread to finish the running step.
@@ -80,7 +80,11 @@ impl Drop for TchEngine {
         // Closing the queue ends the thread's loop; its jobs' callers are gone by now, so the
         // running batch ends after its next step.
         self.queue = None;
-        if let Some(stopped) = self.stopped.take() {
+        let stopped = match self.stopped.get_mut() {
+            Ok(slot) => slot.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        if let Some(stopped) = stopped {
             let _ = stopped.recv_timeout(STOP_WAIT);
         }
     }
@@ -118,7 +122,7 @@ impl TchEngine {
             model,
             version,
             sampled,
-            stopped: Some(stopped),
+            stopped: Mutex::new(Some(stopped)),
         }
     }
 
