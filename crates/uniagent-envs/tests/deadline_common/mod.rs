@@ -128,7 +128,8 @@ pub async fn labelled(label: &str) -> Option<Vec<String>> {
 }
 
 /// Force-removes every container labelled with one of `labels`, each call within
-/// [`CALL_DEADLINE`]; returns how many were removed and how many are (or may be) left.
+/// [`CALL_DEADLINE`]; returns how many were removed (or were gone by then) and how many are
+/// still listed afterwards (or, when the daemon does not list them, were not removed).
 pub async fn remove_labelled(labels: &[String]) -> (usize, usize) {
     let (mut removed, mut left) = (0, 0);
     let Some(docker) = tokio::time::timeout(CALL_DEADLINE, engine())
@@ -152,16 +153,25 @@ pub async fn remove_labelled(labels: &[String]) -> (usize, usize) {
                     ..Default::default()
                 };
                 let call = docker.remove_container(id, Some(options));
-                matches!(tokio::time::timeout(CALL_DEADLINE, call).await, Ok(Ok(())))
+                match tokio::time::timeout(CALL_DEADLINE, call).await {
+                    Ok(Ok(())) => true,
+                    // Gone already (a deployment's own cleanup got there first).
+                    Ok(Err(bollard::errors::Error::DockerResponseServerError {
+                        status_code: 404,
+                        ..
+                    })) => true,
+                    _ => false,
+                }
             }
         });
-        for gone in futures::future::join_all(removals).await {
-            if gone {
-                removed += 1;
-            } else {
-                left += 1;
-            }
-        }
+        let results = futures::future::join_all(removals).await;
+        let gone = results.iter().filter(|gone| **gone).count();
+        removed += gone;
+        // What is really left (a removal already under way may still finish).
+        left += match labelled(label).await {
+            Some(ids) => ids.len(),
+            None => results.len() - gone,
+        };
     }
     (removed, left)
 }
