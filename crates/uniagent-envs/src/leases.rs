@@ -205,6 +205,9 @@ pub enum ErrorKind {
     ShuttingDown,
     /// The lease exists but its sandbox's server does not answer (502): it died.
     SandboxUnreachable,
+    /// The pool's Docker daemon does not answer its health probe; retry later or ask another
+    /// pool (503, retryable).
+    DaemonUnavailable,
 }
 
 /// Unix time now, seconds with a fraction.

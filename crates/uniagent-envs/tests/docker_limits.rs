@@ -8,6 +8,8 @@ use std::time::Duration;
 
 mod docker_common;
 
+use docker_common::deadline::{deadline, DEFAULT};
+
 use docker_common::config_or_skip;
 use uniagent_core::{Deployment, DeploymentExt, Error};
 use uniagent_envs::DockerDeployment;
@@ -16,67 +18,75 @@ const HOG: &str = "python3 -c 'b = []\nwhile True: b.append(bytearray(8 << 20))'
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_memory_hog_is_oom_killed_and_reported_as_a_sandbox_error() {
-    let Some(mut config) = config_or_skip("oom").await else {
-        return;
-    };
-    config.memory_bytes = Some(96 << 20);
-    let sandbox = DockerDeployment::new(config);
-    sandbox.start().await.unwrap();
-    let err = sandbox.sh(HOG, Duration::from_secs(60)).await.unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::Sandbox {
-                retryable: false,
-                ..
-            }
-        ),
-        "{err}"
-    );
-    assert!(err.to_string().contains("out of memory"), "{err}");
-    assert!(
-        err.to_string().contains(&(96u64 << 20).to_string()),
-        "{err}"
-    );
-    // The sandbox survives the hog, and a plain SIGKILL is not mistaken for an OOM kill.
-    let out = sandbox
-        .sh("echo alive; sh -c 'kill -9 $$'", Duration::from_secs(10))
-        .await
-        .unwrap();
-    assert_eq!((out.stdout.as_str(), out.exit_code), ("alive\n", Some(137)));
-    // In a session too.
-    sandbox
-        .create_session(uniagent_core::sandbox::CreateSessionRequest::new("s"))
-        .await
-        .unwrap();
-    let err = sandbox
-        .bash("s", HOG, Duration::from_secs(60))
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains("out of memory"), "{err}");
-    assert_eq!(
-        sandbox
-            .bash("s", "echo ok", Duration::from_secs(10))
-            .await
-            .unwrap()
-            .output
-            .trim(),
-        "ok"
-    );
-    sandbox.stop().await.unwrap();
+    deadline(
+        "a_memory_hog_is_oom_killed_and_reported_as_a_sandbox_error",
+        DEFAULT,
+        async {
+            let Some(mut config) = config_or_skip("oom").await else {
+                return;
+            };
+            config.memory_bytes = Some(96 << 20);
+            let sandbox = DockerDeployment::new(config);
+            sandbox.start().await.unwrap();
+            let err = sandbox.sh(HOG, Duration::from_secs(60)).await.unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    Error::Sandbox {
+                        retryable: false,
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+            assert!(err.to_string().contains("out of memory"), "{err}");
+            assert!(
+                err.to_string().contains(&(96u64 << 20).to_string()),
+                "{err}"
+            );
+            // The sandbox survives the hog, and a plain SIGKILL is not mistaken for an OOM kill.
+            let out = sandbox
+                .sh("echo alive; sh -c 'kill -9 $$'", Duration::from_secs(10))
+                .await
+                .unwrap();
+            assert_eq!((out.stdout.as_str(), out.exit_code), ("alive\n", Some(137)));
+            // In a session too.
+            sandbox
+                .create_session(uniagent_core::sandbox::CreateSessionRequest::new("s"))
+                .await
+                .unwrap();
+            let err = sandbox
+                .bash("s", HOG, Duration::from_secs(60))
+                .await
+                .unwrap_err();
+            assert!(err.to_string().contains("out of memory"), "{err}");
+            assert_eq!(
+                sandbox
+                    .bash("s", "echo ok", Duration::from_secs(10))
+                    .await
+                    .unwrap()
+                    .output
+                    .trim(),
+                "ok"
+            );
+            sandbox.stop().await.unwrap();
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fork_bomb_is_held_by_the_pids_limit() {
-    let Some(mut config) = config_or_skip("pids").await else {
-        return;
-    };
-    config.pids_limit = Some(48);
-    let sandbox = DockerDeployment::new(config);
-    sandbox.start().await.unwrap();
-    // Every process forks until fork fails; the first to fail reports how far the bomb got,
-    // then the whole group is killed.
-    let bomb = r#"python3 - <<'EOF'
+    deadline("a_fork_bomb_is_held_by_the_pids_limit", DEFAULT, async {
+        let Some(mut config) = config_or_skip("pids").await else {
+            return;
+        };
+        config.pids_limit = Some(48);
+        let sandbox = DockerDeployment::new(config);
+        sandbox.start().await.unwrap();
+        // Every process forks until fork fails; the first to fail reports how far the bomb got,
+        // then the whole group is killed.
+        let bomb = r#"python3 - <<'EOF'
 import os, signal, sys, time
 os.setpgrp()
 forked = 0
@@ -93,27 +103,29 @@ while True:
         continue
     forked += 1
 EOF"#;
-    let out = sandbox.sh(bomb, Duration::from_secs(60)).await.unwrap();
-    assert!(
-        out.stdout.starts_with("errno=11 max=48 current="),
-        "{out:?}"
-    );
-    let current: u32 = out
-        .stdout
-        .trim()
-        .rsplit('=')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(current <= 48, "{out:?}");
-    // The server and new processes still work after the bomb is gone.
-    let after = sandbox
-        .sh("echo survived", Duration::from_secs(10))
-        .await
-        .unwrap();
-    assert_eq!(after.stdout, "survived\n");
-    sandbox.stop().await.unwrap();
+        let out = sandbox.sh(bomb, Duration::from_secs(60)).await.unwrap();
+        assert!(
+            out.stdout.starts_with("errno=11 max=48 current="),
+            "{out:?}"
+        );
+        let current: u32 = out
+            .stdout
+            .trim()
+            .rsplit('=')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(current <= 48, "{out:?}");
+        // The server and new processes still work after the bomb is gone.
+        let after = sandbox
+            .sh("echo survived", Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert_eq!(after.stdout, "survived\n");
+        sandbox.stop().await.unwrap();
+    })
+    .await;
 }
 
 /// Every IPv4 address of this host's interfaces (the `LOCAL` entries of `/proc/net/fib_trie`),
@@ -171,73 +183,74 @@ EOF"#
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_network_is_unreachable_by_default() {
-    let Some(config) = config_or_skip("network").await else {
-        return;
-    };
-    // A host service listening on every interface, as careless services do.
-    let service = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
-    let port = service.local_addr().unwrap().port();
-    let addresses = host_ipv4_addresses();
-    assert!(addresses.contains(&"127.0.0.1".to_owned()), "{addresses:?}");
-    let mut targets: Vec<(String, u16)> = addresses.iter().map(|a| (a.clone(), port)).collect();
-    // The internet and its DNS, too.
-    targets.extend([("1.1.1.1".to_owned(), 80), ("8.8.8.8".to_owned(), 53)]);
+    deadline("the_network_is_unreachable_by_default", DEFAULT, async {
+        let Some(config) = config_or_skip("network").await else {
+            return;
+        };
+        // A host service listening on every interface, as careless services do.
+        let service = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+        let port = service.local_addr().unwrap().port();
+        let addresses = host_ipv4_addresses();
+        assert!(addresses.contains(&"127.0.0.1".to_owned()), "{addresses:?}");
+        let mut targets: Vec<(String, u16)> = addresses.iter().map(|a| (a.clone(), port)).collect();
+        // The internet and its DNS, too.
+        targets.extend([("1.1.1.1".to_owned(), 80), ("8.8.8.8".to_owned(), 53)]);
 
-    let isolated = DockerDeployment::new(config.clone());
-    assert!(isolated.capabilities().network_isolation);
-    let bridged = DockerDeployment::new(uniagent_envs::DockerConfig {
-        network: uniagent_envs::NetworkMode::Bridge,
-        ..config
-    });
-    assert!(!bridged.capabilities().network_isolation);
-    let (ra, rb) = tokio::join!(isolated.start(), bridged.start());
-    ra.unwrap();
-    rb.unwrap();
-    let gateway = bridge_gateway(&bridged.info().await.unwrap().container_id).await;
-    assert!(
-        addresses.contains(&gateway),
-        "{gateway} not in {addresses:?}"
-    );
-    assert!(
-        isolated
-            .info()
-            .await
-            .unwrap()
-            .url
-            .starts_with("http://127.0.0.1:"),
-        "the host reaches the server on its own loopback"
-    );
-
-    // Only loopback inside.
-    let interfaces = isolated
-        .sh("ls /sys/class/net", Duration::from_secs(10))
-        .await
-        .unwrap();
-    assert_eq!(
-        interfaces.stdout.split_whitespace().collect::<Vec<_>>(),
-        ["lo"]
-    );
-
-    let probe = connect_probe(&targets);
-    let out = isolated.sh(&probe, Duration::from_secs(60)).await.unwrap();
-    let lines: Vec<&str> = out.stdout.lines().collect();
-    assert_eq!(lines.len(), targets.len(), "{out:?}");
-    for line in &lines {
+        let isolated = DockerDeployment::new(config.clone());
+        assert!(isolated.capabilities().network_isolation);
+        let bridged = DockerDeployment::new(uniagent_envs::DockerConfig {
+            network: uniagent_envs::NetworkMode::Bridge,
+            ..config
+        });
+        assert!(!bridged.capabilities().network_isolation);
+        let (ra, rb) = tokio::join!(isolated.start(), bridged.start());
+        ra.unwrap();
+        rb.unwrap();
+        let gateway = bridge_gateway(&bridged.info().await.unwrap().container_id).await;
         assert!(
-            !line.ends_with("connected"),
-            "reachable from the sandbox: {out:?}"
+            addresses.contains(&gateway),
+            "{gateway} not in {addresses:?}"
         );
-    }
-    // The probe does detect a connection: the sandbox's own server on loopback answers.
-    let own = isolated
-        .sh(
-            &connect_probe(&[("127.0.0.1".into(), 8000)]),
-            Duration::from_secs(10),
-        )
-        .await
-        .unwrap();
-    assert_eq!(own.stdout, "127.0.0.1 8000 connected\n", "{own:?}");
-    let dns = isolated
+        assert!(
+            isolated
+                .info()
+                .await
+                .unwrap()
+                .url
+                .starts_with("http://127.0.0.1:"),
+            "the host reaches the server on its own loopback"
+        );
+
+        // Only loopback inside.
+        let interfaces = isolated
+            .sh("ls /sys/class/net", Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert_eq!(
+            interfaces.stdout.split_whitespace().collect::<Vec<_>>(),
+            ["lo"]
+        );
+
+        let probe = connect_probe(&targets);
+        let out = isolated.sh(&probe, Duration::from_secs(60)).await.unwrap();
+        let lines: Vec<&str> = out.stdout.lines().collect();
+        assert_eq!(lines.len(), targets.len(), "{out:?}");
+        for line in &lines {
+            assert!(
+                !line.ends_with("connected"),
+                "reachable from the sandbox: {out:?}"
+            );
+        }
+        // The probe does detect a connection: the sandbox's own server on loopback answers.
+        let own = isolated
+            .sh(
+                &connect_probe(&[("127.0.0.1".into(), 8000)]),
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap();
+        assert_eq!(own.stdout, "127.0.0.1 8000 connected\n", "{own:?}");
+        let dns = isolated
         .sh(
             "python3 -c \"import socket; socket.getaddrinfo('deb.debian.org', 80)\" 2>/dev/null \
              && echo resolved || echo failed",
@@ -245,73 +258,82 @@ async fn the_network_is_unreachable_by_default() {
         )
         .await
         .unwrap();
-    assert_eq!(dns.stdout, "failed\n", "{dns:?}");
+        assert_eq!(dns.stdout, "failed\n", "{dns:?}");
 
-    // Positive control: the same probe from a bridged sandbox reaches the host's bridge address.
-    let out = bridged
-        .sh(
-            &connect_probe(&[(gateway.clone(), port)]),
-            Duration::from_secs(30),
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        out.stdout,
-        format!("{gateway} {port} connected\n"),
-        "{out:?}"
-    );
+        // Positive control: the same probe from a bridged sandbox reaches the host's bridge address.
+        let out = bridged
+            .sh(
+                &connect_probe(&[(gateway.clone(), port)]),
+                Duration::from_secs(30),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            out.stdout,
+            format!("{gateway} {port} connected\n"),
+            "{out:?}"
+        );
 
-    isolated.stop().await.unwrap();
-    bridged.stop().await.unwrap();
-    drop(service);
+        isolated.stop().await.unwrap();
+        bridged.stop().await.unwrap();
+        drop(service);
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_non_root_user_runs_the_server_and_its_shells_without_root_powers() {
-    let Some(mut config) = config_or_skip("user").await else {
-        return;
-    };
-    // `nobody` by number; with the read-only root the work dir is a tmpfs the user owns.
-    config.user = Some("65534:65534".into());
-    config.read_only_root = true;
-    let sandbox = DockerDeployment::new(config);
-    sandbox.start().await.unwrap();
-    let out = sandbox
-        .sh(
-            "id -u; id -g; echo hi > note && cat note",
-            Duration::from_secs(10),
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        (out.stdout.as_str(), out.exit_code),
-        ("65534\n65534\nhi\n", Some(0)),
-        "{out:?}"
-    );
-    // Neither root's files nor the image's system directories are writable.
-    let out = sandbox
-        .sh(
-            "touch /root/x 2>&1; touch /etc/x 2>&1; cat /etc/shadow 2>&1; echo done",
-            Duration::from_secs(10),
-        )
-        .await
-        .unwrap();
-    assert!(!out.stdout.contains("65534"), "{out:?}");
-    assert_eq!(
-        out.stdout.matches("ermission denied").count()
-            + out.stdout.matches("Read-only file system").count(),
-        3,
-        "{out:?}"
-    );
-    // A session runs as the same user.
-    sandbox
-        .create_session(uniagent_core::sandbox::CreateSessionRequest::new("s"))
-        .await
-        .unwrap();
-    let out = sandbox
-        .bash("s", "id -u", Duration::from_secs(10))
-        .await
-        .unwrap();
-    assert_eq!(out.output.trim(), "65534");
-    sandbox.stop().await.unwrap();
+    deadline(
+        "a_non_root_user_runs_the_server_and_its_shells_without_root_powers",
+        DEFAULT,
+        async {
+            let Some(mut config) = config_or_skip("user").await else {
+                return;
+            };
+            // `nobody` by number; with the read-only root the work dir is a tmpfs the user owns.
+            config.user = Some("65534:65534".into());
+            config.read_only_root = true;
+            let sandbox = DockerDeployment::new(config);
+            sandbox.start().await.unwrap();
+            let out = sandbox
+                .sh(
+                    "id -u; id -g; echo hi > note && cat note",
+                    Duration::from_secs(10),
+                )
+                .await
+                .unwrap();
+            assert_eq!(
+                (out.stdout.as_str(), out.exit_code),
+                ("65534\n65534\nhi\n", Some(0)),
+                "{out:?}"
+            );
+            // Neither root's files nor the image's system directories are writable.
+            let out = sandbox
+                .sh(
+                    "touch /root/x 2>&1; touch /etc/x 2>&1; cat /etc/shadow 2>&1; echo done",
+                    Duration::from_secs(10),
+                )
+                .await
+                .unwrap();
+            assert!(!out.stdout.contains("65534"), "{out:?}");
+            assert_eq!(
+                out.stdout.matches("ermission denied").count()
+                    + out.stdout.matches("Read-only file system").count(),
+                3,
+                "{out:?}"
+            );
+            // A session runs as the same user.
+            sandbox
+                .create_session(uniagent_core::sandbox::CreateSessionRequest::new("s"))
+                .await
+                .unwrap();
+            let out = sandbox
+                .bash("s", "id -u", Duration::from_secs(10))
+                .await
+                .unwrap();
+            assert_eq!(out.output.trim(), "65534");
+            sandbox.stop().await.unwrap();
+        },
+    )
+    .await;
 }

@@ -5,6 +5,8 @@
 
 mod docker_common;
 
+use docker_common::deadline::{deadline, LONG};
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -74,5 +76,12 @@ async fn run_many(network: NetworkMode, test: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixty_four_isolated_sandboxes_run_commands_at_once() {
-    run_many(NetworkMode::None, "scale").await;
+    deadline(
+        "sixty_four_isolated_sandboxes_run_commands_at_once",
+        LONG,
+        async {
+            run_many(NetworkMode::None, "scale").await;
+        },
+    )
+    .await;
 }

@@ -7,6 +7,8 @@
 
 mod pool_common;
 
+use pool_common::deadline::{deadline, DEFAULT};
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -87,57 +89,64 @@ async fn batch(config: &FaasConfig, n: usize) -> (Vec<Trajectory>, Vec<Arc<FaasD
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_killed_mid_batch_fails_its_rollouts_as_sandbox_error_and_the_batch_goes_on() {
-    if !docker_or_skip("rollouts").await {
-        return;
-    }
-    let spec = PoolSpec {
-        capacity: 2,
-        ..PoolSpec::default()
-    };
-    let a = Arc::new(Mutex::new(PoolProcess::start(&unique("ra"), &spec, 0)));
-    let b = PoolProcess::start(&unique("rb"), &spec, 0);
-    let mut config = faas_config(&[&a.lock().unwrap(), &b]);
-    config.retry = RetryConfig {
-        max_attempts: 2,
-        initial_backoff: Duration::from_millis(50),
-        max_elapsed: Duration::from_secs(2),
-        ..RetryConfig::default()
-    };
-    // Kill pool A once all four rollouts hold a sandbox and sleep in it.
-    let killer = {
-        let a = a.clone();
-        let name_a = a.lock().unwrap().name.clone();
-        let name_b = b.name.clone();
-        tokio::spawn(async move {
-            for _ in 0..600 {
-                let held = pool_common::pool_containers(&name_a).await.len()
-                    + pool_common::pool_containers(&name_b).await.len();
-                if held == 4 {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
+    deadline(
+        "a_pool_killed_mid_batch_fails_its_rollouts_as_sandbox_error_and_the_batch_goes_on",
+        DEFAULT,
+        async {
+            if !docker_or_skip("rollouts").await {
+                return;
             }
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            a.lock().unwrap().kill();
-        })
-    };
-    let (out, leased) = batch(&config, 4).await;
-    killer.await.unwrap();
-    assert_eq!(leased.len(), 4);
-    let mut on_a = 0;
-    for t in &out {
-        if t.exit_reason == ExitReason::SandboxError {
-            on_a += 1;
-        } else {
-            assert_eq!(t.exit_reason, ExitReason::Finished, "{t:#?}");
-        }
-    }
-    assert_eq!(on_a, 2, "the two rollouts on the killed pool: {out:#?}");
+            let spec = PoolSpec {
+                capacity: 2,
+                ..PoolSpec::default()
+            };
+            let a = Arc::new(Mutex::new(PoolProcess::start(&unique("ra"), &spec, 0)));
+            let b = PoolProcess::start(&unique("rb"), &spec, 0);
+            let mut config = faas_config(&[&a.lock().unwrap(), &b]);
+            config.retry = RetryConfig {
+                max_attempts: 2,
+                initial_backoff: Duration::from_millis(50),
+                max_elapsed: Duration::from_secs(2),
+                ..RetryConfig::default()
+            };
+            // Kill pool A once all four rollouts hold a sandbox and sleep in it.
+            let killer = {
+                let a = a.clone();
+                let name_a = a.lock().unwrap().name.clone();
+                let name_b = b.name.clone();
+                tokio::spawn(async move {
+                    for _ in 0..600 {
+                        let held = pool_common::pool_containers(&name_a).await.len()
+                            + pool_common::pool_containers(&name_b).await.len();
+                        if held == 4 {
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    a.lock().unwrap().kill();
+                })
+            };
+            let (out, leased) = batch(&config, 4).await;
+            killer.await.unwrap();
+            assert_eq!(leased.len(), 4);
+            let mut on_a = 0;
+            for t in &out {
+                if t.exit_reason == ExitReason::SandboxError {
+                    on_a += 1;
+                } else {
+                    assert_eq!(t.exit_reason, ExitReason::Finished, "{t:#?}");
+                }
+            }
+            assert_eq!(on_a, 2, "the two rollouts on the killed pool: {out:#?}");
 
-    // The next batch runs entirely on the surviving pool.
-    let (out, _) = batch(&config, 2).await;
-    for t in &out {
-        assert_eq!(t.exit_reason, ExitReason::Finished, "{t:#?}");
-    }
-    pool_common::wait_for_containers(&b.name, 0, Duration::from_secs(30)).await;
+            // The next batch runs entirely on the surviving pool.
+            let (out, _) = batch(&config, 2).await;
+            for t in &out {
+                assert_eq!(t.exit_reason, ExitReason::Finished, "{t:#?}");
+            }
+            pool_common::wait_for_containers(&b.name, 0, Duration::from_secs(30)).await;
+        },
+    )
+    .await;
 }

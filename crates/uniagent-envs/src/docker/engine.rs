@@ -39,14 +39,41 @@ pub async fn engine() -> Result<Docker> {
         .cloned()
 }
 
-/// `Ok(())` when a Docker daemon answers, else why not (for tests that skip without one).
+/// Deadline of a ping: a daemon that takes longer to answer one is as good as absent.
+pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `Ok(())` when a Docker daemon answers a ping within seconds, else why not (for tests that
+/// skip without one). A daemon that does not answer gives a retryable sandbox error.
 pub async fn daemon_reachable() -> Result<()> {
     let docker = engine().await?;
-    docker
-        .ping()
+    within("pinging the Docker daemon", PING_TIMEOUT, docker.ping())
         .await
         .map(|_| ())
-        .map_err(|e| docker_error("pinging the Docker daemon", e))
+}
+
+/// Runs one Docker call under `deadline` (bollard's own timeout covers only the response's
+/// head, not a streamed body): an error maps as [`docker_error`] does, an expired deadline to a
+/// retryable sandbox error ([`daemon_timeout`]).
+pub(crate) async fn within<T>(
+    context: &str,
+    deadline: Duration,
+    call: impl std::future::Future<Output = std::result::Result<T, bollard::errors::Error>>,
+) -> Result<T> {
+    match tokio::time::timeout(deadline, call).await {
+        Ok(answer) => answer.map_err(|e| docker_error(context, e)),
+        Err(_) => Err(daemon_timeout(context, deadline)),
+    }
+}
+
+/// The error of a Docker call that did not finish within `after`: retryable, since a busy or
+/// wedged daemon may answer again later.
+pub(crate) fn daemon_timeout(context: &str, after: Duration) -> Error {
+    Error::Sandbox {
+        backend: BACKEND.into(),
+        message: format!("{context}: the Docker daemon did not answer within {after:?}"),
+        retryable: true,
+        source: None,
+    }
 }
 
 /// Maps a bollard error into a sandbox error naming what we were doing. Connection-level

@@ -72,6 +72,10 @@ use crate::client::{RemoteRuntime, RemoteRuntimeOptions};
 use crate::config::{DockerConfig, NetworkMode};
 use crate::lifecycle::{close_sessions, not_running, Phase};
 use engine::{docker_error, is_not_found, sandbox_error, BACKEND};
+
+/// Deadline of pulling an image (`pull: true`), progress stream included: generous, since
+/// images are large, but a daemon that stops answering does not hang a start for ever.
+const PULL_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 use guard::ContainerGuard;
 use relay::Relay;
 use spec::{Reach, SERVER_PORT};
@@ -358,9 +362,15 @@ impl DockerDeployment {
                     None,
                     None,
                 );
-                while let Some(step) = progress.next().await {
-                    step.map_err(|e| docker_error(&format!("pulling `{image}`"), e))?;
-                }
+                // A pull streams its progress: bollard's request timeout ends at the answer's
+                // head, so the whole stream gets a deadline of its own.
+                let pulled = async {
+                    while let Some(step) = progress.next().await {
+                        step?;
+                    }
+                    Ok(())
+                };
+                engine::within(&format!("pulling `{image}`"), PULL_TIMEOUT, pulled).await?;
                 docker
                     .inspect_image(image)
                     .await

@@ -10,7 +10,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use uniagent_core::{Error, Result, RetryConfig};
 
-use super::engine::{docker_error, is_not_found, sandbox_error, BACKEND};
+use super::engine::{daemon_timeout, docker_error, is_not_found, sandbox_error, BACKEND};
 use super::spec::{Reach, SERVER_PORT};
 use crate::client::{RemoteRuntime, RemoteRuntimeOptions};
 
@@ -136,10 +136,18 @@ async fn wait_until_listening(docker: &Docker, id: &str, timeout: Duration) -> R
             )))
         }
         Ok(Err(e)) => Err(e),
-        Err(_) => Err(Error::Timeout {
-            operation: format!("starting the sandbox server in container {id}"),
-            after: timeout,
-        }),
+        // The follow has no deadline of bollard's past the answer's head: this is it. Whether
+        // the server was slow or the daemon stopped answering, a bounded inspect tells.
+        Err(_) => match container_state(docker, id).await {
+            Err(e) => Err(e),
+            Ok(why) => Err(Error::Timeout {
+                operation: format!(
+                    "starting the sandbox server in container {id} {}",
+                    why.unwrap_or_default()
+                ),
+                after: timeout,
+            }),
+        },
     }
 }
 
@@ -188,19 +196,33 @@ async fn wait_until_alive(
     }
 }
 
-/// `Some(description)` when the container is not running (or gone).
+/// Deadline of the inspect that explains a failure: an explanation that does not come within
+/// seconds is not worth the wait (the caller has an error to report already).
+const INSPECT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// `Some(description)` when the container is not running (or gone); `None` when it runs or
+/// the daemon did not say within seconds.
 pub(crate) async fn container_stopped(docker: &Docker, id: &str) -> Option<String> {
-    match docker
-        .inspect_container(
+    container_state(docker, id).await.ok().flatten()
+}
+
+/// Like [`container_stopped`], with a daemon that did not answer (or failed) as an error: a
+/// retryable sandbox error once [`INSPECT_TIMEOUT`] passes.
+async fn container_state(docker: &Docker, id: &str) -> Result<Option<String>> {
+    let inspected = tokio::time::timeout(
+        INSPECT_TIMEOUT,
+        docker.inspect_container(
             id,
             None::<bollard::query_parameters::InspectContainerOptions>,
-        )
-        .await
-    {
+        ),
+    )
+    .await
+    .map_err(|_| daemon_timeout("inspecting the container", INSPECT_TIMEOUT))?;
+    Ok(match inspected {
         Ok(c) => {
             let state = c.state.unwrap_or_default();
             if state.running == Some(true) {
-                return None;
+                return Ok(None);
             }
             Some(format!(
                 "container exited with code {}{}{}",
@@ -218,6 +240,6 @@ pub(crate) async fn container_stopped(docker: &Docker, id: &str) -> Option<Strin
             ))
         }
         Err(e) if is_not_found(&e) => Some("the container is gone".into()),
-        Err(_) => None,
-    }
+        Err(e) => return Err(docker_error("inspecting the container", e)),
+    })
 }

@@ -111,7 +111,10 @@ pub(crate) async fn acquire(
             let (kind, message) = answer.error();
             match kind {
                 Some(
-                    ErrorKind::CapacityExhausted | ErrorKind::StartFailed | ErrorKind::ShuttingDown,
+                    ErrorKind::CapacityExhausted
+                    | ErrorKind::StartFailed
+                    | ErrorKind::ShuttingDown
+                    | ErrorKind::DaemonUnavailable,
                 ) => refusals.push(Refusal {
                     endpoint,
                     why: message,

@@ -1,5 +1,6 @@
-//! The pool's two background tasks: the reaper of expired leases and the warm-pool refiller.
-//! Both hold only a weak reference, so they end when the pool is dropped.
+//! The pool's background tasks: the reaper of expired leases, the warm-pool refiller and the
+//! Docker daemon's health probe ([`super::health`]). Each holds only a weak reference, so they
+//! end when the pool is dropped.
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -18,7 +19,8 @@ const MAX_WARM_AGE: Duration = Duration::from_secs(30 * 60);
 pub(super) fn spawn(pool: &Pool) {
     let weak = Arc::downgrade(&pool.inner);
     tokio::spawn(reaper(weak.clone(), pool.inner.config.reap_interval));
-    tokio::spawn(refiller(weak, pool.inner.config.reap_interval));
+    tokio::spawn(refiller(weak.clone(), pool.inner.config.reap_interval));
+    tokio::spawn(super::health::prober(weak));
 }
 
 fn upgrade(weak: &Weak<Inner>) -> Option<Pool> {
@@ -46,8 +48,10 @@ async fn reaper(weak: Weak<Inner>, every: Duration) {
 async fn refiller(weak: Weak<Inner>, every: Duration) {
     loop {
         let Some(pool) = upgrade(&weak) else { return };
+        // Starts against a daemon that does not answer would only pile up hung calls.
+        let daemon_down = pool.inner.health.unhealthy().is_some();
         for image in &pool.inner.config.images {
-            if image.warm == 0 {
+            if image.warm == 0 || daemon_down {
                 continue;
             }
             // A warm sandbox must leave its lease most of the container's lifetime.

@@ -13,6 +13,9 @@
 //!   before they are leased, replaced when dead or older than half their lifetime); leased,
 //!   warm and starting sandboxes together never exceed `capacity`; a full pool answers 503
 //!   `capacity_exhausted` (retryable) at once instead of queueing.
+//! - **Daemon health.** The Docker daemon is probed every few seconds; while it does not
+//!   answer, `/healthz` answers 503 and lease requests (also those waiting on a start) 503
+//!   `daemon_unavailable` (retryable) instead of hanging on Docker calls.
 //! - **Restarts.** Every container carries the pool's name and its lease id as labels; a pool
 //!   that starts finds its containers, reaches them again and gives each recovered lease
 //!   `max_ttl` to be renewed, so the leases of live clients survive and the others are reaped.
@@ -34,6 +37,7 @@
 
 mod background;
 mod config;
+mod health;
 mod limits;
 mod proxy;
 mod recover;
@@ -93,6 +97,8 @@ struct Inner {
     /// a sandbox released just before the pool stops is not left behind.
     removing: AtomicUsize,
     removed: Notify,
+    /// Whether the Docker daemon answers (probed in the background).
+    health: health::Health,
 }
 
 impl Pool {
@@ -114,6 +120,7 @@ impl Pool {
                 api_key,
                 removing: AtomicUsize::new(0),
                 removed: Notify::new(),
+                health: health::Health::new(),
             }),
         };
         recover::recover(&pool).await?;
@@ -144,6 +151,9 @@ impl Pool {
             limits,
             warm_ok,
         } = admit(config, &request)?;
+        if let Some(why) = self.inner.health.unhealthy() {
+            return Err(daemon_unavailable(&why));
+        }
         let (sandbox, warm) = loop {
             // Bound first: the table's lock must not be held across the awaits below.
             let reservation = self.table().reserve(&request.image, warm_ok);
@@ -216,8 +226,18 @@ impl Pool {
                 if let Some(evicted) = evicted {
                     self.stop_later(evicted);
                 }
-                let started =
-                    Sandbox::start(&config.name, &config.run_id(), &template.docker, limits).await;
+                // A daemon that stops answering must not hold the request for the length of
+                // every Docker call's deadline (and of the start limiter's queue behind them):
+                // the start is abandoned (its container removed) once the probe gives up.
+                let run_id = config.run_id();
+                let start = Sandbox::start(&config.name, &run_id, &template.docker, limits);
+                let started = tokio::select! {
+                    started = start => started,
+                    why = self.inner.health.became_unhealthy() => {
+                        drop(slot);
+                        return Err(daemon_unavailable(&why));
+                    }
+                };
                 drop(slot);
                 let sandbox = started.map_err(|e| {
                     PoolError::new(ErrorKind::StartFailed, format!("starting a sandbox: {e}"))
@@ -466,6 +486,13 @@ fn lease_not_found(id: &str) -> PoolError {
     PoolError::new(
         ErrorKind::LeaseNotFound,
         format!("no live lease `{id}` with this token (released, reaped or never granted)"),
+    )
+}
+
+fn daemon_unavailable(why: &str) -> PoolError {
+    PoolError::new(
+        ErrorKind::DaemonUnavailable,
+        format!("the pool's Docker daemon does not answer; retry later or ask another pool: {why}"),
     )
 }
 

@@ -32,9 +32,9 @@ impl IntoResponse for PoolError {
             ErrorKind::Unauthorized => (StatusCode::UNAUTHORIZED, false),
             ErrorKind::UnknownImage | ErrorKind::LeaseNotFound => (StatusCode::NOT_FOUND, false),
             ErrorKind::LimitExceeded => (StatusCode::UNPROCESSABLE_ENTITY, false),
-            ErrorKind::CapacityExhausted | ErrorKind::ShuttingDown => {
-                (StatusCode::SERVICE_UNAVAILABLE, true)
-            }
+            ErrorKind::CapacityExhausted
+            | ErrorKind::ShuttingDown
+            | ErrorKind::DaemonUnavailable => (StatusCode::SERVICE_UNAVAILABLE, true),
             ErrorKind::StartFailed => (StatusCode::BAD_GATEWAY, true),
             ErrorKind::SandboxUnreachable => (StatusCode::BAD_GATEWAY, false),
         };
@@ -92,8 +92,17 @@ fn lease_token(headers: &HeaderMap) -> &str {
         .unwrap_or_default()
 }
 
-async fn healthz() -> Json<serde_json::Value> {
-    Json(serde_json::json!({"status": "ok"}))
+/// 200 `{"status": "ok"}` while the Docker daemon answers the pool's probe, else 503
+/// `{"status": "unhealthy", "reason": ...}`.
+async fn healthz(State(pool): State<Pool>) -> Response {
+    match pool.inner.health.unhealthy() {
+        None => Json(serde_json::json!({"status": "ok"})).into_response(),
+        Some(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({"status": "unhealthy", "reason": why})),
+        )
+            .into_response(),
+    }
 }
 
 async fn capacity(State(pool): State<Pool>, headers: HeaderMap) -> Response {
@@ -202,6 +211,7 @@ mod tests {
             ErrorKind::StartFailed,
             ErrorKind::ShuttingDown,
             ErrorKind::SandboxUnreachable,
+            ErrorKind::DaemonUnavailable,
         ];
         let names: Vec<serde_json::Value> = kinds
             .iter()

@@ -5,6 +5,9 @@
 
 use std::time::Duration;
 
+#[path = "../deadline_common/mod.rs"]
+pub mod deadline;
+
 use uniagent_envs::docker::{daemon_reachable, engine, list_managed};
 use uniagent_envs::DockerConfig;
 
@@ -39,9 +42,12 @@ pub async fn config_or_skip(test: &str) -> Option<DockerConfig> {
     })
 }
 
-/// A run id unique to this test and process.
+/// A run id unique to this test and process; inside [`deadline::deadline`] its containers are
+/// removed when the test fails.
 pub fn run_id(test: &str) -> String {
-    format!("test-{test}-{}-{:x}", std::process::id(), fastrand::u32(..))
+    let run = format!("test-{test}-{}-{:x}", std::process::id(), fastrand::u32(..));
+    deadline::track_run(&run);
+    run
 }
 
 /// How many containers of `run` exist (any state).

@@ -9,7 +9,10 @@ use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use bollard::query_parameters::{ListContainersOptions, RemoveContainerOptions};
+#[path = "../deadline_common/mod.rs"]
+pub mod deadline;
+
+use bollard::query_parameters::ListContainersOptions;
 use uniagent_core::testing::spawn_with_first_line;
 use uniagent_envs::docker::{daemon_reachable, engine};
 use uniagent_envs::leases::LABEL_POOL;
@@ -46,6 +49,8 @@ pub struct PoolSpec {
     pub api_key: Option<String>,
     /// Seconds a SIGTERMed pool waits for its live leases.
     pub drain_grace: f64,
+    /// The pool's `DOCKER_HOST` (default: the one the tests see).
+    pub docker_host: Option<String>,
 }
 
 impl Default for PoolSpec {
@@ -57,6 +62,7 @@ impl Default for PoolSpec {
             max_ttl: 60.0,
             api_key: None,
             drain_grace: 30.0,
+            docker_host: None,
         }
     }
 }
@@ -96,6 +102,9 @@ impl PoolProcess {
             spec.api_key.clone().unwrap_or_default(),
         )
         .unwrap();
+        if let Some(host) = &spec.docker_host {
+            std::fs::write(dir.path().join("docker_host"), host).unwrap();
+        }
         Self::spawn(name.to_owned(), dir, port)
     }
 
@@ -174,8 +183,12 @@ impl PoolProcess {
 /// Starts `uniagent-pool` with the configuration in `dir` and reads its first line.
 fn launch(dir: &tempfile::TempDir, port: u16) -> (Child, String, u16) {
     let key = std::fs::read_to_string(dir.path().join("key")).unwrap_or_default();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_uniagent-pool"));
+    if let Ok(host) = std::fs::read_to_string(dir.path().join("docker_host")) {
+        command.env("DOCKER_HOST", host);
+    }
     let (child, line) = spawn_with_first_line(
-        Command::new(env!("CARGO_BIN_EXE_uniagent-pool"))
+        command
             .env("UNIAGENT_TEST_POOL_KEY", key)
             .arg("--config")
             .arg(dir.path().join("pool.yaml"))
@@ -241,19 +254,12 @@ pub async fn pool_containers(name: &str) -> Vec<String> {
         .collect()
 }
 
+/// Force-removes the containers of pool `name`, each Docker call with a short deadline (a
+/// daemon that stopped answering must not hang a failing test's cleanup).
 async fn remove_pool_containers(name: &str) {
-    let docker = engine().await.unwrap();
-    for id in pool_containers(name).await {
-        let _ = docker
-            .remove_container(
-                &id,
-                Some(RemoveContainerOptions {
-                    force: true,
-                    v: true,
-                    ..Default::default()
-                }),
-            )
-            .await;
+    let (_, left) = deadline::remove_labelled(&[format!("{LABEL_POOL}={name}")]).await;
+    if left > 0 {
+        eprintln!("pool {name}: {left} container(s) could not be removed");
     }
 }
 
@@ -274,9 +280,12 @@ pub async fn wait_for_containers(name: &str, count: usize, within: Duration) -> 
     }
 }
 
-/// A pool name unique to this test and process.
+/// A pool name unique to this test and process; inside [`deadline::deadline`] its containers
+/// are removed when the test fails.
 pub fn unique(test: &str) -> String {
-    format!("t-{test}-{}-{:x}", std::process::id(), fastrand::u32(..))
+    let name = format!("t-{test}-{}-{:x}", std::process::id(), fastrand::u32(..));
+    deadline::track_pool(&name);
+    name
 }
 
 /// A GET of `url` answered with JSON.
