@@ -164,3 +164,55 @@ fn serves_the_tiny_model_and_records_open_sessions_on_sigterm() {
         .collect();
     assert_eq!(mask, vec![1, 1, 1, 1]);
 }
+
+/// Without `max_model_len` in a config, `--model-dir` serves the model's own window (the tiny
+/// model's `config.json`: 32768 positions): bodies are read up to 4 MiB (413 above it, naming
+/// the limit, instead of parsing up to 256 MiB) and longer prompts get a 400 naming 32768.
+#[cfg(feature = "tch")]
+#[test]
+fn model_dir_defaults_max_model_len_from_its_config() {
+    use std::io::{BufRead, BufReader};
+
+    let model = tempfile::tempdir().unwrap();
+    common::link_tiny_qwen2(model.path());
+    let mut child = uniagent()
+        .args(["gateway", "--port", "0", "--model-dir"])
+        .arg(model.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let Some(base) = line.trim().strip_prefix("listening on ").map(str::to_owned) else {
+        let _ = child.kill();
+        panic!("first line: {line:?}");
+    };
+    let chat = |session: &str, content: String| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let r = reqwest::Client::new()
+                .post(format!("{base}/sessions/{session}/v1/chat/completions"))
+                .json(&serde_json::json!({"model": "m", "max_tokens": 1,
+                    "messages": [{"role": "user", "content": content}]}))
+                .send()
+                .await
+                .unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<serde_json::Value>().await.unwrap())
+        })
+    };
+    let (too_big, big) = chat("big", "x".repeat((4 << 20) + 1));
+    let (too_long, long) = chat("long", "hi ".repeat(40_000));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(too_big, 413, "{big}");
+    assert!(big.to_string().contains(&(4 << 20).to_string()), "{big}");
+    assert_eq!(too_long, 400, "{long}");
+    assert_eq!(long["error"]["code"], "context_length_exceeded", "{long}");
+    assert!(long.to_string().contains("32768"), "{long}");
+}

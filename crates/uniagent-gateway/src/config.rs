@@ -37,7 +37,9 @@ const UNBOUNDED_BODY_LIMIT: usize = 256 << 20;
 pub struct GatewayConfig {
     /// The model name `models` lists and responses carry.
     pub model_name: String,
-    /// Context window: prompt plus response tokens of a chain.
+    /// Context window: prompt plus response tokens of a chain. `uniagent gateway` sets it,
+    /// when the config leaves it unset, from the model directory's `config.json`
+    /// ([`model_context_len`](crate::model_context_len)).
     pub max_model_len: Option<usize>,
     /// New tokens per request when the client asks for none.
     pub default_max_tokens: usize,

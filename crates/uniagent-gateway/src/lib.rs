@@ -4,6 +4,7 @@
 pub mod cassette;
 pub mod chain;
 mod config;
+mod context;
 mod error;
 mod exchange;
 mod gateway;
@@ -19,6 +20,7 @@ mod turn;
 pub mod wire;
 
 pub use config::{GatewayConfig, DEFAULT_MAX_TOKENS_CAP};
+pub use context::model_context_len;
 pub use error::{GatewayError, Result};
 pub use exchange::{Reply, ReplyBody, Route, SseEvent, Stamp};
 pub use gateway::Gateway;

@@ -244,3 +244,65 @@ fn sharded_and_untied_checkpoints_load() {
         .unwrap_err();
     assert!(err.to_string().contains(&second[0].0), "{err}");
 }
+
+/// The default SDPA attention and the eager reference agree on whole sequences, a left-padded
+/// batch and the cached decoding steps after it (the other tests check SDPA against
+/// transformers; this one keeps the eager path honest too).
+#[test]
+fn sdpa_and_eager_attention_agree() {
+    use uniagent_train::model::AttentionImpl;
+    let mut model = common::tiny_model();
+    assert_eq!(model.attention(), AttentionImpl::Sdpa);
+    let reference = common::reference();
+    let pad = 151_643i64;
+    let rows = [
+        vec![9707i64, 1879, 13, 358, 1079, 264],
+        vec![pad, pad, pad, 151_644, 872, 198],
+    ];
+    let input = Tensor::stack(
+        &[Tensor::from_slice(&rows[0]), Tensor::from_slice(&rows[1])],
+        0,
+    );
+    let mask = Tensor::from_slice2(&[[1i64; 6], [0, 0, 0, 1, 1, 1]]);
+    let positions = Tensor::from_slice2(&[[0i64, 1, 2, 3, 4, 5], [0, 0, 0, 0, 1, 2]]);
+    let mut run = |attention: AttentionImpl| -> Vec<Tensor> {
+        model.set_attention(attention);
+        let mut out = Vec::new();
+        for seq in reference["sequences"].as_array().unwrap() {
+            let ids = Tensor::from_slice(&common::ids_of(&seq["input_ids"])).unsqueeze(0);
+            out.push(tch::no_grad(|| model.forward(&ids, None, None, None)).unwrap());
+        }
+        // Padded prefill, then two cached steps: only the real positions are compared.
+        let mut cache = model.new_cache();
+        let prefill =
+            tch::no_grad(|| model.forward(&input, Some(&positions), Some(&mask), Some(&mut cache)))
+                .unwrap();
+        out.push(prefill.get(0));
+        out.push(prefill.get(1).narrow(0, 3, 3));
+        let mut step_mask = mask.shallow_clone();
+        for (step, next) in [[13i64, 42], [7, 99]].iter().enumerate() {
+            step_mask = Tensor::cat(
+                &[
+                    step_mask,
+                    Tensor::ones([2, 1], (Kind::Int64, tch::Device::Cpu)),
+                ],
+                1,
+            );
+            let pos = Tensor::from_slice2(&[[6 + step as i64], [3 + step as i64]]);
+            let ids = Tensor::from_slice(next).unsqueeze(1);
+            out.push(
+                tch::no_grad(|| {
+                    model.forward(&ids, Some(&pos), Some(&step_mask), Some(&mut cache))
+                })
+                .unwrap(),
+            );
+        }
+        out
+    };
+    let eager = run(AttentionImpl::Eager);
+    let sdpa = run(AttentionImpl::Sdpa);
+    for (i, (e, s)) in eager.iter().zip(&sdpa).enumerate() {
+        let d = (e - s).abs().max().double_value(&[]);
+        assert!(d < 1e-5, "output {i}: eager and sdpa differ by {d}");
+    }
+}

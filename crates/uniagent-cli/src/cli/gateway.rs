@@ -13,7 +13,7 @@ use uniagent_core::codec::Codec;
 use uniagent_core::TokenGenerator;
 use uniagent_envs::models::{SglangGenerator, VllmGenerator};
 use uniagent_gateway::cassette::CASSETTES;
-use uniagent_gateway::{Gateway, GatewayConfig, Recorder};
+use uniagent_gateway::{model_context_len, Gateway, GatewayConfig, Recorder};
 
 use crate::error::{CliError, Result};
 use crate::model::ModelConfig;
@@ -21,8 +21,9 @@ use crate::model::ModelConfig;
 /// Arguments of `gateway`.
 #[derive(Debug, Args)]
 pub struct GatewayArgs {
-    /// Gateway settings (YAML): `model_name`, `max_model_len`, `default_max_tokens`,
-    /// `tool_parser`, `template_kwargs`, and optionally `model:` (a vllm or sglang server).
+    /// Gateway settings (YAML): `model_name`, `max_model_len` (default: the model's
+    /// `config.json` `max_position_embeddings`), `default_max_tokens`, `tool_parser`,
+    /// `template_kwargs`, and optionally `model:` (a vllm or sglang server).
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// A Hugging Face model directory served on CPU by the tch engine.
@@ -45,8 +46,14 @@ pub struct GatewayArgs {
 
 /// Runs `gateway` until Ctrl-C / SIGTERM; open sessions are then ended and recorded.
 pub(super) fn main(args: GatewayArgs) -> Result<()> {
-    let (config, model) = read_config(args.config.as_deref())?;
+    let (mut config, model) = read_config(args.config.as_deref())?;
     let (codec, generator) = policy(args.model_dir.as_deref(), model.as_ref())?;
+    if config.max_model_len.is_none() {
+        // The model's own window: prompts past it are refused (400) before they reach the
+        // policy, and request bodies are sized to it.
+        config.max_model_len =
+            model_files(args.model_dir.as_deref(), model.as_ref()).and_then(model_context_len);
+    }
     let mut gateway = Gateway::new(codec, generator, config);
     if let Some(out) = &args.out {
         let recorder = Recorder::create(out).map_err(|e| CliError::preflight(e.to_string()))?;
@@ -67,14 +74,24 @@ pub(super) fn main(args: GatewayArgs) -> Result<()> {
     })
 }
 
+/// The model's files: `--model-dir`, or the `tokenizer` folder of a vllm or sglang `model:`
+/// section (the codec's files, often with the model's `config.json`).
+fn model_files<'a>(
+    model_dir: Option<&'a Path>,
+    model: Option<&'a ModelConfig>,
+) -> Option<&'a Path> {
+    match (model_dir, model) {
+        (Some(dir), _) => Some(dir),
+        (None, Some(ModelConfig::Vllm(c))) => Some(c.tokenizer.as_path()),
+        (None, Some(ModelConfig::Sglang(c))) => Some(c.tokenizer.as_path()),
+        _ => None,
+    }
+}
+
 /// The directory the codec was loaded from, absolute (a replay reloads it from there).
 fn codec_dir(model_dir: Option<&Path>, model: Option<&ModelConfig>) -> Result<PathBuf> {
-    let dir = match (model_dir, model) {
-        (Some(dir), _) => dir,
-        (None, Some(ModelConfig::Vllm(c))) => c.tokenizer.as_path(),
-        (None, Some(ModelConfig::Sglang(c))) => c.tokenizer.as_path(),
-        _ => return Err(CliError::preflight("no codec directory")),
-    };
+    let dir =
+        model_files(model_dir, model).ok_or_else(|| CliError::preflight("no codec directory"))?;
     std::fs::canonicalize(dir)
         .map_err(|e| CliError::preflight(format!("cannot resolve {}: {e}", dir.display())))
 }

@@ -55,6 +55,39 @@ impl std::str::FromStr for ModelDtype {
     }
 }
 
+/// How the policy computes attention.
+///
+/// Both give the same numerics up to float rounding (the model-parity tests check each against
+/// transformers); they differ in memory. [`Eager`](Self::Eager) materialises the
+/// `[batch, heads, queries, keys]` scores and several copies of them, so a pass grows with the
+/// square of its length; [`Sdpa`](Self::Sdpa) goes through libtorch's
+/// `scaled_dot_product_attention`, which on unpadded prefills and decoding steps uses a fused
+/// kernel that never holds the scores, and bounds what padded passes hold by splitting their
+/// queries into chunks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttentionImpl {
+    /// transformers' eager attention, operation by operation (the reference).
+    Eager,
+    /// libtorch's `scaled_dot_product_attention` (the default).
+    #[default]
+    Sdpa,
+}
+
+impl std::str::FromStr for AttentionImpl {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Error> {
+        match s {
+            "eager" => Ok(Self::Eager),
+            "sdpa" => Ok(Self::Sdpa),
+            other => Err(Error::invalid_input(format!(
+                "unknown attention `{other}` (eager or sdpa)"
+            ))),
+        }
+    }
+}
+
 /// Maps a libtorch error to [`Error::Model`] with backend `tch` and some context.
 pub(crate) fn tch_error(context: impl Into<String>) -> impl FnOnce(tch::TchError) -> Error {
     let context = context.into();

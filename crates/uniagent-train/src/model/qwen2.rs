@@ -7,8 +7,8 @@ use tch::{Device, Kind, Tensor};
 use uniagent_core::{Error, Result};
 
 use super::config::Qwen2Config;
-use super::layers::{rope_tables, DecoderLayer, LayerCache, Positions, RmsNorm};
-use super::{weights, ModelDtype};
+use super::layers::{rope_tables, DecoderLayer, KeyMask, LayerCache, Positions, RmsNorm};
+use super::{weights, AttentionImpl, ModelDtype};
 
 /// Keys and values of every layer for the tokens processed so far, for incremental decoding.
 ///
@@ -62,6 +62,7 @@ pub struct Qwen2ForCausalLM {
     norm: RmsNorm,
     lm_head: Tensor,
     dtype: ModelDtype,
+    attention: AttentionImpl,
 }
 
 impl Qwen2ForCausalLM {
@@ -91,6 +92,7 @@ impl Qwen2ForCausalLM {
             norm,
             lm_head,
             dtype: ModelDtype::F32,
+            attention: AttentionImpl::default(),
         };
         this.set_dtype(dtype);
         Ok(this)
@@ -157,6 +159,16 @@ impl Qwen2ForCausalLM {
         self.dtype = dtype;
     }
 
+    /// How attention is computed ([`AttentionImpl::Sdpa`] unless set).
+    pub fn attention(&self) -> AttentionImpl {
+        self.attention
+    }
+
+    /// Chooses how attention is computed (the weights are unchanged).
+    pub fn set_attention(&mut self, attention: AttentionImpl) {
+        self.attention = attention;
+    }
+
     /// The architecture.
     pub fn config(&self) -> &Qwen2Config {
         &self.config
@@ -182,10 +194,11 @@ impl Qwen2ForCausalLM {
         &mut self.vs
     }
 
-    /// A copy of this model (same architecture, device and dtype; the same weights, in
-    /// separate tensors): a frozen reference, or the generation engine's copy.
+    /// A copy of this model (same architecture, device, dtype and attention; the same weights,
+    /// in separate tensors): a frozen reference, or the generation engine's copy.
     pub fn try_clone(&self) -> Result<Self> {
         let mut copy = Self::new(self.config.clone(), self.device(), self.dtype)?;
+        copy.attention = self.attention;
         copy.copy_weights_from(self)?;
         Ok(copy)
     }
@@ -268,31 +281,33 @@ impl Qwen2ForCausalLM {
                 .unsqueeze(0)
                 .expand([b, t], false),
         };
-        let key_valid = match attention_mask {
+        let valid = match attention_mask {
             Some(m) if m.size() != [b, total] => {
                 return Err(Error::invalid_input(format!(
                     "attention_mask must be [{b}, {total}] (cached + new tokens), got {:?}",
                     m.size()
                 )))
             }
-            Some(m) => m.to_device(device).to_kind(Kind::Bool),
-            None => Tensor::ones([b, total], (Kind::Bool, device)),
+            Some(m) => {
+                let m = m.to_device(device).to_kind(Kind::Bool);
+                // An all-real mask is no mask: attention can then skip building one.
+                let all_real = m.all().int64_value(&[]) != 0;
+                (!all_real).then_some(m)
+            }
+            None => None,
         };
-        // allowed[b, 0, i, j]: query i (absolute past + i) may see key j.
-        let query_pos = Tensor::arange_start(past, total, (Kind::Int64, device)).unsqueeze(1);
-        let key_pos = Tensor::arange(total, (Kind::Int64, device)).unsqueeze(0);
-        let causal = key_pos.le_tensor(&query_pos);
-        let allowed = causal
-            .unsqueeze(0)
-            .logical_and(&key_valid.unsqueeze(1))
-            .unsqueeze(1);
         let (cos, sin) = rope_tables(
             &positions,
             self.config.head_dim(),
             self.config.rope_base(),
             self.dtype.kind(),
         );
-        let at = Positions { cos, sin, allowed };
+        let at = Positions {
+            cos,
+            sin,
+            mask: KeyMask { past, valid },
+            attention: self.attention,
+        };
         let mut h = Tensor::embedding(&self.embed_tokens, &ids, -1, false, false);
         for (i, layer) in self.layers.iter().enumerate() {
             let slot = cache.as_mut().and_then(|c| c.layers.get_mut(i));
