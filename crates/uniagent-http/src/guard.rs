@@ -59,8 +59,9 @@ fn json_response(status: StatusCode, fields: &[(&str, &str)]) -> Response {
 ///
 /// - a request target over [`MAX_URI_BYTES`]: 414;
 /// - the [`SitePolicy`] (cross-origin, rebound `Host`): 403;
-/// - a POST whose `Content-Type` is present and not JSON: 415 (browsers send cross-site
-///   "simple" requests as `text/plain` or forms; a missing type is read as JSON);
+/// - a POST with a body whose `Content-Type` is present and not JSON: 415 (browsers send
+///   cross-site "simple" requests as `text/plain` or forms; a missing type is read as JSON,
+///   and an empty body, `Content-Length: 0`, passes whatever its type);
 /// - any error answer (4xx/5xx) that is not JSON already, such as the framework's 404, 405,
 ///   bad path parameter or body-limit rejections: rewritten into the server's JSON shape with
 ///   the same status (and `Allow` header).
@@ -117,7 +118,14 @@ async fn harden(State(rules): State<Arc<Hardening>>, request: Request, next: Nex
     if let Err(refusal) = rules.site.check(request.headers()) {
         return (rules.body)(StatusCode::FORBIDDEN, refusal.message());
     }
-    if rules.json_posts && request.method() == Method::POST {
+    // An empty body carries nothing to misread (`urllib` and `curl -d ''` label it as a form).
+    // (HTTP/1.1: no `Content-Length` and no `Transfer-Encoding` means no body.)
+    let headers = request.headers();
+    let empty_body = match headers.get(header::CONTENT_LENGTH) {
+        Some(n) => n.as_bytes() == b"0",
+        None => !headers.contains_key(header::TRANSFER_ENCODING),
+    };
+    if rules.json_posts && request.method() == Method::POST && !empty_body {
         if let Some(kind) = request.headers().get(header::CONTENT_TYPE) {
             if !is_json_content_type(kind.to_str().unwrap_or("")) {
                 return (rules.body)(
