@@ -61,40 +61,23 @@ fn model_dir_needs_the_tch_feature() {
 #[cfg(feature = "tch")]
 #[test]
 fn serves_the_tiny_model_and_records_open_sessions_on_sigterm() {
-    use std::io::{BufRead, BufReader};
-
     use nix::sys::signal::{kill, Signal};
     use nix::unistd::Pid;
 
     let model = tempfile::tempdir().unwrap();
     common::link_tiny_qwen2(model.path());
     let out = tempfile::tempdir().unwrap();
-    let mut child = uniagent()
-        .args([
-            "gateway",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--model-dir",
-        ])
-        .arg(model.path())
-        .arg("--out")
-        .arg(out.path())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
-    let base = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| {
-            let _ = child.kill();
-            panic!("first line: {line:?}")
-        })
-        .to_owned();
+    let (mut child, base) = common::spawn_listening(&[
+        "gateway".as_ref(),
+        "--host".as_ref(),
+        "127.0.0.1".as_ref(),
+        "--port".as_ref(),
+        "0".as_ref(),
+        "--model-dir".as_ref(),
+        model.path().as_os_str(),
+        "--out".as_ref(),
+        out.path().as_os_str(),
+    ]);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -171,24 +154,15 @@ fn serves_the_tiny_model_and_records_open_sessions_on_sigterm() {
 #[cfg(feature = "tch")]
 #[test]
 fn model_dir_defaults_max_model_len_from_its_config() {
-    use std::io::{BufRead, BufReader};
-
     let model = tempfile::tempdir().unwrap();
     common::link_tiny_qwen2(model.path());
-    let mut child = uniagent()
-        .args(["gateway", "--port", "0", "--model-dir"])
-        .arg(model.path())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let Some(base) = line.trim().strip_prefix("listening on ").map(str::to_owned) else {
-        let _ = child.kill();
-        panic!("first line: {line:?}");
-    };
+    let (mut child, base) = common::spawn_listening(&[
+        "gateway".as_ref(),
+        "--port".as_ref(),
+        "0".as_ref(),
+        "--model-dir".as_ref(),
+        model.path().as_os_str(),
+    ]);
     let chat = |session: &str, content: String| {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -4,10 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
 mod viewfix;
-
-use std::io::{BufRead, BufReader};
-use std::process::Stdio;
 
 use serde_json::{json, Value};
 use viewfix::{append, get, qwen_dir, serve, write_run};
@@ -338,29 +336,23 @@ async fn growing_damaged_and_bad_requests() {
 fn binary_prints_the_listening_line_first_and_serves() {
     let tmp = tempfile::tempdir().unwrap();
     write_run(tmp.path(), 2, 2, |_| true);
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_uniagent"))
-        .args(["view", tmp.path().to_str().unwrap(), "--port", "0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line.trim().strip_prefix("listening on ").map(str::to_owned);
-    let body = url.as_ref().map(|u| {
+    let (mut child, url) = common::spawn_listening(&[
+        "view".as_ref(),
+        tmp.path().as_os_str(),
+        "--port".as_ref(),
+        "0".as_ref(),
+    ]);
+    let body = {
         let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(async { reqwest::get(format!("{u}/api/runs")).await?.text().await })
-    });
+        rt.block_on(async { reqwest::get(format!("{url}/api/runs")).await?.text().await })
+    };
     child.kill().unwrap();
     child.wait().unwrap();
-    let url = url.unwrap_or_else(|| panic!("first line: {line:?}"));
     assert!(
         url.starts_with("http://127.0.0.1:") && !url.ends_with(":0"),
         "{url}"
     );
-    assert!(body.unwrap().unwrap().contains("\"rollouts\":2"));
+    assert!(body.unwrap().contains("\"rollouts\":2"));
     // No directory given: bad usage, exit 2.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_uniagent"))
         .arg("view")

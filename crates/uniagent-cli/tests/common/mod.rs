@@ -18,6 +18,31 @@ pub fn uniagent() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_uniagent"))
 }
 
+/// Starts a `uniagent` server (`args` must make it listen, e.g. `--port 0`) and returns the
+/// child and the base URL of its first stdout line, `listening on http://HOST:PORT`. Another
+/// first line kills the child and fails the test.
+pub fn spawn_listening(args: &[&std::ffi::OsStr]) -> (std::process::Child, String) {
+    use std::io::{BufRead, BufReader};
+    let mut child = uniagent()
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    if let Some(stdout) = child.stdout.take() {
+        let _ = BufReader::new(stdout).read_line(&mut line);
+    }
+    match line.trim().strip_prefix("listening on ") {
+        Some(base) => (child, base.to_owned()),
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("first line: {line:?}");
+        }
+    }
+}
+
 /// Runs `uniagent args...` in `dir` and returns its output.
 pub fn run_in(dir: &Path, args: &[&str]) -> Output {
     uniagent().current_dir(dir).args(args).output().unwrap()
