@@ -67,10 +67,12 @@ impl std::str::FromStr for ModelDtype {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AttentionImpl {
-    /// transformers' eager attention, operation by operation (the reference).
-    Eager,
-    /// libtorch's `scaled_dot_product_attention` (the default).
+    /// transformers' eager attention, operation by operation (the reference, and the default:
+    /// training keeps the numerics its figures were measured with).
     #[default]
+    Eager,
+    /// libtorch's `scaled_dot_product_attention`: what the gateway's engine serves with, where
+    /// prompts are long and memory grows with their square under eager attention.
     Sdpa,
 }
 

@@ -159,7 +159,7 @@ impl Qwen2ForCausalLM {
         self.dtype = dtype;
     }
 
-    /// How attention is computed ([`AttentionImpl::Sdpa`] unless set).
+    /// How attention is computed ([`AttentionImpl::Eager`] unless set).
     pub fn attention(&self) -> AttentionImpl {
         self.attention
     }
