@@ -99,8 +99,7 @@ fn rejection(status: StatusCode, message: &str) -> Response {
         StatusCode::PAYLOAD_TOO_LARGE => "request_too_large",
         _ => "invalid_request_error",
     };
-    let body = json!({"error": {"message": message, "type": code, "code": code, "param": null}});
-    (status, Json(body)).into_response()
+    (status, Json(openai::error_object(message, code))).into_response()
 }
 
 /// Serves `gateway` on `listener` until `shutdown` resolves, then ends every open session so

@@ -244,7 +244,13 @@ pub fn chunks(
 
 /// An error body in OpenAI's shape.
 pub fn error_body(e: &GatewayError) -> Value {
-    json!({"error": {"message": e.to_string(), "type": e.code(), "code": e.code(), "param": null}})
+    error_object(&e.to_string(), e.code())
+}
+
+/// OpenAI's error object: `{"error": {"message", "type", "code", "param": null}}`, the type
+/// being the code.
+pub fn error_object(message: &str, code: &str) -> Value {
+    json!({"error": {"message": message, "type": code, "code": code, "param": null}})
 }
 
 /// `GET /v1/models`.
