@@ -305,7 +305,9 @@ fn is_block_scalar_start(line: &str) -> bool {
     let indicator = matches!(chars.next(), Some('|' | '>'))
         && chars.all(|c| c == '+' || c == '-' || c.is_ascii_digit());
     let before = line[..line.len() - last.len()].trim_end();
-    indicator && (before.is_empty() || before.ends_with(':') || before.ends_with('-'))
+    // A `-` glued to other text (`-- >`) is a plain scalar, not a sequence entry.
+    let before_token = before.rsplit(' ').next().unwrap_or("");
+    indicator && (before.is_empty() || before.ends_with(':') || before_token == "-")
 }
 
 #[cfg(test)]
@@ -358,6 +360,7 @@ mod tests {
             ("a:\n- 1\n- 2\nb: 3\n", 2),
             ("- a: 1\n  b:\n    c: 1\n", 3),
             ("- - a: 1\n    b: [1, [2]]\n", 5),
+            ("- - -- >\n  - []\n", 3),
             ("script: |\n  a:\n    b:\n      c: [[[\n", 1),
             ("cmd: echo [unbalanced\nnext: {a: 1}\n", 2),
             ("msg: 'it''s [not] flow'\n", 1),
