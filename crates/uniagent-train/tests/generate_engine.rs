@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tch::{Kind, Tensor};
 use uniagent_core::{FinishReason, GenerateRequest, SamplingParams, TokenGenerator};
-use uniagent_train::generate::{generate_batch, EngineConfig, TchEngine};
+use uniagent_train::generate::{generate_batch, DecodeBatch, EngineConfig, LogprobKind, TchEngine};
 
 fn chat_prompt() -> Vec<u32> {
     common::ids_of(&common::reference()["sequences"][0]["input_ids"])
@@ -263,6 +263,178 @@ async fn a_request_whose_caller_is_gone_stops_decoding() {
             sampled < budget as u64,
             "{sampled} tokens sampled: the abandoned request ran on"
         );
+    })
+    .await
+    .unwrap();
+}
+
+/// Compares every output of a batch run with the same request decoded alone.
+fn assert_as_alone(
+    model: &uniagent_train::model::Qwen2ForCausalLM,
+    requests: &[GenerateRequest],
+    outputs: &[(usize, uniagent_core::GenerateOutput)],
+) {
+    assert_eq!(outputs.len(), requests.len());
+    for (i, out) in outputs {
+        let alone = generate_batch(model, std::slice::from_ref(&requests[*i]), None)
+            .unwrap()
+            .remove(0);
+        assert_eq!(out.token_ids, alone.token_ids, "request {i}");
+        assert_eq!(out.finish_reason, alone.finish_reason, "request {i}");
+        for (a, b) in out
+            .logprobs
+            .as_ref()
+            .unwrap()
+            .iter()
+            .zip(alone.logprobs.as_ref().unwrap())
+        {
+            assert!(
+                (a - b).abs() < 1e-4,
+                "request {i}: logprob {a} (joined) vs {b} (alone)"
+            );
+        }
+    }
+}
+
+/// Requests that join a running batch between steps (continuous batching) decode exactly as
+/// they would alone, whether their prompt is shorter than the running rows' cache (they are
+/// padded) or longer (the running rows are); when the long rows leave, the padding they
+/// needed is dropped.
+#[test]
+fn rows_joining_a_running_batch_decode_as_they_would_alone() {
+    let model = common::tiny_model();
+    let long_prompt: Vec<u32> = chat_prompt()
+        .into_iter()
+        .chain([9707, 1879, 13, 11])
+        .collect();
+    let requests = vec![
+        GenerateRequest::new(vec![9707, 1879], SamplingParams::greedy(), 12),
+        GenerateRequest::new(chat_prompt(), sampled(7), 6),
+        GenerateRequest::new(vec![151644, 872, 198], sampled(8), 20),
+        GenerateRequest::new(long_prompt.clone(), SamplingParams::greedy(), 4),
+        GenerateRequest::new(vec![9707], sampled(9), 3),
+    ];
+    let mut batch = DecodeBatch::new(LogprobKind::Raw);
+    let admit = |batch: &mut DecodeBatch<usize>, i: usize| {
+        batch
+            .admit(&model, vec![(i, requests[i].clone())], None, &|_| false)
+            .unwrap()
+    };
+    let mut done = admit(&mut batch, 0);
+    for _ in 0..3 {
+        done.extend(batch.step(&model, &|_| false).unwrap());
+    }
+    // A prompt longer than the running cache: the running row is padded.
+    assert!(batch.width() < chat_prompt().len());
+    done.extend(admit(&mut batch, 1));
+    assert_eq!(batch.width(), chat_prompt().len());
+    done.extend(batch.step(&model, &|_| false).unwrap());
+    // A prompt shorter than the running cache: it is padded.
+    done.extend(admit(&mut batch, 2));
+    done.extend(batch.step(&model, &|_| false).unwrap());
+    done.extend(admit(&mut batch, 3));
+    let widest = batch.width();
+    assert!(widest >= long_prompt.len());
+    done.extend(admit(&mut batch, 4));
+    assert_eq!(batch.len(), 5);
+    while batch.len() > 1 {
+        done.extend(batch.step(&model, &|_| false).unwrap());
+    }
+    // Only the short-prompt row 2 is left: the long rows' padding is gone.
+    assert_eq!(batch.len(), 1);
+    assert!(
+        batch.width() < widest - chat_prompt().len() + 20,
+        "width {} after the long rows left (widest {widest})",
+        batch.width()
+    );
+    while !batch.is_empty() {
+        done.extend(batch.step(&model, &|_| false).unwrap());
+    }
+    done.sort_by_key(|(i, _)| *i);
+    assert_as_alone(&model, &requests, &done);
+    let expected: u64 = done.iter().map(|(_, o)| o.token_ids.len() as u64).sum();
+    assert_eq!(batch.tokens_sampled(), expected);
+}
+
+/// A short request sent while a long one is being decoded is answered after its own tokens,
+/// not after the long one's (step-level admission). Counted in sampled tokens, not in time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_request_is_answered_while_a_long_one_runs() {
+    tokio::time::timeout(std::time::Duration::from_secs(300), async {
+        let engine = Arc::new(TchEngine::new(
+            common::tiny_model(),
+            EngineConfig::default(),
+        ));
+        let budget = 400;
+        let long = GenerateRequest::new(vec![9707, 1879], sampled(1), budget);
+        let caller = tokio::spawn({
+            let engine = Arc::clone(&engine);
+            async move { engine.generate(long).await }
+        });
+        while engine.tokens_sampled() == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        let short = GenerateRequest::new(vec![9707, 1879, 13], SamplingParams::greedy(), 3);
+        let out = engine.generate(short.clone()).await.unwrap();
+        let sampled_then = engine.tokens_sampled();
+        assert!(
+            !caller.is_finished() && sampled_then < budget as u64,
+            "the short request waited for the long one ({sampled_then} tokens sampled)"
+        );
+        let alone = generate_batch(&common::tiny_model(), &[short], Some(0))
+            .unwrap()
+            .remove(0);
+        assert_eq!(out.token_ids, alone.token_ids);
+        assert_eq!(out.weight_version, Some(0));
+        let long = caller.await.unwrap().unwrap();
+        assert_eq!(long.token_ids.len(), budget);
+    })
+    .await
+    .unwrap();
+}
+
+/// A weight update waits for the running requests, holds back the queued ones, and every
+/// output reports the one version it was decoded with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_weight_update_waits_for_running_rows_and_holds_back_new_ones() {
+    tokio::time::timeout(std::time::Duration::from_secs(300), async {
+        let engine = Arc::new(TchEngine::new(
+            common::tiny_model(),
+            EngineConfig::default(),
+        ));
+        let budget = 400;
+        let long = GenerateRequest::new(vec![9707, 1879], sampled(3), budget);
+        let caller = tokio::spawn({
+            let engine = Arc::clone(&engine);
+            async move { engine.generate(long).await }
+        });
+        while engine.tokens_sampled() == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        let source = common::tiny_model();
+        let update = tokio::task::spawn_blocking({
+            let engine = Arc::clone(&engine);
+            move || engine.update_weights(&source)
+        });
+        while engine.updates_waiting() == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        // Queued behind the update: admitted with the new weights.
+        let after = engine
+            .generate(GenerateRequest::new(
+                vec![9707],
+                SamplingParams::greedy(),
+                2,
+            ))
+            .await
+            .unwrap();
+        assert_eq!(update.await.unwrap().unwrap(), 1);
+        let long = caller.await.unwrap().unwrap();
+        assert_eq!(
+            (long.token_ids.len(), long.weight_version),
+            (budget, Some(0))
+        );
+        assert_eq!(after.weight_version, Some(1));
     })
     .await
     .unwrap();

@@ -2,12 +2,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tch::{Kind, Tensor};
-use uniagent_core::{
-    Error, FinishReason, GenerateOutput, GenerateRequest, LengthLimitKind, Result,
-};
+use uniagent_core::{Error, GenerateOutput, GenerateRequest, LengthLimitKind, Result};
 
-use super::sampler::sample_token;
+use super::decode::DecodeBatch;
 use crate::model::Qwen2ForCausalLM;
 
 /// Checks one request against the model before it joins a batch.
@@ -45,20 +42,6 @@ pub enum LogprobKind {
     /// `processed_logprobs`, the behaviour policy of rollout correction, comparable with a
     /// recompute at the rollout temperature.
     Processed,
-}
-
-/// Which rows nobody waits for, and the count of sampled tokens.
-struct Stop<'a> {
-    cancelled: &'a dyn Fn(usize) -> bool,
-    sampled: &'a AtomicU64,
-}
-
-struct Row {
-    budget: usize,
-    rng: fastrand::Rng,
-    tokens: Vec<u32>,
-    logprobs: Vec<f32>,
-    finish: Option<FinishReason>,
 }
 
 /// Generates continuations for all `requests` together (left-padded prefill, then one token
@@ -102,130 +85,24 @@ pub(crate) fn generate_batch_cancellable(
     for request in requests {
         validate_request(model, request)?;
     }
-    let context = model.config().max_position_embeddings;
-    let mut rows: Vec<Row> = requests
-        .iter()
-        .map(|r| Row {
-            budget: r.max_new_tokens.min(context - r.prompt_ids.len()),
-            rng: r
-                .sampling
-                .seed
-                .map_or_else(fastrand::Rng::new, fastrand::Rng::with_seed),
-            tokens: Vec::new(),
-            logprobs: Vec::new(),
-            finish: (r.max_new_tokens == 0).then_some(FinishReason::Length),
-        })
-        .collect();
-    let mut active: Vec<usize> = (0..requests.len())
-        .filter(|&i| rows[i].finish.is_none())
-        .collect();
-    if !active.is_empty() {
-        let stop = Stop { cancelled, sampled };
-        tch::no_grad(|| decode(model, requests, &mut rows, &mut active, kind, &stop))?;
+    let mut outputs: Vec<Option<GenerateOutput>> = vec![None; requests.len()];
+    let mut batch = DecodeBatch::new(kind);
+    let before = batch.tokens_sampled();
+    let tagged = requests.iter().cloned().enumerate().collect();
+    let mut done = batch
+        .admit(model, tagged, weight_version, &|i| cancelled(*i))
+        .map_err(|rejected| rejected.error)?;
+    sampled.fetch_add(batch.tokens_sampled() - before, Ordering::Relaxed);
+    while !batch.is_empty() {
+        let before = batch.tokens_sampled();
+        done.extend(batch.step(model, &|i| cancelled(*i))?);
+        sampled.fetch_add(batch.tokens_sampled() - before, Ordering::Relaxed);
     }
-    Ok(rows
+    for (i, output) in done {
+        outputs[i] = Some(output);
+    }
+    outputs
         .into_iter()
-        .map(|row| GenerateOutput {
-            token_ids: row.tokens,
-            logprobs: Some(row.logprobs),
-            finish_reason: row.finish.unwrap_or(FinishReason::Length),
-            weight_version,
-        })
-        .collect())
-}
-
-fn decode(
-    model: &Qwen2ForCausalLM,
-    requests: &[GenerateRequest],
-    rows: &mut [Row],
-    active: &mut Vec<usize>,
-    kind: LogprobKind,
-    stop: &Stop<'_>,
-) -> Result<()> {
-    let device = model.device();
-    let width = active
-        .iter()
-        .map(|&i| requests[i].prompt_ids.len())
-        .max()
-        .unwrap_or(1);
-    let mut ids = Vec::with_capacity(active.len() * width);
-    let mut mask = Vec::with_capacity(active.len() * width);
-    let mut positions = Vec::with_capacity(active.len() * width);
-    let mut next_pos = Vec::with_capacity(active.len());
-    for &i in active.iter() {
-        let prompt = &requests[i].prompt_ids;
-        let pad = width - prompt.len();
-        ids.extend(std::iter::repeat_n(0i64, pad).chain(prompt.iter().map(|&t| i64::from(t))));
-        mask.extend(std::iter::repeat_n(0i64, pad).chain(std::iter::repeat_n(1, prompt.len())));
-        positions.extend(std::iter::repeat_n(0i64, pad).chain(0..prompt.len() as i64));
-        next_pos.push(prompt.len() as i64);
-    }
-    let shape = [active.len() as i64, width as i64];
-    let mut input = Tensor::from_slice(&ids).view(shape).to_device(device);
-    let mut attention = Tensor::from_slice(&mask).view(shape).to_device(device);
-    let mut position = Tensor::from_slice(&positions).view(shape).to_device(device);
-    let mut cache = model.new_cache();
-    let vocab = model.config().vocab_size;
-    loop {
-        let hidden =
-            model.hidden_states(&input, Some(&position), Some(&attention), Some(&mut cache))?;
-        let last = hidden.select(1, -1);
-        let logits = model
-            .logits(&last)
-            .to_kind(Kind::Float)
-            .to_device(tch::Device::Cpu)
-            .contiguous();
-        let flat: Vec<f32> =
-            Vec::try_from(logits.view([-1])).map_err(crate::model::tch_error("reading logits"))?;
-        let mut keep = Vec::with_capacity(active.len());
-        let mut next_ids = Vec::with_capacity(active.len());
-        for (slot, &i) in active.iter().enumerate() {
-            let row = &mut rows[i];
-            let request = &requests[i];
-            let sampled = sample_token(
-                &flat[slot * vocab..(slot + 1) * vocab],
-                &request.sampling,
-                &mut row.rng,
-            );
-            row.tokens.push(sampled.token);
-            stop.sampled.fetch_add(1, Ordering::Relaxed);
-            row.logprobs.push(match kind {
-                LogprobKind::Raw => sampled.logprob,
-                LogprobKind::Processed => sampled.processed_logprob,
-            });
-            if request.stop_token_ids.contains(&sampled.token) {
-                row.finish = Some(FinishReason::Stop);
-            } else if row.tokens.len() >= row.budget || (stop.cancelled)(i) {
-                row.finish = Some(FinishReason::Length);
-            } else {
-                keep.push(slot as i64);
-                next_ids.push(i64::from(sampled.token));
-            }
-        }
-        if keep.len() < active.len() {
-            let kept: Vec<usize> = keep.iter().map(|&s| active[s as usize]).collect();
-            if kept.is_empty() {
-                *active = kept;
-                return Ok(());
-            }
-            let index = Tensor::from_slice(&keep).to_device(device);
-            cache.select_rows(&index);
-            attention = attention.index_select(0, &index);
-            next_pos = keep.iter().map(|&s| next_pos[s as usize]).collect();
-            *active = kept;
-        }
-        let n = active.len() as i64;
-        input = Tensor::from_slice(&next_ids).view([n, 1]).to_device(device);
-        position = Tensor::from_slice(&next_pos).view([n, 1]).to_device(device);
-        attention = Tensor::cat(
-            &[
-                &attention,
-                &Tensor::ones([n, 1], (attention.kind(), device)),
-            ],
-            1,
-        );
-        for p in &mut next_pos {
-            *p += 1;
-        }
-    }
+        .map(|o| o.ok_or_else(|| Error::internal("a batch row ended without an output")))
+        .collect()
 }

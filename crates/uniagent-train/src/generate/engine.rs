@@ -1,13 +1,14 @@
 //! [`TchEngine`]: a [`TokenGenerator`] that batches concurrent requests on one model.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot};
 use uniagent_core::{Error, GenerateOutput, GenerateRequest, Result, TokenGenerator};
 
-use super::batch::{generate_batch_cancellable, validate_request, LogprobKind};
+use super::batch::{validate_request, LogprobKind};
+use super::decode::DecodeBatch;
 use crate::model::Qwen2ForCausalLM;
 
 /// Engine settings.
@@ -36,9 +37,11 @@ struct Job {
 /// The tch generation engine.
 ///
 /// A background thread owns the decoding: every [`generate`](TokenGenerator::generate) call
-/// queues its request, and the thread takes everything queued (up to
-/// [`EngineConfig::max_batch_size`]) as one batch, so that concurrent rollouts share forward
-/// passes. Requests arriving while a batch runs form the next batch.
+/// queues its request, and the thread decodes all running requests together (up to
+/// [`EngineConfig::max_batch_size`]), one token per step, so that concurrent rollouts share
+/// forward passes. Scheduling is continuous at the step level (see [`DecodeBatch`]): requests
+/// queued during a step join the batch before the next one, and each request is answered as
+/// soon as it ends, so a short request is not held up by a long one.
 ///
 /// Logprobs are those of the model's unmodified distribution (log-softmax of the raw logits,
 /// before temperature, top-p and top-k), as vLLM reports by default (`raw_logprobs`): they are
@@ -68,6 +71,7 @@ pub struct TchEngine {
     model: Arc<Mutex<Qwen2ForCausalLM>>,
     version: Arc<AtomicU64>,
     sampled: Arc<AtomicU64>,
+    updates: Arc<AtomicUsize>,
     /// Closed when the decoding thread ends (behind a mutex: a receiver is not `Sync`).
     stopped: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
 }
@@ -105,11 +109,13 @@ impl TchEngine {
         let model = Arc::new(Mutex::new(model));
         let version = Arc::new(AtomicU64::new(0));
         let sampled = Arc::new(AtomicU64::new(0));
+        let updates = Arc::new(AtomicUsize::new(0));
         let (done, stopped) = std::sync::mpsc::channel::<()>();
         let worker = Worker {
             model: Arc::clone(&model),
             version: Arc::clone(&version),
             sampled: Arc::clone(&sampled),
+            updates: Arc::clone(&updates),
             max_batch: config.max_batch_size.max(1),
             kind: config.logprobs,
         };
@@ -122,6 +128,7 @@ impl TchEngine {
             model,
             version,
             sampled,
+            updates,
             stopped: Mutex::new(Some(stopped)),
         }
     }
@@ -130,6 +137,12 @@ impl TchEngine {
     /// requests included).
     pub fn tokens_sampled(&self) -> u64 {
         self.sampled.load(Ordering::SeqCst)
+    }
+
+    /// Weight updates waiting for the running requests to end (no request is admitted while
+    /// one waits).
+    pub fn updates_waiting(&self) -> usize {
+        self.updates.load(Ordering::SeqCst)
     }
 
     /// The version reported with outputs generated from now on.
@@ -144,26 +157,35 @@ impl TchEngine {
     }
 
     /// Copies the parameters of `source` (same architecture) into the engine's model, waiting
-    /// for the running batch to finish, and returns the new weight version.
+    /// for the running requests to finish (queued ones are admitted after the update), and
+    /// returns the new weight version.
     pub fn update_weights(&self, source: &Qwen2ForCausalLM) -> Result<u64> {
-        let mut model = self
-            .model
-            .lock()
-            .map_err(|_| Error::internal("engine model lock poisoned"))?;
-        model.copy_weights_from(source)?;
-        Ok(self.version.fetch_add(1, Ordering::SeqCst) + 1)
+        self.with_model(|model| {
+            model.copy_weights_from(source)?;
+            Ok(self.version.fetch_add(1, Ordering::SeqCst) + 1)
+        })
+    }
+
+    /// Runs `change` on the model once the running rows have ended, admitting no request
+    /// until it is done (so no output mixes two weight versions).
+    fn with_model<R>(&self, change: impl FnOnce(&mut Qwen2ForCausalLM) -> Result<R>) -> Result<R> {
+        self.updates.fetch_add(1, Ordering::SeqCst);
+        let result = match self.model.lock() {
+            Ok(mut model) => change(&mut model),
+            Err(_) => Err(Error::internal("engine model lock poisoned")),
+        };
+        self.updates.fetch_sub(1, Ordering::SeqCst);
+        result
     }
 
     /// As [`update_weights`](Self::update_weights), but the outputs generated from now on
     /// report `version` (an inference server told the version by its trainer).
     pub fn update_weights_to(&self, source: &Qwen2ForCausalLM, version: u64) -> Result<()> {
-        let mut model = self
-            .model
-            .lock()
-            .map_err(|_| Error::internal("engine model lock poisoned"))?;
-        model.copy_weights_from(source)?;
-        self.version.store(version, Ordering::SeqCst);
-        Ok(())
+        self.with_model(|model| {
+            model.copy_weights_from(source)?;
+            self.version.store(version, Ordering::SeqCst);
+            Ok(())
+        })
     }
 }
 
@@ -172,41 +194,71 @@ struct Worker {
     model: Arc<Mutex<Qwen2ForCausalLM>>,
     version: Arc<AtomicU64>,
     sampled: Arc<AtomicU64>,
+    /// Weight updates waiting for the running rows to end: no request is admitted meanwhile.
+    updates: Arc<AtomicUsize>,
     max_batch: usize,
     kind: LogprobKind,
 }
 
+/// How often a worker that let go of the model checks whether the weight updates are done.
+const UPDATE_POLL: std::time::Duration = std::time::Duration::from_millis(1);
+
 impl Worker {
+    /// Serves jobs until the queue closes: a busy period starts with the first job, admits
+    /// what is queued between decoding steps, and ends when no row runs. The model is held for
+    /// the whole period, so every output reports the weights it was decoded with.
     fn run(self, mut jobs: mpsc::UnboundedReceiver<Job>) {
         while let Some(first) = jobs.blocking_recv() {
-            let mut batch = vec![first];
-            while batch.len() < self.max_batch {
-                match jobs.try_recv() {
-                    Ok(job) => batch.push(job),
-                    Err(_) => break,
+            while self.updates.load(Ordering::SeqCst) > 0 {
+                std::thread::sleep(UPDATE_POLL);
+            }
+            let Ok(model) = self.model.lock() else {
+                let _ = first
+                    .reply
+                    .send(Err(Error::internal("engine model lock poisoned")));
+                continue;
+            };
+            let mut batch = DecodeBatch::new(self.kind);
+            let mut waiting = vec![first];
+            loop {
+                // Admission between steps: queued jobs join while there is room and no weight
+                // update waits.
+                if self.updates.load(Ordering::SeqCst) == 0 {
+                    while batch.len() + waiting.len() < self.max_batch {
+                        match jobs.try_recv() {
+                            Ok(job) => waiting.push(job),
+                            Err(_) => break,
+                        }
+                    }
+                    if !waiting.is_empty() {
+                        self.admit(&model, &mut batch, std::mem::take(&mut waiting));
+                    }
+                }
+                if batch.is_empty() {
+                    break;
+                }
+                let before = batch.tokens_sampled();
+                let stepped = batch.step(&model, &|reply: &Reply| reply.is_closed());
+                self.sampled
+                    .fetch_add(batch.tokens_sampled() - before, Ordering::SeqCst);
+                match stepped {
+                    Ok(done) => answer(done),
+                    Err(e) => fail(batch.abandon(), &e),
                 }
             }
-            self.serve(batch);
         }
     }
 
-    fn serve(&self, batch: Vec<Job>) {
-        let Ok(model) = self.model.lock() else {
-            for job in batch {
-                let _ = job
-                    .reply
-                    .send(Err(Error::internal("engine model lock poisoned")));
-            }
-            return;
-        };
-        let mut valid = Vec::with_capacity(batch.len());
-        for job in batch {
+    /// Validates `jobs` and prefills the valid ones into `batch`.
+    fn admit(&self, model: &Qwen2ForCausalLM, batch: &mut DecodeBatch<Reply>, jobs: Vec<Job>) {
+        let mut valid = Vec::with_capacity(jobs.len());
+        for job in jobs {
             if job.reply.is_closed() {
                 // Nobody waits for it any more.
                 continue;
             }
-            match validate_request(&model, &job.request) {
-                Ok(()) => valid.push(job),
+            match validate_request(model, &job.request) {
+                Ok(()) => valid.push((job.reply, job.request)),
                 Err(e) => {
                     let _ = job.reply.send(Err(e));
                 }
@@ -215,35 +267,37 @@ impl Worker {
         if valid.is_empty() {
             return;
         }
-        let requests: Vec<GenerateRequest> = valid.iter().map(|j| j.request.clone()).collect();
-        let current = Some(self.version.load(Ordering::SeqCst));
-        let cancelled = |i: usize| valid[i].reply.is_closed();
-        let outputs = generate_batch_cancellable(
-            &model,
-            &requests,
-            current,
-            self.kind,
-            &cancelled,
-            &self.sampled,
-        );
-        match outputs {
-            Ok(outputs) => {
-                for (job, output) in valid.into_iter().zip(outputs) {
-                    let _ = job.reply.send(Ok(output));
-                }
-            }
-            Err(e) => {
-                let message = e.to_string();
-                for job in valid {
-                    let _ = job.reply.send(Err(Error::Model {
-                        backend: "tch".into(),
-                        message: message.clone(),
-                        retryable: false,
-                        source: None,
-                    }));
-                }
-            }
+        let version = Some(self.version.load(Ordering::SeqCst));
+        let before = batch.tokens_sampled();
+        let admitted = batch.admit(model, valid, version, &|reply: &Reply| reply.is_closed());
+        self.sampled
+            .fetch_add(batch.tokens_sampled() - before, Ordering::SeqCst);
+        match admitted {
+            Ok(done) => answer(done),
+            // The joining requests fail; the running ones go on.
+            Err(rejected) => fail(rejected.tags, &rejected.error),
         }
+    }
+}
+
+/// Where a job's output goes.
+type Reply = oneshot::Sender<Result<GenerateOutput>>;
+
+fn answer(done: Vec<(Reply, GenerateOutput)>) {
+    for (reply, output) in done {
+        let _ = reply.send(Ok(output));
+    }
+}
+
+fn fail(replies: Vec<Reply>, error: &Error) {
+    let message = error.to_string();
+    for reply in replies {
+        let _ = reply.send(Err(Error::Model {
+            backend: "tch".into(),
+            message: message.clone(),
+            retryable: false,
+            source: None,
+        }));
     }
 }
 

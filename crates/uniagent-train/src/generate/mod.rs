@@ -3,9 +3,11 @@
 //! [`TokenGenerator`](uniagent_core::TokenGenerator).
 
 mod batch;
+mod decode;
 mod engine;
 mod sampler;
 
 pub use batch::{generate_batch, generate_batch_with, LogprobKind};
+pub use decode::{DecodeBatch, Rejected};
 pub use engine::{EngineConfig, TchEngine};
 pub use sampler::{sample_token, Sampled};

@@ -37,6 +37,66 @@ impl KvCache {
             layer.values = layer.values.index_select(0, rows);
         }
     }
+
+    /// Puts `n` positions of zeros before every row's cached positions (left padding, which
+    /// the attention mask must mark as such), e.g. to line a shorter cache up with a longer one
+    /// before [`append_rows`](Self::append_rows).
+    pub fn pad_left(&mut self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let pad = |t: &Tensor| {
+            let mut shape = t.size();
+            shape[2] = n as i64;
+            Tensor::cat(&[&Tensor::zeros(&shape, (t.kind(), t.device())), t], 2)
+        };
+        for layer in self.layers.iter_mut().flatten() {
+            layer.keys = pad(&layer.keys);
+            layer.values = pad(&layer.values);
+        }
+        self.len += n as i64;
+    }
+
+    /// Drops the first `n` cached positions of every row (padding no row attends to any more).
+    pub fn drop_left(&mut self, n: usize) {
+        let n = (n as i64).min(self.len);
+        if n == 0 {
+            return;
+        }
+        let keep = self.len - n;
+        for layer in self.layers.iter_mut().flatten() {
+            layer.keys = layer.keys.narrow(2, n, keep);
+            layer.values = layer.values.narrow(2, n, keep);
+        }
+        self.len = keep;
+    }
+
+    /// Appends the rows of `other` after this cache's rows: a batch that new requests join.
+    /// An empty cache takes `other` as it is.
+    ///
+    /// # Panics
+    /// When the caches hold different numbers of positions (line them up with
+    /// [`pad_left`](Self::pad_left)) or come from different models.
+    pub fn append_rows(&mut self, other: KvCache) {
+        if self.is_empty() {
+            *self = other;
+            return;
+        }
+        assert!(
+            other.len == self.len && other.layers.len() == self.layers.len(),
+            "joining KV caches of {} and {} positions ({} and {} layers)",
+            self.len,
+            other.len,
+            self.layers.len(),
+            other.layers.len()
+        );
+        for (mine, theirs) in self.layers.iter_mut().zip(other.layers) {
+            if let (Some(mine), Some(theirs)) = (mine.as_mut(), theirs) {
+                mine.keys = Tensor::cat(&[&mine.keys, &theirs.keys], 0);
+                mine.values = Tensor::cat(&[&mine.values, &theirs.values], 0);
+            }
+        }
+    }
 }
 
 /// A Qwen2-architecture causal language model (RMSNorm, RoPE, grouped-query attention with
