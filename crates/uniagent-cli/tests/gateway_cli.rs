@@ -1,7 +1,8 @@
 //! `uniagent gateway`: bad invocations exit 2 with one error line; with `--features tch` the
 //! binary serves the tiny model on a free port (first stdout line `listening on http://…`),
 //! answers a chat completion, and on SIGTERM ends the open session into
-//! `--out/trajectories.jsonl`.
+//! `--out/trajectories.jsonl`; after a SIGKILL the next gateway on that `--out` recovers it
+//! from the journal.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -146,6 +147,69 @@ fn serves_the_tiny_model_and_records_open_sessions_on_sigterm() {
         .map(|m| m.as_u64().unwrap())
         .collect();
     assert_eq!(mask, vec![1, 1, 1, 1]);
+}
+
+/// SIGKILL mid-session (no shutdown, no `end`): the next gateway on the same `--out` writes
+/// the open session's trajectory from the journal, marked recovered, before it listens.
+#[cfg(feature = "tch")]
+#[test]
+fn a_sigkilled_gateways_open_session_is_recovered_by_the_next_one() {
+    let model = tempfile::tempdir().unwrap();
+    common::link_tiny_qwen2(model.path());
+    let out = tempfile::tempdir().unwrap();
+    let args = [
+        "gateway".as_ref(),
+        "--port".as_ref(),
+        "0".as_ref(),
+        "--model-dir".as_ref(),
+        model.path().as_os_str(),
+        "--out".as_ref(),
+        out.path().as_os_str(),
+    ];
+    let (mut child, base) = common::spawn_listening(&args);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let chat = |content: &str| {
+        rt.block_on(async {
+            reqwest::Client::new()
+                .post(format!("{base}/sessions/killed/v1/chat/completions"))
+                .json(
+                    &serde_json::json!({"model": "m", "max_tokens": 3, "temperature": 0,
+                    "messages": [{"role": "user", "content": content}]}),
+                )
+                .send()
+                .await
+                .unwrap()
+                .json::<serde_json::Value>()
+                .await
+                .unwrap()
+        })
+    };
+    let answer = chat("hi");
+    assert_eq!(answer["usage"]["completion_tokens"], 3, "{answer}");
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let trajectories = out.path().join("trajectories.jsonl");
+    assert!(common::jsonl(&trajectories).is_empty());
+
+    let (mut again, _) = common::spawn_listening(&args);
+    let records = common::jsonl(&trajectories);
+    let _ = again.kill();
+    let _ = again.wait();
+    assert_eq!(records.len(), 1, "{records:?}");
+    let record = &records[0];
+    assert_eq!(record["task_id"], "killed");
+    assert_eq!(
+        record["extra_fields"]["gateway"]["recovered"],
+        "unclean_exit"
+    );
+    assert_eq!(record["response_mask"], serde_json::json!([1, 1, 1]));
+    assert_eq!(
+        record["messages"][1]["content"],
+        answer["choices"][0]["message"]["content"]
+    );
 }
 
 /// Without `max_model_len` in a config, `--model-dir` serves the model's own window (the tiny

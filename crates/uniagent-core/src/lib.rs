@@ -34,7 +34,8 @@ pub use model::{AssistantTurn, ChatModel, FinishReason, ModelCapabilities};
 pub use retry::{duration_secs, opt_duration_secs, RetryConfig};
 pub use reward::{RewardContext, RewardOutcome, RewardSpec};
 pub use rollout::{
-    AgentLoopOutput, CacheCheckpoint, LengthLimits, RolloutCache, TokenSource, TokenSourceRuns,
+    AgentLoopOutput, CacheCheckpoint, CacheDelta, LengthLimits, RolloutCache, TokenSource,
+    TokenSourceRuns,
 };
 pub use sampling::SamplingParams;
 pub use sandbox::{Capabilities, Deployment, DeploymentExt};

@@ -71,6 +71,18 @@ pub enum GatewayError {
         /// What failed.
         message: String,
     },
+    /// The journal of open sessions holds a line that cannot be read back (a gateway
+    /// starting on its output directory recovers from it). A torn last line, the write a
+    /// kill interrupted, is not an error.
+    #[error("{}, line {line}: {message}", path.display())]
+    Journal {
+        /// The journal file.
+        path: std::path::PathBuf,
+        /// The line, from 1.
+        line: usize,
+        /// What is wrong with it.
+        message: String,
+    },
     /// A bug in the gateway (500).
     #[error("internal error: {message}")]
     Internal {
@@ -117,7 +129,9 @@ impl GatewayError {
             Self::SessionEnded { .. } => StatusCode::CONFLICT,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Model { .. } => StatusCode::BAD_GATEWAY,
-            Self::Recording { .. } | Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Recording { .. } | Self::Journal { .. } | Self::Internal { .. } => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
         }
     }
 
@@ -133,6 +147,7 @@ impl GatewayError {
             Self::Template { .. } => "template_error",
             Self::Model { .. } => "model_error",
             Self::Recording { .. } => "recording_error",
+            Self::Journal { .. } => "journal_error",
             Self::Internal { .. } => "internal_error",
         }
     }

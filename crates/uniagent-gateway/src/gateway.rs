@@ -1,5 +1,7 @@
 //! [`Gateway`]: sessions of token chains over one codec and one token generator.
 
+use std::borrow::Cow;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -14,11 +16,14 @@ use uniagent_core::{
 
 use uniagent_core::cassette::{Step, CASSETTE_VERSION};
 
-use crate::cassette::{Exchange, GatewayCassette, Placed, GATEWAY_KIND};
+use crate::cassette::{Action, Exchange, GatewayCassette, Placed, GATEWAY_KIND};
 use crate::chain::{Chain, FormatError, TurnRecord};
 use crate::config::GatewayConfig;
 use crate::error::{GatewayError, Result};
 use crate::exchange::{Reply, Route, Stamp};
+use crate::journal::{
+    recover, shared_messages, CacheChange, Journal, JournalLine, JournalTurn, Recovery, JOURNAL,
+};
 use crate::record::Recorder;
 use crate::session::Session;
 use crate::table::{SessionHandle, SessionTable};
@@ -36,6 +41,7 @@ pub struct Gateway {
     sessions: Mutex<SessionTable>,
     recorder: Option<Recorder>,
     cassettes: Option<Cassettes>,
+    journal: Option<Journal>,
     stamps: AtomicU64,
 }
 
@@ -82,6 +88,7 @@ impl Gateway {
             sessions: Mutex::new(SessionTable::default()),
             recorder: None,
             cassettes: None,
+            journal: None,
             stamps: AtomicU64::new(0),
         }
     }
@@ -111,6 +118,36 @@ impl Gateway {
     pub fn with_recorder(mut self, recorder: Recorder) -> Self {
         self.recorder = Some(recorder);
         self
+    }
+
+    /// Journals the open sessions in `dir` (see [`journal`](crate::journal)), after
+    /// recovering the sessions a previous gateway left open there: their trajectories, what
+    /// `end` would have returned marked `extra_fields.gateway.recovered: "unclean_exit"`, are
+    /// appended to the recorder (set it first, with [`with_recorder`](Self::with_recorder))
+    /// and returned. The old journal is then replaced by a fresh one. One gateway per
+    /// directory: a second would take the first's open sessions for abandoned ones.
+    ///
+    /// Errors: [`GatewayError::Journal`] when the old journal holds a malformed line (other
+    /// than a torn last one, left out), [`GatewayError::Recording`] when a file cannot be read
+    /// or written. Nothing is recovered or replaced then.
+    pub fn with_journal(mut self, dir: &Path) -> Result<(Self, Recovery)> {
+        std::fs::create_dir_all(dir).map_err(|e| GatewayError::Recording {
+            message: format!("cannot create {}: {e}", dir.display()),
+        })?;
+        let recovery = recover(&dir.join(JOURNAL), &self.codec)?;
+        if let Some(recorder) = &self.recorder {
+            recorder.append(&recovery.trajectories)?;
+        }
+        if !recovery.sessions.is_empty() {
+            tracing::warn!(
+                sessions = recovery.sessions.len(),
+                trajectories = recovery.trajectories.len(),
+                "recovered sessions a killed gateway left open in {}",
+                dir.display()
+            );
+        }
+        self.journal = Some(Journal::create(dir)?);
+        Ok((self, recovery))
     }
 
     /// The configuration.
@@ -245,6 +282,11 @@ impl Gateway {
         mut req: TurnRequest,
         generation: &mut Option<Step>,
     ) -> Result<(TurnAnswer, Placed)> {
+        if session.ended {
+            return Err(GatewayError::SessionEnded {
+                session: session_id.into(),
+            });
+        }
         let index = session.chains.len();
         let id = format!("{session_id}:{index}");
         let placement = session.place(
@@ -256,6 +298,16 @@ impl Gateway {
         )?;
         let mut landing = placement.land(index);
         let chain_index = landing.placed.chain;
+        let placed = landing.placed.clone();
+        // Where the journal line starts: the cache point the turn continues, and the client
+        // messages the chain keeps.
+        let journal_from = self.journal.is_some().then(|| {
+            let client_from = match placed.action {
+                Action::New => 0,
+                _ => shared_messages(&session.chains[chain_index].client, &req.messages),
+            };
+            (landing.continues_from(), client_from)
+        });
         // Until committed, an in-place extension is undone when this scope is left early
         // (an error, or the request's future dropped while the generator runs).
         let mut work = session.work(&mut landing);
@@ -304,12 +356,6 @@ impl Gateway {
             .map(|&id| self.codec.decode(&[id], false))
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(GatewayError::from_codec)?;
-        // Nothing below fails: the turn is the chain's.
-        work.commit();
-        // The request's messages become the chain's view (moved: at turn 500 a copy was a
-        // measurable share of the request).
-        let mut client = std::mem::take(&mut req.messages);
-        client.push(message.clone());
         let record = TurnRecord {
             format_error: format_error.as_ref().map(|m| FormatError {
                 turn: turn_index,
@@ -319,7 +365,36 @@ impl Gateway {
             sampled_tokens: kept as u64,
             model_seconds: seconds,
         };
-        let placed = landing.placed.clone();
+        if let (Some(journal), Some((from, client_from))) = (&self.journal, journal_from) {
+            // Before the commit: a failed write leaves the chain as it was, so the journal
+            // and the chain never disagree.
+            let cache = match from {
+                Some(at) => CacheChange::Delta(work.delta_since(at).map_err(|e| {
+                    GatewayError::Internal {
+                        message: format!("journaling a turn: {e}"),
+                    }
+                })?),
+                None => CacheChange::Full(Cow::Borrowed(&*work)),
+            };
+            let mut client = req.messages[client_from..].to_vec();
+            client.push(message.clone());
+            journal.append(&JournalLine::Turn(Box::new(JournalTurn {
+                session: session_id.into(),
+                chain: chain_index,
+                action: placed.action,
+                origin: placed.origin,
+                cache,
+                client_from,
+                client,
+                record: record.clone(),
+            })))?;
+        }
+        // Nothing below fails: the turn is the chain's.
+        work.commit();
+        // The request's messages become the chain's view (moved: at turn 500 a copy was a
+        // measurable share of the request).
+        let mut client = std::mem::take(&mut req.messages);
+        client.push(message.clone());
         session.keep_turn(landing, client, std::mem::take(&mut req.tools), record);
         let answer = TurnAnswer {
             message,
@@ -493,7 +568,19 @@ impl Gateway {
             return Err(GatewayError::invalid("`score` must be a finite number"));
         }
         let handle = self.table()?.existing(session_id)?;
-        handle.lock().await.reward = Some(reward);
+        let mut session = handle.lock().await;
+        if session.ended {
+            return Err(GatewayError::SessionEnded {
+                session: session_id.into(),
+            });
+        }
+        if let Some(journal) = &self.journal {
+            journal.append(&JournalLine::Reward {
+                session: session_id.into(),
+                reward: Cow::Borrowed(&reward),
+            })?;
+        }
+        session.reward = Some(reward);
         Ok(())
     }
 
@@ -512,6 +599,7 @@ impl Gateway {
             return Ok(Vec::new());
         };
         let mut session = handle.lock().await;
+        session.ended = true;
         let records: Vec<Value> = session
             .chains
             .iter()
@@ -541,6 +629,18 @@ impl Gateway {
                         message: format!("encoding a cassette: {e}"),
                     })?;
                 cassettes.recorder.append(&[line])?;
+            }
+        }
+        if let Some(journal) = &self.journal {
+            // After the records: a kill between the two writes records the session twice
+            // (the second copy marked recovered), never not at all.
+            journal.append(&JournalLine::End {
+                session: session_id.into(),
+            })?;
+            let table = self.table()?;
+            // Held while the journal is emptied: no session can open meanwhile.
+            if table.is_empty() {
+                journal.reset()?;
             }
         }
         Ok(records)

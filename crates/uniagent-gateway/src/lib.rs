@@ -10,6 +10,7 @@ mod exchange;
 mod gateway;
 #[cfg(feature = "harness")]
 pub mod harness;
+pub mod journal;
 #[cfg(feature = "tch")]
 mod model_dir;
 mod record;

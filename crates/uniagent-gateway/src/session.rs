@@ -19,6 +19,9 @@ pub struct Session {
     pub(crate) turns: u64,
     /// The exchanges recorded for the session's cassette (cassettes on only).
     pub(crate) exchanges: Vec<crate::cassette::Exchange>,
+    /// Ended: its record is written. A request that got the session before it ended and ran
+    /// after is refused (its turn would be in no record).
+    pub(crate) ended: bool,
 }
 
 /// Where a request's generation runs. An extension works on the chain's own cache, in
@@ -97,6 +100,19 @@ impl Placement {
                 keep: Keep::New(work, origin),
                 base,
             },
+        }
+    }
+}
+
+impl Landing {
+    /// The point of the chain's cache that the sampled turn's cache continues (a journal
+    /// line holds only what follows it), or `None` when the cache is new as a whole (a new
+    /// chain, or a rollback rebuilt from the template's render).
+    pub(crate) fn continues_from(&self) -> Option<CacheCheckpoint> {
+        match (&self.keep, &self.base) {
+            (Keep::InPlace { undo }, _) => Some(*undo),
+            (Keep::Replace(_), Base::After(at, _)) => Some(*at),
+            (Keep::Replace(_), Base::Start(_)) | (Keep::New(..), _) => None,
         }
     }
 }

@@ -97,6 +97,11 @@ impl SessionTable {
         Some(handle)
     }
 
+    /// Whether no session is open.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.open.is_empty()
+    }
+
     /// The ids of the open sessions.
     pub(crate) fn open_ids(&self) -> Vec<String> {
         self.open.keys().cloned().collect()

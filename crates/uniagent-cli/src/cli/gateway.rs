@@ -35,7 +35,10 @@ pub struct GatewayArgs {
     /// Port; 0 picks a free one (the first stdout line says which).
     #[arg(long, default_value_t = 8000)]
     pub port: u16,
-    /// Where ended sessions' trajectories are appended (`trajectories.jsonl`).
+    /// Where ended sessions' trajectories are appended (`trajectories.jsonl`). Open
+    /// sessions are journaled there (`open-sessions.jsonl`, one line per turn): after a
+    /// SIGKILL or an OOM kill, the next gateway on the same directory writes their
+    /// trajectories, marked recovered, before it serves.
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Also record each ended session as a cassette in `--out DIR/cassettes.jsonl`, for
@@ -63,6 +66,20 @@ pub(super) fn main(args: GatewayArgs) -> Result<()> {
             let recorder =
                 Recorder::open(out, CASSETTES).map_err(|e| CliError::preflight(e.to_string()))?;
             gateway = gateway.with_cassettes(recorder, json!({"codec_dir": codec_dir}));
+        }
+        // Sessions a killed gateway left open here are written first; then every turn is
+        // journaled, so a SIGKILL or an OOM kill loses at most the turn in flight.
+        let (journaled, recovery) = gateway
+            .with_journal(out)
+            .map_err(|e| CliError::preflight(e.to_string()))?;
+        gateway = journaled;
+        if !recovery.sessions.is_empty() {
+            eprintln!(
+                "recovered {} session(s) left open by an unclean exit: {} trajectories appended to {}",
+                recovery.sessions.len(),
+                recovery.trajectories.len(),
+                out.join(uniagent_gateway::TRAJECTORIES).display()
+            );
         }
     }
     let gateway = Arc::new(gateway);

@@ -6,8 +6,10 @@ use crate::error::{Error, LengthLimitKind, Result};
 use crate::message::{Message, ToolSpec};
 
 mod checkpoint;
+mod delta;
 
 pub use checkpoint::CacheCheckpoint;
+pub use delta::CacheDelta;
 
 /// Where a response token came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -4,6 +4,8 @@ mod cache;
 mod output;
 mod sources;
 
-pub use cache::{CacheCheckpoint, LengthLimits, Provenance, RolloutCache, TokenSource, TokenTrace};
+pub use cache::{
+    CacheCheckpoint, CacheDelta, LengthLimits, Provenance, RolloutCache, TokenSource, TokenTrace,
+};
 pub use output::{AgentLoopMetrics, AgentLoopOutput};
 pub use sources::TokenSourceRuns;

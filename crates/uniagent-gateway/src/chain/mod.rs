@@ -47,7 +47,7 @@ pub(crate) enum Base {
 }
 
 /// One recorded format error.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FormatError {
     /// Index of the assistant turn in the chain (0-based).
     pub turn: u32,
@@ -71,11 +71,14 @@ pub struct Chain {
     pub(crate) model_seconds: f64,
 }
 
-/// What one sampled turn adds to its chain's bookkeeping.
-#[derive(Debug)]
+/// What one sampled turn adds to its chain's bookkeeping (journaled with the turn).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct TurnRecord {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format_error: Option<FormatError>,
     /// The length limit the turn ran into, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<ExitReason>,
     pub sampled_tokens: u64,
     pub model_seconds: f64,

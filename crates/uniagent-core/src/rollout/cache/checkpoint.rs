@@ -10,8 +10,8 @@ use crate::{Error, LengthLimits, Result};
 /// checkpoint (`mask_out_turn`, `mask_out`) stay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheCheckpoint {
-    messages: usize,
-    response: usize,
+    pub(super) messages: usize,
+    pub(super) response: usize,
     assistant_turns: u32,
     append_only: bool,
     logprobs_missing: bool,
@@ -90,7 +90,7 @@ impl RolloutCache {
         })
     }
 
-    fn check_prefix(&self, at: &CacheCheckpoint) -> Result<()> {
+    pub(super) fn check_prefix(&self, at: &CacheCheckpoint) -> Result<()> {
         let response = self.tokens.as_ref().map_or(0, |t| t.response_ids.len());
         if at.messages > self.messages.len()
             || at.response > response
