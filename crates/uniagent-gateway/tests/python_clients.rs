@@ -12,60 +12,20 @@
 #![cfg(feature = "tch")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+mod common;
+
 use std::sync::Arc;
 
+use common::sdk::{client_script, ids, sampled_runs, tiny_model_dir, venv_python};
 use serde_json::Value;
 use uniagent_core::codec::{messages_to_json, ChatInput, Codec};
 use uniagent_core::Message;
 use uniagent_gateway::cassette::{replay, GatewayCassette, CASSETTES};
 use uniagent_gateway::{load_model_dir, Gateway, GatewayConfig, Recorder};
 
-fn repo(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
-/// A Hugging Face directory: the tiny model's weights with the Qwen2.5 tokenizer and template.
-fn model_dir(dir: &Path) {
-    let model = repo("../uniagent-train/tests/fixtures/tiny-qwen2");
-    let tok = repo("../uniagent-core/tests/fixtures/tokenizers/qwen2.5");
-    for (from, name) in [
-        (&model, "config.json"),
-        (&model, "model.safetensors"),
-        (&model, "generation_config.json"),
-        (&tok, "tokenizer.json"),
-        (&tok, "tokenizer_config.json"),
-        (&tok, "chat_template.jinja"),
-    ] {
-        std::os::unix::fs::symlink(from.join(name), dir.join(name)).unwrap();
-    }
-}
-
-fn ids(t: &Value, key: &str) -> Vec<u32> {
-    t[key]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap() as u32)
-        .collect()
-}
-
 /// The texts of the mask-1 runs (the sampled turns), without their end-of-turn id.
 fn sampled_turns(codec: &Codec, t: &Value) -> Vec<String> {
-    let response = ids(t, "response_ids");
-    let mask = ids(t, "response_mask");
-    let mut turns: Vec<Vec<u32>> = Vec::new();
-    let mut prev = 0;
-    for (id, m) in response.into_iter().zip(mask) {
-        if m == 1 {
-            if prev == 0 {
-                turns.push(Vec::new());
-            }
-            turns.last_mut().unwrap().push(id);
-        }
-        prev = m;
-    }
-    turns
+    sampled_runs(t)
         .into_iter()
         .map(|mut turn| {
             if turn
@@ -91,19 +51,14 @@ fn texts(v: &Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_sdks_drive_the_gateway_and_the_tokens_are_exact() {
-    let Ok(venv) = std::env::var("UNIAGENT_GATEWAY_VENV") else {
-        eprintln!(
-            "skipped: UNIAGENT_GATEWAY_VENV is not set (scripts/setup/60-gateway-clients.sh)"
-        );
+    let Some(python) = venv_python(
+        "UNIAGENT_GATEWAY_VENV",
+        "scripts/setup/60-gateway-clients.sh",
+    ) else {
         return;
     };
-    let python = Path::new(&venv).join("bin/python");
-    assert!(
-        python.exists(),
-        "UNIAGENT_GATEWAY_VENV={venv} has no bin/python: run scripts/setup/60-gateway-clients.sh"
-    );
     let dir = tempfile::tempdir().unwrap();
-    model_dir(dir.path());
+    tiny_model_dir(dir.path());
     let (codec, engine) = load_model_dir(dir.path()).unwrap();
     let cassettes = tempfile::tempdir().unwrap();
     let gateway = Arc::new(
@@ -116,7 +71,7 @@ async fn official_sdks_drive_the_gateway_and_the_tokens_are_exact() {
     let base = format!("http://{}", listener.local_addr().unwrap());
     let router = uniagent_gateway::router(gateway);
     let server = tokio::spawn(async move { axum::serve(listener, router).await });
-    let script = repo("tests/clients/drive.py");
+    let script = client_script("drive.py");
     let out = tokio::task::spawn_blocking(move || {
         std::process::Command::new(python)
             .arg(script)

@@ -16,6 +16,7 @@ use uniagent_gateway::cassette::{replay, GatewayCassette, CASSETTES};
 use uniagent_gateway::{Gateway, GatewayConfig, Recorder};
 
 pub mod http;
+pub mod sdk;
 
 /// The Qwen2.5 or Qwen3 tokenizer and chat template of uniagent-core's fixtures.
 pub fn fixture(name: &str) -> PathBuf {
