@@ -262,12 +262,12 @@ pub async fn train(prepared: &Prepared, section: &TrainerSection) -> Result<Trai
         move |task_id: &str, turn: usize| demos.get(&(task_id.to_owned(), turn)).cloned(),
     ));
     eprintln!(
-        "train: {} SFT tasks, {} RL tasks, {} held out; {} mode, {:?} loss, {} RL steps",
+        "train: {} SFT tasks, {} RL tasks, {} held out; {} mode, {} loss, {} RL steps",
         phases.sft.len(),
         phases.rl.len(),
         phases.held_out.len(),
         serde_json::to_value(section.pipeline.rl.mode).unwrap_or_default(),
-        section.pipeline.rl.loss,
+        section.pipeline.rl.loss_mode,
         section.pipeline.rl.steps,
     );
     let summary = pipeline

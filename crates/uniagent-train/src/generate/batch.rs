@@ -89,9 +89,7 @@ pub(crate) fn generate_batch_cancellable(
     let mut batch = DecodeBatch::new(kind);
     let before = batch.tokens_sampled();
     let tagged = requests.iter().cloned().enumerate().collect();
-    let mut done = batch
-        .admit(model, tagged, weight_version, &|i| cancelled(*i))
-        .map_err(|rejected| rejected.error)?;
+    let mut done = batch.admit(model, tagged, weight_version, &|i| cancelled(*i))?;
     sampled.fetch_add(batch.tokens_sampled() - before, Ordering::Relaxed);
     while !batch.is_empty() {
         let before = batch.tokens_sampled();

@@ -53,6 +53,13 @@ pub struct Rejected<T> {
     pub tags: Vec<T>,
 }
 
+impl<T> From<Rejected<T>> for Error {
+    /// The error alone (the callers behind the tags are told elsewhere, or are gone).
+    fn from(rejected: Rejected<T>) -> Self {
+        rejected.error
+    }
+}
+
 /// A batch of generations that new requests can join between steps.
 ///
 /// [`admit`](Self::admit) prefills new prompts (together, left-padded) and samples their first

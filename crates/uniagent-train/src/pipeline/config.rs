@@ -4,17 +4,21 @@
 use serde::{Deserialize, Serialize};
 use uniagent_core::{Error, Result};
 
-use crate::rl::{PolicyLossMode, RolloutCorrection};
+use crate::rl::{
+    AdvEstimator, ClipConfig, KlEstimator, KlKind, LossAggMode, PolicyLossMode, RolloutCorrection,
+};
+use crate::trainer::{KlLossConfig, RlObjective};
 
 /// The whole run: SFT, RL, rollouts, engine.
 ///
 /// ```
-/// use uniagent_train::pipeline::{LossName, Mode, PipelineConfig};
-/// let c = PipelineConfig::from_toml_str("seed = 3\n[rl]\nmode = \"async\"\nloss = \"gspo\"\n").unwrap();
-/// assert_eq!((c.seed, c.rl.mode, c.rl.loss), (3, Mode::Async, LossName::Gspo));
+/// use uniagent_train::pipeline::{Mode, PipelineConfig};
+/// use uniagent_train::rl::PolicyLossMode;
+/// let c = PipelineConfig::from_toml_str("seed = 3\n[rl]\nmode = \"async\"\nloss_mode = \"gspo\"\n").unwrap();
+/// assert_eq!((c.seed, c.rl.mode, c.rl.loss_mode), (3, Mode::Async, PolicyLossMode::Gspo));
 /// let y = PipelineConfig::from_yaml_str("rl:\n  async:\n    staleness_threshold: 1.0\n").unwrap();
 /// assert_eq!(y.rl.r#async.staleness_threshold, 1.0);
-/// assert!(PipelineConfig::from_toml_str("[rl]\nloss = \"ppo2\"\n").is_err());
+/// assert!(PipelineConfig::from_toml_str("[rl]\nloss_mode = \"ppo2\"\n").is_err());
 /// assert!(PipelineConfig::from_toml_str("sed = 3\n").is_err());
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -120,7 +124,7 @@ impl PipelineConfig {
         if !(self.rl.temperature.is_finite() && self.rl.temperature > 0.0) {
             return Err(Error::config("rl.temperature must be > 0"));
         }
-        Ok(())
+        self.rl.validate_objective()
     }
 }
 
@@ -206,29 +210,6 @@ impl Default for SftTarget {
     }
 }
 
-/// Policy-loss names as written in configs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LossName {
-    /// GRPO advantages with verl's vanilla (dual-clip PPO) loss.
-    Grpo,
-    /// GSPO: sequence-level importance ratio.
-    Gspo,
-    /// CISPO: clipped importance-sampling weight, gradient through the log-prob.
-    Cispo,
-}
-
-impl LossName {
-    /// The verl policy loss.
-    pub fn policy_loss(self) -> PolicyLossMode {
-        match self {
-            Self::Grpo => PolicyLossMode::Vanilla,
-            Self::Gspo => PolicyLossMode::Gspo,
-            Self::Cispo => PolicyLossMode::Cispo,
-        }
-    }
-}
-
 /// How rollouts and training alternate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -251,10 +232,35 @@ pub struct RlConfig {
     pub group_size: u32,
     /// Learning rate (constant, no weight decay).
     pub lr: f64,
-    /// Policy loss.
-    pub loss: LossName,
-    /// GRPO advantages divided by the group's standard deviation.
-    pub norm_adv_by_std: bool,
+    /// The policy loss (verl's `actor.policy_loss.loss_mode`: `vanilla`, `gspo`, `cispo`).
+    /// Read from `loss` too, the earlier key, where `grpo` names `vanilla`.
+    #[serde(alias = "loss")]
+    pub loss_mode: PolicyLossMode,
+    /// The outcome advantage estimator (verl's `algorithm.adv_estimator`: `grpo`, `rloo`,
+    /// `reinforce_plus_plus_baseline`).
+    pub adv_estimator: AdvEstimator,
+    /// GRPO advantages divided by the group's standard deviation (false: Dr.GRPO). Read from
+    /// `norm_adv_by_std` too, the earlier key.
+    #[serde(alias = "norm_adv_by_std")]
+    pub norm_adv_by_std_in_grpo: bool,
+    /// Ratios below `1 − clip_ratio_low` are clipped.
+    pub clip_ratio_low: f64,
+    /// Ratios above `1 + clip_ratio_high` are clipped.
+    pub clip_ratio_high: f64,
+    /// The dual-clip bound for negative advantages (`vanilla` only), > 1.
+    pub clip_ratio_c: f64,
+    /// How token losses are aggregated (`token-mean`, `token-sum`, `seq-mean-token-sum`,
+    /// `seq-mean-token-sum-norm`, `seq-mean-token-mean`).
+    pub loss_agg_mode: LossAggMode,
+    /// A KL penalty to the reference policy (the policy RL starts from) in the loss.
+    pub use_kl_loss: bool,
+    /// The KL penalty's coefficient.
+    pub kl_loss_coef: f64,
+    /// The KL estimator (`kl`, `abs`, `mse`, `low_var_kl`, each with an optional `+` for the
+    /// straight-through gradient).
+    pub kl_loss_type: KlEstimator,
+    /// The entropy bonus coefficient (`loss −= entropy_coeff · entropy`).
+    pub entropy_coeff: f64,
     /// Sampling temperature of RL rollouts (evaluation is greedy).
     pub temperature: f64,
     /// Rows per forward/backward pass.
@@ -272,14 +278,26 @@ pub struct RlConfig {
 }
 
 impl Default for RlConfig {
+    /// verl's defaults for the objective (vanilla loss, GRPO advantages divided by the std,
+    /// clip 0.2/0.2/3.0, token-mean, no KL loss, no entropy bonus).
     fn default() -> Self {
+        let clip = ClipConfig::default();
         Self {
             steps: 40,
             tasks_per_step: 8,
             group_size: 8,
             lr: 5e-4,
-            loss: LossName::Grpo,
-            norm_adv_by_std: true,
+            loss_mode: PolicyLossMode::Vanilla,
+            adv_estimator: AdvEstimator::Grpo,
+            norm_adv_by_std_in_grpo: true,
+            clip_ratio_low: clip.clip_ratio_low,
+            clip_ratio_high: clip.clip_ratio_high,
+            clip_ratio_c: clip.clip_ratio_c,
+            loss_agg_mode: LossAggMode::TokenMean,
+            use_kl_loss: false,
+            kl_loss_coef: 0.001,
+            kl_loss_type: KlEstimator::plain(KlKind::K3),
+            entropy_coeff: 0.0,
             temperature: 0.5,
             micro_batch_size: 16,
             eval_every: 5,
@@ -287,6 +305,61 @@ impl Default for RlConfig {
             r#async: AsyncConfig::default(),
             correction: RolloutCorrection::default(),
         }
+    }
+}
+
+impl RlConfig {
+    /// The trainer's objective from these knobs.
+    ///
+    /// ```
+    /// use uniagent_train::pipeline::PipelineConfig;
+    /// use uniagent_train::rl::{LossAggMode, PolicyLossMode};
+    /// let yaml = "rl:\n  loss_mode: gspo\n  loss_agg_mode: seq-mean-token-mean\n  \
+    ///             clip_ratio_high: 0.28\n  use_kl_loss: true\n  kl_loss_type: low_var_kl+\n";
+    /// let objective = PipelineConfig::from_yaml_str(yaml)?.rl.objective();
+    /// assert_eq!(objective.loss_mode, PolicyLossMode::Gspo);
+    /// assert_eq!(objective.agg, LossAggMode::SeqMeanTokenMean);
+    /// assert_eq!(objective.clip.clip_ratio_high, 0.28);
+    /// assert!(objective.kl.unwrap().estimator.straight_through);
+    /// # Ok::<(), uniagent_core::Error>(())
+    /// ```
+    pub fn objective(&self) -> RlObjective {
+        RlObjective {
+            loss_mode: self.loss_mode,
+            clip: ClipConfig {
+                clip_ratio_low: self.clip_ratio_low,
+                clip_ratio_high: self.clip_ratio_high,
+                clip_ratio_c: self.clip_ratio_c,
+            },
+            agg: self.loss_agg_mode,
+            kl: self.use_kl_loss.then_some(KlLossConfig {
+                coef: self.kl_loss_coef,
+                estimator: self.kl_loss_type,
+            }),
+            entropy_coeff: self.entropy_coeff,
+        }
+    }
+
+    /// Checks the objective's knobs; the message names the bad field.
+    fn validate_objective(&self) -> Result<()> {
+        for (name, v) in [
+            ("rl.clip_ratio_low", self.clip_ratio_low),
+            ("rl.clip_ratio_high", self.clip_ratio_high),
+            ("rl.kl_loss_coef", self.kl_loss_coef),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(Error::config(format!("{name} must be a finite value >= 0")));
+            }
+        }
+        if !(self.clip_ratio_c.is_finite() && self.clip_ratio_c > 1.0) {
+            return Err(Error::config(
+                "rl.clip_ratio_c must be > 1 (the dual-clip bound of negative advantages)",
+            ));
+        }
+        if !self.entropy_coeff.is_finite() {
+            return Err(Error::config("rl.entropy_coeff must be finite"));
+        }
+        Ok(())
     }
 }
 
@@ -315,6 +388,93 @@ impl Default for AsyncConfig {
             trigger_parameter_sync_step: 1,
             require_batches: 1,
             partial_rollout: true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rl::KlKind;
+
+    #[test]
+    fn every_objective_knob_is_read_by_its_verl_name() {
+        let yaml = "rl:
+  loss_mode: cispo
+  adv_estimator: rloo
+  norm_adv_by_std_in_grpo: false
+  clip_ratio_low: 0.1
+  clip_ratio_high: 0.3
+  clip_ratio_c: 5.0
+  loss_agg_mode: seq-mean-token-sum-norm
+  use_kl_loss: true
+  kl_loss_coef: 0.05
+  kl_loss_type: mse
+  entropy_coeff: 0.01
+";
+        let c = PipelineConfig::from_yaml_str(yaml).unwrap();
+        c.validate().unwrap();
+        let rl = &c.rl;
+        assert_eq!(rl.adv_estimator, AdvEstimator::Rloo);
+        assert!(!rl.norm_adv_by_std_in_grpo);
+        let o = rl.objective();
+        assert_eq!(o.loss_mode, PolicyLossMode::Cispo);
+        assert_eq!(
+            (
+                o.clip.clip_ratio_low,
+                o.clip.clip_ratio_high,
+                o.clip.clip_ratio_c
+            ),
+            (0.1, 0.3, 5.0)
+        );
+        assert_eq!(o.agg, LossAggMode::SeqMeanTokenSumNorm);
+        let kl = o.kl.unwrap();
+        assert_eq!(
+            (kl.coef, kl.estimator),
+            (0.05, KlEstimator::plain(KlKind::K2))
+        );
+        assert_eq!(o.entropy_coeff, 0.01);
+        // Written back with the same names, and read again to the same config.
+        let written = serde_norway::to_string(&c).unwrap();
+        assert!(
+            written.contains("loss_agg_mode: seq-mean-token-sum-norm"),
+            "{written}"
+        );
+        assert_eq!(PipelineConfig::from_yaml_str(&written).unwrap(), c);
+    }
+
+    #[test]
+    fn the_defaults_are_verls_and_the_earlier_keys_still_read() {
+        let default = RlConfig::default().objective();
+        assert_eq!(default, RlObjective::default());
+        let old =
+            PipelineConfig::from_yaml_str("rl:\n  loss: grpo\n  norm_adv_by_std: false\n").unwrap();
+        assert_eq!(old.rl.loss_mode, PolicyLossMode::Vanilla);
+        assert!(!old.rl.norm_adv_by_std_in_grpo);
+    }
+
+    #[test]
+    fn bad_objective_knobs_are_errors_naming_them() {
+        for (yaml, field) in [
+            ("rl:\n  clip_ratio_c: 1.0\n", "rl.clip_ratio_c"),
+            ("rl:\n  clip_ratio_low: -0.1\n", "rl.clip_ratio_low"),
+            ("rl:\n  kl_loss_coef: .nan\n", "rl.kl_loss_coef"),
+            ("rl:\n  entropy_coeff: .inf\n", "rl.entropy_coeff"),
+        ] {
+            let err = PipelineConfig::from_yaml_str(yaml)
+                .unwrap()
+                .validate()
+                .unwrap_err();
+            assert!(err.to_string().contains(field), "{yaml}: {err}");
+        }
+        for yaml in [
+            "rl:\n  adv_estimator: gae\n",
+            "rl:\n  loss_agg_mode: mean\n",
+            "rl:\n  kl_loss_type: k9\n",
+        ] {
+            let err = PipelineConfig::from_yaml_str(yaml).unwrap_err();
+            let name = yaml.rsplit(": ").next().unwrap().trim();
+            assert!(err.to_string().contains(name), "{yaml}: {err}");
         }
     }
 }

@@ -11,7 +11,8 @@ use uniagent_core::agent::Trajectory;
 use uniagent_core::{Error, Result};
 
 use super::checkpoint::RecordOffsets;
-use super::config::{AsyncConfig, LossName, Mode};
+use super::config::{AsyncConfig, Mode};
+use crate::rl::PolicyLossMode;
 
 /// What one RL step measured.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -91,8 +92,8 @@ pub struct Summary {
     pub mode: Mode,
     /// The async knobs.
     pub pipeline: AsyncConfig,
-    /// Policy loss.
-    pub loss: LossName,
+    /// Policy loss (verl's name; `grpo` in earlier summaries reads as `vanilla`).
+    pub loss: PolicyLossMode,
     /// Held-out tasks evaluated.
     pub held_out_tasks: usize,
     /// The run's seed.

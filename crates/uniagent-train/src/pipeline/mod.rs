@@ -76,7 +76,7 @@ mod weight_sync;
 pub use artifacts::export_hf;
 pub use checkpoint::RunCheckpoint;
 pub use config::{
-    AsyncConfig, CheckpointConfig, LossName, Mode, PipelineConfig, RlConfig, SftConfig, SftTarget,
+    AsyncConfig, CheckpointConfig, Mode, PipelineConfig, RlConfig, SftConfig, SftTarget,
 };
 pub use diagnostics::{mixed_groups, ratio_stats, staleness_histogram, RatioStats};
 #[cfg(feature = "http-sync")]

@@ -97,6 +97,77 @@ pub enum GroupEstimator {
     ReinforcePlusPlusBaseline,
 }
 
+/// An outcome advantage estimator by its verl name (`algorithm.adv_estimator`), as configs
+/// select it; [`AdvEstimator::estimator`] gives the [`GroupEstimator`] with its parameters.
+///
+/// ```
+/// use uniagent_train::rl::{AdvEstimator, GroupEstimator};
+/// let rloo: AdvEstimator = "rloo".parse()?;
+/// assert_eq!(rloo.estimator(true), GroupEstimator::Rloo);
+/// assert!("gae".parse::<AdvEstimator>().is_err()); // needs a critic: not an outcome estimator
+/// # Ok::<(), uniagent_train::rl::RlError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AdvEstimator {
+    /// `grpo`: [`GroupEstimator::Grpo`].
+    Grpo,
+    /// `rloo`: [`GroupEstimator::Rloo`].
+    Rloo,
+    /// `reinforce_plus_plus_baseline`: [`GroupEstimator::ReinforcePlusPlusBaseline`].
+    ReinforcePlusPlusBaseline,
+}
+
+impl AdvEstimator {
+    /// Every estimator, in verl's order.
+    pub const ALL: [AdvEstimator; 3] = [
+        AdvEstimator::Grpo,
+        AdvEstimator::Rloo,
+        AdvEstimator::ReinforcePlusPlusBaseline,
+    ];
+
+    /// verl's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdvEstimator::Grpo => "grpo",
+            AdvEstimator::Rloo => "rloo",
+            AdvEstimator::ReinforcePlusPlusBaseline => "reinforce_plus_plus_baseline",
+        }
+    }
+
+    /// The estimator; `norm_by_std` is GRPO's `norm_adv_by_std_in_grpo` (ignored by the
+    /// others), with verl's ε.
+    pub fn estimator(self, norm_by_std: bool) -> GroupEstimator {
+        match self {
+            AdvEstimator::Grpo => GroupEstimator::Grpo {
+                norm_by_std,
+                epsilon: GRPO_EPSILON,
+            },
+            AdvEstimator::Rloo => GroupEstimator::Rloo,
+            AdvEstimator::ReinforcePlusPlusBaseline => GroupEstimator::ReinforcePlusPlusBaseline,
+        }
+    }
+}
+
+impl std::fmt::Display for AdvEstimator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for AdvEstimator {
+    type Err = RlError;
+
+    fn from_str(s: &str) -> RlResult<Self> {
+        AdvEstimator::ALL
+            .into_iter()
+            .find(|e| e.as_str() == s)
+            .ok_or_else(|| RlError::UnknownName {
+                kind: "advantage estimator",
+                name: s.to_owned(),
+            })
+    }
+}
+
 /// `estimator`'s advantages of a batch: `[B, T]` of the rewards' kind, 0 off the mask.
 ///
 /// ```

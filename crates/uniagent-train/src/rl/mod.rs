@@ -36,13 +36,14 @@ mod error;
 mod groups;
 mod kl;
 mod masked;
+mod names;
 mod policy_loss;
 mod report;
 mod rollout_corr;
 
 pub use advantages::{
     gae_advantages, group_advantages, grpo_advantages, reinforce_plus_plus_advantages,
-    token_level_rewards, GroupEstimator, GRPO_EPSILON,
+    token_level_rewards, AdvEstimator, GroupEstimator, GRPO_EPSILON,
 };
 pub use aggregation::{agg_loss, GlobalBatchInfo, LossAggMode};
 pub use error::{RlError, RlResult};

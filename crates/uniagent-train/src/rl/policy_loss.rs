@@ -74,7 +74,12 @@ impl fmt::Display for PolicyLossMode {
 impl FromStr for PolicyLossMode {
     type Err = RlError;
 
+    /// verl's names; `grpo` (this project's earlier config name for GRPO's loss) reads as
+    /// `vanilla`.
     fn from_str(s: &str) -> RlResult<Self> {
+        if s == "grpo" {
+            return Ok(PolicyLossMode::Vanilla);
+        }
         PolicyLossMode::ALL
             .into_iter()
             .find(|m| m.as_str() == s)

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use tch::{Device, Kind, Tensor};
 use uniagent_core::{AgentLoopOutput, Error, Result};
 
-use crate::rl::{grpo_advantages, token_level_rewards, Groups, GRPO_EPSILON};
+use crate::rl::{group_advantages, token_level_rewards, GroupEstimator, Groups, GRPO_EPSILON};
 
 /// Trajectories for one optimizer step (one mini-batch), with per-token advantages for RL.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,6 +75,40 @@ impl TrainBatch {
         sessions: &[String],
         norm_by_std: bool,
     ) -> Result<Self> {
+        let grpo = GroupEstimator::Grpo {
+            norm_by_std,
+            epsilon: GRPO_EPSILON,
+        };
+        Self::with_group_sessions(rows, uids, sessions, grpo)
+    }
+
+    /// [`Self::with_grpo_sessions`] with any group estimator: GRPO and RLOO score sessions as
+    /// above; REINFORCE++-baseline whitens over every response token of the batch (as verl
+    /// does), so it needs one row per session (a forked session is an error).
+    ///
+    /// ```
+    /// # use uniagent_core::rollout::AgentLoopMetrics;
+    /// # use uniagent_core::AgentLoopOutput;
+    /// use uniagent_train::rl::GroupEstimator;
+    /// use uniagent_train::trainer::TrainBatch;
+    /// # let row = |score: f64| AgentLoopOutput {
+    /// #     prompt_ids: vec![1], response_ids: vec![2, 3], response_mask: vec![1, 1],
+    /// #     response_logprobs: None, weight_versions: None, reward_score: Some(score),
+    /// #     num_turns: 1, metrics: AgentLoopMetrics::default(),
+    /// #     extra_fields: Default::default(), token_sources: None, rerender_ids: None,
+    /// # };
+    /// let uids = vec!["t".to_owned(); 2];
+    /// let sessions = ["a", "b"].map(String::from);
+    /// let batch = TrainBatch::with_group_sessions(vec![row(1.0), row(0.0)], &uids, &sessions, GroupEstimator::Rloo)?;
+    /// assert_eq!(batch.advantages.unwrap()[0], vec![1.0, 1.0]); // 1·2/1 − 0.5·2/1
+    /// # Ok::<(), uniagent_core::Error>(())
+    /// ```
+    pub fn with_group_sessions(
+        rows: Vec<AgentLoopOutput>,
+        uids: &[String],
+        sessions: &[String],
+        estimator: GroupEstimator,
+    ) -> Result<Self> {
         if uids.len() != rows.len() || sessions.len() != rows.len() {
             return Err(Error::invalid_input(format!(
                 "{} uids and {} sessions for {} rows",
@@ -99,6 +133,31 @@ impl TrainBatch {
             session_of_row.push(s);
         }
         let score = |row: usize| rows[row].reward_score.unwrap_or(0.0) as f32;
+        if estimator == GroupEstimator::ReinforcePlusPlusBaseline {
+            if members.len() != rows.len() {
+                return Err(Error::invalid_input(
+                    "reinforce_plus_plus_baseline whitens over every token of the batch and \
+                     needs one row per session; a session forked into several chains",
+                ));
+            }
+            let scores: Vec<f32> = (0..rows.len()).map(score).collect();
+            let mask = &padded.response_mask;
+            let rewards =
+                token_level_rewards(&Tensor::from_slice(&scores), mask).map_err(rl_error)?;
+            let adv = group_advantages(estimator, &rewards, mask, &Groups::from_uids(uids))
+                .map_err(rl_error)?
+                .to_kind(Kind::Float);
+            let advantages = (0..rows.len())
+                .map(|row| {
+                    Vec::<f32>::try_from(adv.get(row as i64))
+                        .map_err(crate::model::tch_error("reading advantages"))
+                })
+                .collect::<Result<_>>()?;
+            return Ok(Self {
+                rows,
+                advantages: Some(advantages),
+            });
+        }
         let session_scores: Vec<f32> = members
             .iter()
             .map(|m| m.iter().map(|&r| score(r)).sum::<f32>() / m.len() as f32)
@@ -107,12 +166,11 @@ impl TrainBatch {
         let scores = Tensor::from_slice(&session_scores);
         let one_token = Tensor::ones([n, 1], (Kind::Float, Device::Cpu));
         let rewards = token_level_rewards(&scores, &one_token).map_err(rl_error)?;
-        let adv = grpo_advantages(
+        let adv = group_advantages(
+            estimator,
             &rewards,
             &one_token,
             &Groups::from_uids(&session_uids),
-            norm_by_std,
-            GRPO_EPSILON,
         )
         .map_err(rl_error)?;
         let session_adv = Vec::<f32>::try_from(adv.view([n]).to_kind(Kind::Float))
@@ -254,5 +312,60 @@ impl PaddedBatch {
             rollout_logprobs: s(&self.rollout_logprobs),
             advantages: s(&self.advantages),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uniagent_core::rollout::AgentLoopMetrics;
+
+    fn row(score: f64, len: usize) -> AgentLoopOutput {
+        AgentLoopOutput {
+            prompt_ids: vec![1],
+            response_ids: vec![2; len],
+            response_mask: vec![1; len],
+            response_logprobs: None,
+            weight_versions: None,
+            reward_score: Some(score),
+            num_turns: 1,
+            metrics: AgentLoopMetrics::default(),
+            extra_fields: Default::default(),
+            token_sources: None,
+            rerender_ids: None,
+        }
+    }
+
+    /// REINFORCE++-baseline whitens over the batch's real tokens, so rows of different lengths
+    /// weigh by their tokens: the batch's values equal the estimator on the padded tensors.
+    #[test]
+    fn reinforce_plus_plus_baseline_whitens_over_real_tokens() {
+        let rows = vec![row(1.0, 3), row(0.0, 1), row(0.5, 2), row(0.0, 2)];
+        let uids = ["a", "a", "b", "b"].map(String::from);
+        let sessions = ["0", "1", "2", "3"].map(String::from);
+        let estimator = GroupEstimator::ReinforcePlusPlusBaseline;
+        let batch =
+            TrainBatch::with_group_sessions(rows.clone(), &uids, &sessions, estimator).unwrap();
+        let padded = PaddedBatch::new(&rows, None, usize::MAX, Device::Cpu).unwrap();
+        let scores = Tensor::from_slice(&[1.0f32, 0.0, 0.5, 0.0]);
+        let rewards = token_level_rewards(&scores, &padded.response_mask).unwrap();
+        let want = group_advantages(
+            estimator,
+            &rewards,
+            &padded.response_mask,
+            &Groups::from_uids(&uids),
+        )
+        .unwrap();
+        let got = batch.advantages.unwrap();
+        for (i, row) in got.iter().enumerate() {
+            for (t, a) in row.iter().enumerate() {
+                let w = want.double_value(&[i as i64, t as i64]) as f32;
+                assert!((a - w).abs() < 1e-6, "row {i} token {t}: {a} vs {w}");
+            }
+        }
+        // A forked session cannot be whitened token by token: a typed error.
+        let forked = ["0", "0", "2", "3"].map(String::from);
+        let err = TrainBatch::with_group_sessions(rows, &uids, &forked, estimator).unwrap_err();
+        assert!(err.to_string().contains("one row per session"), "{err}");
     }
 }

@@ -274,7 +274,7 @@ impl Pipeline {
         let summary = Summary {
             mode: self.config.rl.mode,
             pipeline: self.config.rl.r#async,
-            loss: self.config.rl.loss,
+            loss: self.config.rl.loss_mode,
             held_out_tasks: held_out.len(),
             seed: self.config.seed,
             sft_only_success: before.success,

@@ -13,9 +13,7 @@ use crate::pipeline::diagnostics::{mixed_groups, ratio_stats, staleness_histogra
 use crate::pipeline::metrics::StepRecord;
 use crate::pipeline::rollouter::{RolloutPlan, Rollouter};
 use crate::pipeline::tasks::TaskSource;
-use crate::trainer::{
-    OptimConfig, RlObjective, StepMetrics, TrainBatch, TrainMode, Trainer, TrainerConfig,
-};
+use crate::trainer::{OptimConfig, StepMetrics, TrainBatch, TrainMode, Trainer, TrainerConfig};
 
 use super::{blocking, Evaluation, Pipeline};
 
@@ -37,10 +35,7 @@ impl Pipeline {
     ) -> Result<RlOutcome> {
         let c = self.config.rl.clone();
         let config = TrainerConfig {
-            mode: TrainMode::Rl(RlObjective {
-                loss_mode: c.loss.policy_loss(),
-                ..RlObjective::default()
-            }),
+            mode: TrainMode::Rl(c.objective()),
             optim: OptimConfig {
                 lr: c.lr,
                 weight_decay: 0.0,
@@ -51,10 +46,28 @@ impl Pipeline {
             ..TrainerConfig::default()
         };
         self.commit_pending().await?;
-        let mut trainer = Trainer::new(self.take_policy()?, None, config)?
-            .with_rollout_correction(c.correction.clone());
-        let mut source = source;
         let resume = self.resume.take();
+        if c.use_kl_loss && resume.is_some() {
+            return Err(Error::config(
+                "trainer.rl.use_kl_loss: a run with a KL loss cannot be resumed yet (its \
+                 reference, the policy RL started from, is not in the run checkpoint)",
+            ));
+        }
+        let policy = self.take_policy()?;
+        // verl's reference policy: the one RL starts from, frozen.
+        let reference = match c.use_kl_loss {
+            true => match policy.try_clone() {
+                Ok(copy) => Some(copy),
+                Err(e) => {
+                    self.policy = Some(policy);
+                    return Err(e);
+                }
+            },
+            false => None,
+        };
+        let mut trainer =
+            Trainer::new(policy, reference, config)?.with_rollout_correction(c.correction.clone());
+        let mut source = source;
         if let Some(cp) = &resume {
             if let Err(e) = blocking(|| trainer.resume_from(&cp.dir)) {
                 self.policy = Some(trainer.into_policy());
@@ -339,12 +352,9 @@ impl Pipeline {
                     o
                 })
                 .collect();
-            let batch = TrainBatch::with_grpo_sessions(
-                outputs,
-                &uids,
-                &sessions,
-                self.config.rl.norm_adv_by_std,
-            )?;
+            let rl = &self.config.rl;
+            let estimator = rl.adv_estimator.estimator(rl.norm_adv_by_std_in_grpo);
+            let batch = TrainBatch::with_group_sessions(outputs, &uids, &sessions, estimator)?;
             if let Some(adv) = &batch.advantages {
                 for a in adv {
                     adv_sum += a
