@@ -307,8 +307,8 @@ fn entropy_value_and_gradient_match_verl() {
     }
 }
 
-/// The reference values quoted in shared/reference/verl.md §6 are reproduced by the shape of
-/// our batches: a constant group gives 0, a singleton gives score/(1+1e-6).
+/// verl's documented edge cases of GRPO are reproduced by the shape of our batches: a constant
+/// group gives 0, a singleton gives score/(1+1e-6).
 #[test]
 fn edge_cases_behave_as_verl_documents() {
     for case in cases() {

@@ -2,7 +2,7 @@
 //!
 //! A request's HTTP deadline must never end before the server-side deadline it carries, or the
 //! client gives up while the command still runs and reports an infrastructure failure instead of
-//! the server's `CommandTimeoutError` (Uni-Agent bug §11.2 #14). Every function here returns the
+//! the server's `CommandTimeoutError` (a fault of Uni-Agent's client). Every function here returns the
 //! command's own worst case plus a margin, or `None` (no transport deadline) when the command
 //! may legitimately run forever.
 

@@ -1,6 +1,6 @@
 //! `str_replace_editor`: view, create and edit text files byte-exactly, with undo.
 //!
-//! Fixes the bugs of Uni-Agent's Python editor (reference §4.5, §11.2 #27): `create` never
+//! Avoids the faults of Uni-Agent's Python editor: `create` never
 //! overwrites, tabs are never expanded, `insert` inserts *after* `insert_line` (0 = top), the
 //! history survives across runs so `undo_edit` works, a missing path is an error, and every
 //! refusal is an error (exit code 1), not a success.
