@@ -56,12 +56,18 @@ runner:\n  samples_per_task: {samples}\n  max_concurrent_rollouts: 4\n"
     )
 }
 
+/// The records of `trajectories.jsonl`, each checked against the format's JSON Schema.
 fn lines(dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(dir.join("trajectories.jsonl"))
+    let records: Vec<Value> = std::fs::read_to_string(dir.join("trajectories.jsonl"))
         .unwrap_or_default()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+        .collect();
+    for r in &records {
+        let violations = uniagent_core::testing::trajectory_record_violations(r);
+        assert!(violations.is_empty(), "{violations:?} in {r}");
+    }
+    records
 }
 
 fn pairs(lines: &[Value]) -> BTreeSet<(String, u64)> {

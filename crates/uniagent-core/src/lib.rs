@@ -8,6 +8,7 @@ pub mod cassette;
 pub mod codec;
 pub mod config;
 mod error;
+pub mod formats;
 mod generator;
 mod message;
 mod model;

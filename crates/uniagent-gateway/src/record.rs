@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::error::{GatewayError, Result};
 
 /// The file name inside the output directory (the same as `uniagent run` writes).
-pub const TRAJECTORIES: &str = "trajectories.jsonl";
+pub const TRAJECTORIES: &str = uniagent_core::formats::trajectories::FILE_NAME;
 
 /// Appends one flushed JSON line per record to `DIR/trajectories.jsonl` (or another file of
 /// `DIR`, see [`open`](Self::open)).

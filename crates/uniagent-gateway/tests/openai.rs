@@ -425,6 +425,10 @@ async fn reward_models_healthz_and_recording() {
     assert_eq!(lines.len(), 2);
     assert_eq!(lines[0], ended[0]);
     assert_eq!(lines[1]["task_id"], "open");
+    for line in &lines {
+        let violations = uniagent_core::testing::trajectory_record_violations(line);
+        assert!(violations.is_empty(), "{violations:?} in {line}");
+    }
 }
 
 #[tokio::test]

@@ -46,9 +46,16 @@ async fn a_user_trains_a_policy_on_their_own_task_family() {
         );
     }
     let written = std::fs::read_to_string(out.path().join("trajectories.jsonl")).unwrap();
-    let demonstrations: Vec<Value> = written
+    let records: Vec<Value> = written
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .collect();
+    for r in &records {
+        let violations = uniagent_core::testing::trajectory_record_violations(r);
+        assert!(violations.is_empty(), "{violations:?} in {r}");
+    }
+    let demonstrations: Vec<Value> = records
+        .into_iter()
         .filter(|v| v["phase"] == "demonstration")
         .collect();
     assert_eq!(demonstrations.len(), 12);

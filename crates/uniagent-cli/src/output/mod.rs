@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use uniagent_core::agent::{rollout_id, ExitReason, Trajectory};
+use uniagent_core::formats::trajectories;
 use uniagent_core::runner::TrajectorySink;
 
 pub use cassettes::{CassetteFile, CassetteRun};
@@ -25,7 +26,7 @@ use crate::error::{CliError, Result};
 use crate::model::VersionLog;
 
 /// File names inside the output directory.
-pub const TRAJECTORIES: &str = "trajectories.jsonl";
+pub const TRAJECTORIES: &str = uniagent_core::formats::trajectories::FILE_NAME;
 /// The summary.
 pub const SUMMARY: &str = "summary.json";
 /// The effective configuration (file plus overrides).
@@ -202,22 +203,9 @@ impl TrajectoryFile {
     /// The JSON line of `t`: token fields only for token-level backends, logprobs absent when
     /// the backend gave none, `weight_versions` aligned with the response tokens.
     pub fn record(&self, t: &Trajectory, run_id: &str) -> Value {
-        let mut v = serde_json::to_value(t).unwrap_or(Value::Null);
-        let Some(map) = v.as_object_mut() else {
-            return v;
-        };
-        if map.get("response_logprobs").is_some_and(Value::is_null) {
-            map.remove("response_logprobs");
-        }
+        let mut map = trajectories::record(t);
         if !self.token_level {
-            for key in [
-                "prompt_ids",
-                "response_ids",
-                "response_mask",
-                "response_logprobs",
-            ] {
-                map.remove(key);
-            }
+            trajectories::without_token_fields(&mut map);
         } else if let Some(log) = &self.versions {
             let mut sampled = log.take(run_id).into_iter();
             let versions: Vec<Value> = t
@@ -231,7 +219,7 @@ impl TrajectoryFile {
                 .collect();
             map.insert("weight_versions".into(), Value::Array(versions));
         }
-        v
+        Value::Object(map)
     }
 }
 

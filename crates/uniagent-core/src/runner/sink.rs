@@ -4,6 +4,7 @@ use std::io::Write;
 
 use crate::agent::Trajectory;
 use crate::error::{Error, Result};
+use crate::formats::trajectories;
 
 /// Receives every finished trajectory of a run, in completion order.
 pub trait TrajectorySink: Send {
@@ -24,7 +25,8 @@ impl TrajectorySink for Vec<Trajectory> {
     }
 }
 
-/// Writes one JSON object per line.
+/// Writes one trajectory record per line
+/// ([`formats::trajectories::record`](crate::formats::trajectories::record)).
 ///
 /// ```
 /// use uniagent_core::agent::{ExitReason, Trajectory};
@@ -62,10 +64,9 @@ impl<W: Write + Send> JsonlSink<W> {
 
 impl<W: Write + Send> TrajectorySink for JsonlSink<W> {
     fn write(&mut self, trajectory: &Trajectory) -> Result<()> {
-        serde_json::to_writer(&mut self.out, trajectory)
-            .map_err(|e| Error::io("writing a trajectory as JSON", std::io::Error::other(e)))?;
+        let line = trajectories::to_line(&trajectories::record(trajectory))?;
         self.out
-            .write_all(b"\n")
+            .write_all(&line)
             .map_err(|e| Error::io("writing a trajectory line", e))?;
         self.written += 1;
         Ok(())

@@ -13,6 +13,7 @@ mod child_stdin;
 mod deployment;
 mod model;
 mod process;
+mod schema;
 #[cfg(feature = "codec")]
 mod token_generator;
 mod tool;
@@ -22,6 +23,7 @@ pub use child_stdin::output_with_stdin;
 pub use deployment::{ScriptedDeployment, ScriptedReply};
 pub use model::{ModelRequest, ScriptedChatModel, ScriptedTurn};
 pub use process::{free_port, sandbox_server_args, spawn_with_first_line};
+pub use schema::trajectory_record_violations;
 #[cfg(feature = "codec")]
 pub use token_generator::{assistant_text, ScriptedTokenGenerator, SCRIPTED_LOGPROB};
 pub use tool::{RecordedCall, RecordingTool};

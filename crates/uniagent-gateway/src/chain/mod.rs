@@ -236,13 +236,6 @@ impl Chain {
         t.output
             .extra_fields
             .insert("gateway".into(), Value::Object(gateway));
-        let mut v = serde_json::to_value(&t).unwrap_or(Value::Null);
-        if let Some(map) = v.as_object_mut() {
-            // Absent, never null: the cache reports `None` when a turn came without logprobs.
-            if map.get("response_logprobs").is_some_and(Value::is_null) {
-                map.remove("response_logprobs");
-            }
-        }
-        v
+        Value::Object(uniagent_core::formats::trajectories::record(&t))
     }
 }

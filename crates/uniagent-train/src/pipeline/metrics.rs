@@ -8,6 +8,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use uniagent_core::agent::Trajectory;
+use uniagent_core::formats::trajectories;
 use uniagent_core::{Error, Result};
 
 use super::checkpoint::RecordOffsets;
@@ -144,7 +145,7 @@ impl Records {
     pub(crate) fn create(out: &Path) -> Result<Self> {
         std::fs::create_dir_all(out).map_err(io("creating the output directory"))?;
         Ok(Self {
-            trajectories: File::create(out.join("trajectories.jsonl"))
+            trajectories: File::create(out.join(trajectories::FILE_NAME))
                 .map_err(io("creating trajectories.jsonl"))?,
             metrics: File::create(out.join("metrics.jsonl"))
                 .map_err(io("creating metrics.jsonl"))?,
@@ -178,7 +179,7 @@ impl Records {
             Ok(file)
         };
         Ok(Self {
-            trajectories: open("trajectories.jsonl", offsets.trajectories)?,
+            trajectories: open(trajectories::FILE_NAME, offsets.trajectories)?,
             metrics: open("metrics.jsonl", offsets.metrics)?,
         })
     }
@@ -205,18 +206,11 @@ impl Records {
         ts: &[Trajectory],
     ) -> Result<()> {
         for t in ts {
-            let mut v = serde_json::to_value(t).map_err(|e| Error::internal(e.to_string()))?;
-            if let serde_json::Value::Object(o) = &mut v {
-                // Absent, not null, when the generator gave none (as `uniagent run` writes).
-                if o.get("response_logprobs")
-                    .is_some_and(serde_json::Value::is_null)
-                {
-                    o.remove("response_logprobs");
-                }
-                o.insert("phase".into(), phase.into());
-                o.insert("step".into(), step.into());
-            }
-            writeln!(self.trajectories, "{v}").map_err(io("writing trajectories.jsonl"))?;
+            let mut record = trajectories::record(t);
+            trajectories::tag(&mut record, phase, step);
+            self.trajectories
+                .write_all(&trajectories::to_line(&record)?)
+                .map_err(io("writing trajectories.jsonl"))?;
         }
         Ok(())
     }
