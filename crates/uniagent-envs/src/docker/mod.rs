@@ -60,7 +60,7 @@ use tokio::sync::Mutex;
 use uniagent_core::sandbox::*;
 use uniagent_core::{Capabilities, Error, Result};
 
-pub use engine::{daemon_reachable, engine};
+pub use engine::{daemon_calls, daemon_reachable, engine};
 pub use image::{prune_payload_images, LABEL_PAYLOAD_FILES, LABEL_PAYLOAD_STAMP, PAYLOAD_REPO};
 pub use labels::{
     run_id, Owner, LABEL_DEADLINE, LABEL_MANAGED, LABEL_OWNER, LABEL_RUN_ID, RUN_ID_ENV,
@@ -155,6 +155,7 @@ async fn create_and_start(
     body: bollard::models::ContainerCreateBody,
     image: &str,
 ) -> Result<String> {
+    engine::count_call();
     let created = docker
         .create_container(
             Some(bollard::query_parameters::CreateContainerOptions {
@@ -165,6 +166,7 @@ async fn create_and_start(
         )
         .await
         .map_err(|e| docker_error(&format!("creating a container from `{image}`"), e))?;
+    engine::count_call();
     docker
         .start_container(
             &created.id,
@@ -351,9 +353,11 @@ impl DockerDeployment {
     /// `PATH`.
     async fn ensure_image(&self, docker: &Docker) -> Result<(String, Option<String>)> {
         let image = &self.config.image;
+        engine::count_call();
         let inspected = match docker.inspect_image(image).await {
             Ok(found) => found,
             Err(e) if is_not_found(&e) && self.config.pull => {
+                engine::count_call();
                 let mut progress = docker.create_image(
                     Some(CreateImageOptions {
                         from_image: Some(image.clone()),
@@ -371,6 +375,7 @@ impl DockerDeployment {
                     Ok(())
                 };
                 engine::within(&format!("pulling `{image}`"), PULL_TIMEOUT, pulled).await?;
+                engine::count_call();
                 docker
                     .inspect_image(image)
                     .await

@@ -92,6 +92,7 @@ async fn accept_loop(listener: TcpListener, docker: Docker, id: String, port: u1
 
 /// One client connection: an exec of the relay inside the container, bytes copied both ways.
 async fn relay_connection(client: TcpStream, docker: &Docker, id: &str, port: u16) -> Result<()> {
+    super::engine::count_call();
     let exec = docker
         .create_exec(
             id,
@@ -110,6 +111,7 @@ async fn relay_connection(client: TcpStream, docker: &Docker, id: &str, port: u1
         )
         .await
         .map_err(|e| docker_error("creating the relay exec", e))?;
+    super::engine::count_call();
     let started = docker
         .start_exec(
             &exec.id,
