@@ -102,8 +102,14 @@ async fn a_sandbox_lifetime_costs_a_bounded_number_of_daemon_calls() {
                  a connection each, {CONCURRENCY} at once {one_shot}"
             );
             // The relay's cost does not grow with connections: a small constant over idle.
-            assert!(tools <= idle + 8, "{tools} calls for tool calls, {idle} idle");
-            assert!(one_shot <= idle + 8, "{one_shot} calls for one-shot requests, {idle} idle");
+            assert!(
+                tools <= idle + 8,
+                "{tools} calls for tool calls, {idle} idle"
+            );
+            assert!(
+                one_shot <= idle + 8,
+                "{one_shot} calls for one-shot requests, {idle} idle"
+            );
         },
     )
     .await;
