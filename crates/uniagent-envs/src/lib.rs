@@ -30,6 +30,8 @@ pub mod leases;
 mod lifecycle;
 #[cfg(any(feature = "openai", feature = "vllm", feature = "sglang"))]
 pub mod models;
+#[cfg(any(feature = "docker", feature = "server"))]
+pub mod mux;
 #[cfg(feature = "pool")]
 pub mod pool;
 #[cfg(feature = "remote")]

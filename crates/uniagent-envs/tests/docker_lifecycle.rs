@@ -205,12 +205,12 @@ async fn a_read_only_root_keeps_the_work_dir_writable() {
     .await;
 }
 
-/// The relay processes (`--relay-stdio`) running in the sandbox, read from `/proc`.
+/// The relay's multiplexer processes (`--relay-mux`) running in the sandbox, read from `/proc`.
 async fn relay_processes(sandbox: &DockerDeployment) -> usize {
     let out = sandbox
         .sh(
             "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f 2>/dev/null; echo; done \
-             | grep -c '^/opt/uniagent/bin/uniagent-sandbox --relay-stdio' || true",
+             | grep -c '^/opt/uniagent/bin/uniagent-sandbox --relay-mux' || true",
             Duration::from_secs(10),
         )
         .await
@@ -219,9 +219,9 @@ async fn relay_processes(sandbox: &DockerDeployment) -> usize {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn relay_connections_end_with_their_clients_and_the_relay_with_the_deployment() {
+async fn relay_connections_share_one_multiplexer_and_the_relay_ends_with_the_deployment() {
     deadline(
-        "relay_connections_end_with_their_clients_and_the_relay_with_the_deployment",
+        "relay_connections_share_one_multiplexer_and_the_relay_ends_with_the_deployment",
         DEFAULT,
         async {
             use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -248,33 +248,20 @@ async fn relay_connections_end_with_their_clients_and_the_relay_with_the_deploym
                 let answer = String::from_utf8_lossy(&answer);
                 assert!(answer.starts_with("HTTP/1.1 "), "{answer}");
             }
-            // Clients that stay connected have a relay each (the count is real)...
+            // Clients that stay connected share the one multiplexer (the count is real: the
+            // `sh` calls that count ride on it too)...
             let mut idle = Vec::new();
             for _ in 0..3 {
                 idle.push(tokio::net::TcpStream::connect(&address).await.unwrap());
             }
-            let mut seen = 0;
-            for _ in 0..100 {
-                seen = relay_processes(&sandbox).await;
-                if seen >= baseline + 3 {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            assert!(seen >= baseline + 3, "{seen} relays, {baseline} before");
-            // ...and hang up without a word.
+            assert_eq!(baseline, 1, "one multiplexer before");
+            assert_eq!(relay_processes(&sandbox).await, 1, "one multiplexer after");
+            // ...and hang up without a word: the multiplexer stays for the next connections.
             drop(idle);
-            // Every relay of a closed client exits (polled: exits are asynchronous; a leak never gets
-            // there).
-            let mut left = usize::MAX;
-            for _ in 0..100 {
-                left = relay_processes(&sandbox).await;
-                if left <= baseline {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            assert!(left <= baseline, "{left} relays left, {baseline} before");
+            assert_eq!(relay_processes(&sandbox).await, 1);
+            let stats = sandbox.relay_stats().await.unwrap();
+            assert_eq!(stats.mux_execs, 1, "{stats:?}");
+            assert!(stats.connections >= 8, "{stats:?}");
             sandbox.stop().await.unwrap();
             // The listener is gone with the deployment.
             let mut refused = false;

@@ -12,17 +12,15 @@
 //! inherit it) or a 0600 file. On start it prints one line, `uniagent-sandbox listening on
 //! http://HOST:PORT`, to stdout (with the real port when `--port 0` asked for a free one).
 //!
-//! `uniagent-sandbox --relay-stdio 127.0.0.1:PORT` (hidden) is the in-container half of the
-//! docker backend's relay for `network: none`: it connects to the address (retrying while the
-//! server is still starting), copies stdin to the connection and the connection to stdout, and
-//! exits when either side closes. The host runs it through `docker exec`, one per connection.
+//! `uniagent-sandbox --relay-mux 127.0.0.1:PORT` (hidden) is the in-container half of the
+//! docker backend's relay for `network: none`: it reads frames of many connections from stdin
+//! (`uniagent_envs::mux`), opens a TCP connection to the address for each (retrying while the
+//! server is still starting), and writes their answers back to stdout as frames, until stdin
+//! ends. The host runs one through `docker exec` per sandbox, not one per connection.
 
-use std::io::{Read as _, Write as _};
-use std::net::{Shutdown, TcpStream};
 use std::process::ExitCode;
 
 mod common;
-use std::time::{Duration, Instant};
 
 use clap::Parser;
 use common::listen::{announce, stop_signals, Listen};
@@ -85,9 +83,10 @@ struct Args {
     /// The bash used for sessions and syntax checks.
     #[arg(long, default_value = "bash")]
     bash: String,
-    /// Relay stdin/stdout to this TCP address instead of serving (used by the docker backend).
+    /// Relay the multiplexed connections on stdin/stdout to this TCP address instead of
+    /// serving (used by the docker backend).
     #[arg(long, hide = true, value_name = "ADDR", conflicts_with_all = ["auth_token", "auth_token_file"])]
-    relay_stdio: Option<String>,
+    relay_mux: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -96,14 +95,8 @@ fn main() -> ExitCode {
     let env_token = std::env::var(TOKEN_ENV).ok();
     std::env::remove_var(TOKEN_ENV);
     let args = Args::parse();
-    if let Some(address) = &args.relay_stdio {
-        return match relay_stdio(address) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("uniagent-sandbox: relay to {address}: {e}");
-                ExitCode::FAILURE
-            }
-        };
+    if let Some(address) = args.relay_mux {
+        return relay_mux(address);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -212,55 +205,26 @@ async fn run(args: Args, token: String) -> std::io::Result<()> {
     serve(listener, config, shutdown).await
 }
 
-/// How long the relay retries a refused connection (the server may still be starting).
-const RELAY_CONNECT_PATIENCE: Duration = Duration::from_secs(5);
-
-/// Copies stdin to a TCP connection to `address` and the connection to stdout, until either
-/// side closes. Plain threads and blocking I/O: one connection, nothing to schedule.
-fn relay_stdio(address: &str) -> std::io::Result<()> {
-    let started = Instant::now();
-    let stream = loop {
-        match TcpStream::connect(address) {
-            Ok(stream) => break stream,
-            Err(e)
-                if e.kind() == std::io::ErrorKind::ConnectionRefused
-                    && started.elapsed() < RELAY_CONNECT_PATIENCE =>
-            {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Err(e) => return Err(e),
+/// Runs the multiplexer on stdin/stdout. One thread: the work is copying bytes.
+fn relay_mux(address: String) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("uniagent-sandbox: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
         }
     };
-    stream.set_nodelay(true)?;
-    let mut upstream = stream.try_clone()?;
-    // stdin → connection; at the end of stdin, half-close so the server sees the end too.
-    std::thread::spawn(move || {
-        let mut stdin = std::io::stdin().lock();
-        let mut buf = vec![0u8; 64 << 10];
-        loop {
-            match stdin.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if upstream.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-            }
+    let result = runtime.block_on(uniagent_envs::mux::serve_stdio(address.clone()));
+    // Not waiting for the runtime's shutdown: a blocking read of stdin cannot be cancelled.
+    runtime.shutdown_background();
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("uniagent-sandbox: relay to {address}: {e}");
+            ExitCode::FAILURE
         }
-        let _ = upstream.shutdown(Shutdown::Write);
-    });
-    // connection → stdout, flushed per chunk (stdout is line-buffered); its end ends the relay.
-    let mut downstream = stream;
-    let mut stdout = std::io::stdout().lock();
-    let mut buf = vec![0u8; 64 << 10];
-    loop {
-        let n = match downstream.read(&mut buf) {
-            Ok(0) => return Ok(()),
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        stdout.write_all(&buf[..n])?;
-        stdout.flush()?;
     }
 }

@@ -1,5 +1,6 @@
 //! The connection to the Docker Engine and the mapping of its errors into [`Error`].
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bollard::Docker;
@@ -14,6 +15,22 @@ pub(crate) const BACKEND: &str = "docker";
 const API_TIMEOUT: Duration = Duration::from_secs(120);
 
 static ENGINE: OnceCell<Docker> = OnceCell::const_new();
+
+/// Docker API requests made so far (see [`daemon_calls`]).
+static DAEMON_CALLS: AtomicU64 = AtomicU64::new(0);
+
+/// How many Docker Engine API requests this process's docker backend has made so far (every
+/// request of a deployment, from the image checks of `start` to the removal of `stop`, the
+/// relay's execs, the reaper's), for metrics and tests. Read it before and after a workload: the
+/// difference is that workload's load on the daemon.
+pub fn daemon_calls() -> u64 {
+    DAEMON_CALLS.load(Ordering::Relaxed)
+}
+
+/// Counts one Docker API request (called just before each).
+pub(crate) fn count_call() {
+    DAEMON_CALLS.fetch_add(1, Ordering::Relaxed);
+}
 
 /// A client of the local Docker Engine (`$DOCKER_HOST` or the default unix socket), with the API
 /// version negotiated down to what the daemon speaks. Connected once per process and shared.
@@ -30,6 +47,7 @@ pub async fn engine() -> Result<Docker> {
             let docker = Docker::connect_with_local_defaults()
                 .map_err(|e| docker_error("connecting to the Docker daemon", e))?
                 .with_timeout(API_TIMEOUT);
+            count_call();
             docker
                 .negotiate_version()
                 .await
@@ -46,6 +64,7 @@ pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(10);
 /// skip without one). A daemon that does not answer gives a retryable sandbox error.
 pub async fn daemon_reachable() -> Result<()> {
     let docker = engine().await?;
+    count_call();
     within("pinging the Docker daemon", PING_TIMEOUT, docker.ping())
         .await
         .map(|_| ())

@@ -44,6 +44,7 @@ impl Drop for ContainerGuard {
         let name = std::mem::take(&mut self.name);
         crate::blocking::block_on_own_thread(async move {
             let removal = async {
+                super::engine::count_call();
                 let docker = Docker::connect_with_local_defaults()
                     .map_err(|e| super::engine::docker_error("connecting", e))?
                     .negotiate_version()

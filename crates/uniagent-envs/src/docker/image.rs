@@ -78,6 +78,7 @@ pub(crate) async fn payload_image(
 }
 
 async fn image_exists(docker: &Docker, tag: &str) -> Result<bool> {
+    super::engine::count_call();
     match docker.inspect_image(tag).await {
         Ok(_) => Ok(true),
         Err(e) if is_not_found(&e) => Ok(false),
@@ -94,6 +95,7 @@ async fn commit(
 ) -> Result<()> {
     let name = format!("uniagent-build-{}", random_hex(8));
     let guard = ContainerGuard::new(name.clone());
+    super::engine::count_call();
     docker
         .create_container(
             Some(CreateContainerOptions {
@@ -109,6 +111,7 @@ async fn commit(
         )
         .await
         .map_err(|e| docker_error("creating the payload build container", e))?;
+    super::engine::count_call();
     docker
         .upload_to_container(
             &name,
@@ -121,6 +124,7 @@ async fn commit(
         .await
         .map_err(|e| docker_error("copying the sandbox server into the image", e))?;
     let (repo, tag_part) = tag.split_once(':').unwrap_or((tag, "latest"));
+    super::engine::count_call();
     docker
         .commit_container(
             CommitContainerOptions {
@@ -204,6 +208,7 @@ fn is_stale_payload(labels: &HashMap<String, String>) -> bool {
 /// [`LABEL_MANAGED`]) whose binaries were rebuilt or deleted since (see the module docs).
 /// Images a container still uses are left; returns the removed tags.
 pub async fn prune_payload_images(docker: &Docker) -> Result<Vec<String>> {
+    super::engine::count_call();
     let images = docker
         .list_images(Some(ListImagesOptions {
             filters: Some(HashMap::from([
@@ -224,6 +229,7 @@ pub async fn prune_payload_images(docker: &Docker) -> Result<Vec<String>> {
             .iter()
             .filter(|t| t.starts_with(&format!("{PAYLOAD_REPO}:")))
         {
+            super::engine::count_call();
             match docker
                 .remove_image(tag, None::<RemoveImageOptions>, None)
                 .await

@@ -19,18 +19,21 @@
 //! dropped** (the server binds an unprivileged port and runs shells as the image's user, so it
 //! needs none; add some back with [`DockerConfig::cap_add`]), `no-new-privileges`, no network
 //! at all (Docker's `none` network: the container has only loopback, and the host reaches the
-//! server through a relay of `docker exec`s, see below), optional read-only root with a writable
+//! server through a relay over one `docker exec`, see below), optional read-only root with a writable
 //! work dir and `/tmp`, and a lifetime after which the container is removed whatever it is
 //! doing.
 //!
 //! # Reaching the server
 //! - `network: none` (default): the server listens on 127.0.0.1:8000 inside the container. The
-//!   deployment binds a listener on the host's 127.0.0.1 (ephemeral port) and, for each
-//!   connection to it, runs `uniagent-sandbox --relay-stdio 127.0.0.1:8000` in the container
-//!   through the Docker API (attached stdin/stdout, no TTY), copying bytes both ways. Nothing in
-//!   the container can reach the host, other sandboxes or the internet, on any Docker host and
-//!   without firewall rules; the client's keep-alive pays one exec per connection, not per
-//!   request. The relay's tasks end when the deployment stops or is dropped.
+//!   deployment binds a listener on the host's 127.0.0.1 (ephemeral port) and runs one
+//!   long-lived `uniagent-sandbox --relay-mux 127.0.0.1:8000` in the container through the
+//!   Docker API (attached stdin/stdout, no TTY); every connection to the listener becomes a
+//!   connection id on that exec's framed stream ([`crate::mux`]), with half-closes and
+//!   per-connection flow control, so a stalled client blocks no other. The daemon sees one exec
+//!   per sandbox (plus one each time the exec dies and the next connection restarts it), not
+//!   one per connection ([`DockerDeployment::relay_stats`], [`daemon_calls`]). Nothing in the
+//!   container can reach the host, other sandboxes or the internet, on any Docker host and
+//!   without firewall rules. The relay's tasks end when the deployment stops or is dropped.
 //! - `network: bridge`: Docker's default bridge, the server's port published on 127.0.0.1.
 //! - `network: host`: the host's network namespace, the server on a free loopback port.
 //!
@@ -60,13 +63,14 @@ use tokio::sync::Mutex;
 use uniagent_core::sandbox::*;
 use uniagent_core::{Capabilities, Error, Result};
 
-pub use engine::{daemon_reachable, engine};
+pub use engine::{daemon_calls, daemon_reachable, engine};
 pub use image::{prune_payload_images, LABEL_PAYLOAD_FILES, LABEL_PAYLOAD_STAMP, PAYLOAD_REPO};
 pub use labels::{
     run_id, Owner, LABEL_DEADLINE, LABEL_MANAGED, LABEL_OWNER, LABEL_RUN_ID, RUN_ID_ENV,
 };
 pub use payload::{Payload, BIN_DIR, SERVER_BINARY_ENV};
 pub use reaper::{list_managed, reap_run, reap_stale, ManagedContainer, Reaped};
+pub use relay::RelayStats;
 
 use crate::client::{RemoteRuntime, RemoteRuntimeOptions};
 use crate::config::{DockerConfig, NetworkMode};
@@ -155,6 +159,7 @@ async fn create_and_start(
     body: bollard::models::ContainerCreateBody,
     image: &str,
 ) -> Result<String> {
+    engine::count_call();
     let created = docker
         .create_container(
             Some(bollard::query_parameters::CreateContainerOptions {
@@ -165,6 +170,7 @@ async fn create_and_start(
         )
         .await
         .map_err(|e| docker_error(&format!("creating a container from `{image}`"), e))?;
+    engine::count_call();
     docker
         .start_container(
             &created.id,
@@ -215,6 +221,15 @@ impl DockerDeployment {
     pub(crate) async fn endpoint(&self) -> Option<(DockerInfo, String)> {
         match &*self.state.lock().await {
             State::Running(r) => Some((r.info.clone(), r.token.clone())),
+            State::Idle(_) => None,
+        }
+    }
+
+    /// What the relay of a running `network: none` sandbox did so far (connections accepted,
+    /// multiplexer execs started); `None` unless started with the relay.
+    pub async fn relay_stats(&self) -> Option<RelayStats> {
+        match &*self.state.lock().await {
+            State::Running(r) => r.relay.as_ref().map(Relay::stats),
             State::Idle(_) => None,
         }
     }
@@ -351,9 +366,11 @@ impl DockerDeployment {
     /// `PATH`.
     async fn ensure_image(&self, docker: &Docker) -> Result<(String, Option<String>)> {
         let image = &self.config.image;
+        engine::count_call();
         let inspected = match docker.inspect_image(image).await {
             Ok(found) => found,
             Err(e) if is_not_found(&e) && self.config.pull => {
+                engine::count_call();
                 let mut progress = docker.create_image(
                     Some(CreateImageOptions {
                         from_image: Some(image.clone()),
@@ -371,6 +388,7 @@ impl DockerDeployment {
                     Ok(())
                 };
                 engine::within(&format!("pulling `{image}`"), PULL_TIMEOUT, pulled).await?;
+                engine::count_call();
                 docker
                     .inspect_image(image)
                     .await

@@ -34,6 +34,7 @@ pub async fn list_managed(docker: &Docker, run_id: Option<&str>) -> Result<Vec<M
         filters: Some(HashMap::from([("label".to_owned(), label_filters)])),
         ..Default::default()
     };
+    super::engine::count_call();
     let containers = docker
         .list_containers(Some(options))
         .await
@@ -120,6 +121,7 @@ async fn remove_legacy_network(docker: &Docker) {
         .is_some_and(|l| l.get(LABEL_MANAGED).map(String::as_str) == Some("true"));
     let unused = network.containers.as_ref().is_none_or(HashMap::is_empty);
     if ours && unused {
+        super::engine::count_call();
         match docker.remove_network(LEGACY_NETWORK).await {
             Ok(()) => tracing::info!("removed the unused legacy network {LEGACY_NETWORK}"),
             Err(e) => tracing::debug!(error = %e, "could not remove {LEGACY_NETWORK}"),
@@ -167,6 +169,7 @@ pub(crate) async fn remove_container(docker: &Docker, id: &str) -> Result<()> {
         v: true,
         ..Default::default()
     };
+    super::engine::count_call();
     match docker.remove_container(id, Some(options)).await {
         Ok(()) => Ok(()),
         Err(e) if is_not_found(&e) => Ok(()),

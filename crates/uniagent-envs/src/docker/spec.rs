@@ -22,8 +22,8 @@ pub(crate) const SERVER_LIFETIME_GRACE: std::time::Duration = std::time::Duratio
 /// How the host reaches the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Reach {
-    /// Through a [`Relay`](super::relay::Relay) of `docker exec`s to 127.0.0.1:[`SERVER_PORT`]
-    /// inside a container that has only loopback.
+    /// Through a [`Relay`](super::relay::Relay) (one multiplexer exec) to
+    /// 127.0.0.1:[`SERVER_PORT`] inside a container that has only loopback.
     Relay,
     /// At 127.0.0.1 on the ephemeral host port Docker published for [`SERVER_PORT`].
     PublishedPort,

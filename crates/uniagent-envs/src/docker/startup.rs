@@ -35,6 +35,7 @@ pub(crate) async fn server_url(docker: &Docker, id: &str, reach: Reach) -> Resul
         Reach::Relay => return Err(sandbox_error("a relayed server has no direct URL")),
         Reach::PublishedPort => {}
     }
+    super::engine::count_call();
     let inspected = docker
         .inspect_container(
             id,
@@ -111,6 +112,7 @@ async fn wait_until_listening(docker: &Docker, id: &str, timeout: Duration) -> R
         .build();
     let mut output: Vec<u8> = Vec::new();
     let follow = async {
+        super::engine::count_call();
         let mut stream = std::pin::pin!(docker.logs(id, Some(options)));
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| docker_error("following the container's output", e))?;
@@ -209,6 +211,7 @@ pub(crate) async fn container_stopped(docker: &Docker, id: &str) -> Option<Strin
 /// Like [`container_stopped`], with a daemon that did not answer (or failed) as an error: a
 /// retryable sandbox error once [`INSPECT_TIMEOUT`] passes.
 async fn container_state(docker: &Docker, id: &str) -> Result<Option<String>> {
+    super::engine::count_call();
     let inspected = tokio::time::timeout(
         INSPECT_TIMEOUT,
         docker.inspect_container(
