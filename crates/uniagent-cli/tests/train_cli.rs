@@ -271,7 +271,9 @@ fn a_seed_whose_fixed_length_warm_start_failed_reaches_the_target_and_learns() {
 fn bad_trainer_sections_name_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let cases = [
-        ("trainer.rl.loss=ppo2", "trainer.rl.loss"),
+        ("trainer.rl.loss_mode=ppo2", "trainer.rl.loss_mode"),
+        ("trainer.rl.adv_estimator=gae", "trainer.rl.adv_estimator"),
+        ("trainer.rl.clip_ratio_c=0.5", "rl.clip_ratio_c"),
         ("trainer.split.eval_tasks=480", "trainer.split.eval_tasks"),
         (
             "trainer.scratch.vocab_size=10",

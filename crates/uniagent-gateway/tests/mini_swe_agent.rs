@@ -20,6 +20,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use common::sdk::venv_python;
 use serde_json::{json, Value};
 use uniagent_core::testing::output_with_stdin;
 use uniagent_gateway::GatewayConfig;
@@ -28,19 +29,6 @@ const TASK: &str = "swe-mini__csvline-1";
 
 fn repo(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
-fn venv_python(var: &str, setup: &str) -> Option<PathBuf> {
-    let Ok(venv) = std::env::var(var) else {
-        eprintln!("skipped: {var} is unset (run {setup} and source scripts/env/*.sh)");
-        return None;
-    };
-    let python = Path::new(&venv).join("bin/python");
-    assert!(
-        python.exists(),
-        "{var}={venv} has no bin/python: run {setup}"
-    );
-    Some(python)
 }
 
 fn task() -> Value {

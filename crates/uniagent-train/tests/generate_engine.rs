@@ -185,6 +185,24 @@ fn bad_requests_are_typed_errors() {
     assert!(generate_batch(&model, &[bad_p], None).is_err());
 }
 
+/// Sends a request of `budget` sampled tokens (seed `seed`) and returns once it is being
+/// decoded.
+async fn start_long(
+    engine: &Arc<TchEngine>,
+    seed: u64,
+    budget: usize,
+) -> tokio::task::JoinHandle<uniagent_core::Result<uniagent_core::GenerateOutput>> {
+    let long = GenerateRequest::new(vec![9707, 1879], sampled(seed), budget);
+    let caller = tokio::spawn({
+        let engine = Arc::clone(engine);
+        async move { engine.generate(long).await }
+    });
+    while engine.tokens_sampled() == 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    caller
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn engine_batches_concurrent_calls_and_tracks_weight_versions() {
     let engine = Arc::new(TchEngine::new(
@@ -238,15 +256,8 @@ async fn a_request_whose_caller_is_gone_stops_decoding() {
             EngineConfig::default(),
         ));
         let budget = 400;
-        let long = GenerateRequest::new(vec![9707, 1879], sampled(1), budget);
-        let caller = tokio::spawn({
-            let engine = Arc::clone(&engine);
-            async move { engine.generate(long).await }
-        });
-        // Wait until the long request is being decoded, then drop its caller.
-        while engine.tokens_sampled() == 0 {
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
+        let caller = start_long(&engine, 1, budget).await;
+        // Decoding has started: drop its caller.
         caller.abort();
         let _ = caller.await;
         let after = engine
@@ -366,14 +377,7 @@ async fn a_short_request_is_answered_while_a_long_one_runs() {
             EngineConfig::default(),
         ));
         let budget = 400;
-        let long = GenerateRequest::new(vec![9707, 1879], sampled(1), budget);
-        let caller = tokio::spawn({
-            let engine = Arc::clone(&engine);
-            async move { engine.generate(long).await }
-        });
-        while engine.tokens_sampled() == 0 {
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
+        let caller = start_long(&engine, 1, budget).await;
         let short = GenerateRequest::new(vec![9707, 1879, 13], SamplingParams::greedy(), 3);
         let out = engine.generate(short.clone()).await.unwrap();
         let sampled_then = engine.tokens_sampled();
@@ -403,14 +407,7 @@ async fn a_weight_update_waits_for_running_rows_and_holds_back_new_ones() {
             EngineConfig::default(),
         ));
         let budget = 400;
-        let long = GenerateRequest::new(vec![9707, 1879], sampled(3), budget);
-        let caller = tokio::spawn({
-            let engine = Arc::clone(&engine);
-            async move { engine.generate(long).await }
-        });
-        while engine.tokens_sampled() == 0 {
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
+        let caller = start_long(&engine, 3, budget).await;
         let source = common::tiny_model();
         let update = tokio::task::spawn_blocking({
             let engine = Arc::clone(&engine);
