@@ -59,6 +59,29 @@ fn model_dir_needs_the_tch_feature() {
     assert!(err.contains("--features tch"));
 }
 
+/// One greedy chat completion of `max_tokens` in `session` of the gateway at `base`.
+#[cfg(feature = "tch")]
+fn chat(base: &str, session: &str, max_tokens: u32, content: &str) -> serde_json::Value {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        reqwest::Client::new()
+            .post(format!("{base}/sessions/{session}/v1/chat/completions"))
+            .json(
+                &serde_json::json!({"model": "m", "max_tokens": max_tokens, "temperature": 0,
+                "messages": [{"role": "user", "content": content}]}),
+            )
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    })
+}
+
 #[cfg(feature = "tch")]
 #[test]
 fn serves_the_tiny_model_and_records_open_sessions_on_sigterm() {
@@ -79,24 +102,7 @@ fn serves_the_tiny_model_and_records_open_sessions_on_sigterm() {
         "--out".as_ref(),
         out.path().as_os_str(),
     ]);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let answer: serde_json::Value = rt.block_on(async {
-        reqwest::Client::new()
-            .post(format!("{base}/sessions/cli/v1/chat/completions"))
-            .json(
-                &serde_json::json!({"model": "m", "max_tokens": 4, "temperature": 0,
-                "messages": [{"role": "user", "content": "hi"}]}),
-            )
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
-    });
+    let answer = chat(&base, "cli", 4, "hi");
     assert_eq!(answer["usage"]["completion_tokens"], 4, "{answer}");
     // A long generation in flight (16,384 tokens, the default cap) when SIGTERM arrives: the
     // gateway gives it the shutdown grace, cancels it (the engine drops the row at its next
@@ -167,27 +173,7 @@ fn a_sigkilled_gateways_open_session_is_recovered_by_the_next_one() {
         out.path().as_os_str(),
     ];
     let (mut child, base) = common::spawn_listening(&args);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let chat = |content: &str| {
-        rt.block_on(async {
-            reqwest::Client::new()
-                .post(format!("{base}/sessions/killed/v1/chat/completions"))
-                .json(
-                    &serde_json::json!({"model": "m", "max_tokens": 3, "temperature": 0,
-                    "messages": [{"role": "user", "content": content}]}),
-                )
-                .send()
-                .await
-                .unwrap()
-                .json::<serde_json::Value>()
-                .await
-                .unwrap()
-        })
-    };
-    let answer = chat("hi");
+    let answer = chat(&base, "killed", 3, "hi");
     assert_eq!(answer["usage"]["completion_tokens"], 3, "{answer}");
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();

@@ -150,10 +150,7 @@ impl Journal {
 
     /// Appends `line` with one write (a kill leaves it whole or torn, never interleaved).
     pub(crate) fn append(&self, line: &JournalLine<'_>) -> Result<()> {
-        let mut bytes = serde_json::to_vec(line).map_err(|e| GatewayError::Recording {
-            message: format!("encoding a journal line: {e}"),
-        })?;
-        bytes.push(b'\n');
+        let bytes = encode(line)?;
         let mut a = self.lock()?;
         if a.broken {
             return Err(GatewayError::Recording {
@@ -178,13 +175,9 @@ impl Journal {
     /// Empties the journal to its first line (no session is open).
     pub(crate) fn reset(&self) -> Result<()> {
         let mut a = self.lock()?;
-        let mut header = serde_json::to_vec(&JournalLine::Start {
+        let header = encode(&JournalLine::Start {
             journal: JOURNAL_VERSION,
-        })
-        .map_err(|e| GatewayError::Recording {
-            message: format!("encoding a journal line: {e}"),
         })?;
-        header.push(b'\n');
         let written = a
             .file
             .set_len(0)
@@ -208,6 +201,15 @@ impl Journal {
             message: "journal lock poisoned".into(),
         })
     }
+}
+
+/// `line` as JSON, `\n` included.
+fn encode(line: &JournalLine<'_>) -> Result<Vec<u8>> {
+    let mut bytes = serde_json::to_vec(line).map_err(|e| GatewayError::Recording {
+        message: format!("encoding a journal line: {e}"),
+    })?;
+    bytes.push(b'\n');
+    Ok(bytes)
 }
 
 fn write_error(path: &Path, e: &std::io::Error) -> GatewayError {

@@ -72,15 +72,10 @@ fn lines(path: &Path) -> Vec<Value> {
 fn assert_same_records(got: &[Value], want: &[Value]) {
     assert_eq!(got.len(), want.len());
     for (g, w) in got.iter().zip(want) {
-        for key in [
-            "prompt_ids",
-            "response_ids",
-            "response_mask",
-            "response_logprobs",
-            "weight_versions",
-            "token_sources",
-            "messages",
-        ] {
+        for key in uniagent_core::AgentLoopOutput::TOKEN_FIELDS
+            .into_iter()
+            .chain(["messages"])
+        {
             assert_eq!(g.get(key), w.get(key), "{key} of {}", w["id"]);
         }
         assert_eq!(g, w);

@@ -18,8 +18,7 @@ struct Running<T> {
     tokens: Vec<u32>,
     logprobs: Vec<f32>,
     weight_version: Option<u64>,
-    /// RoPE position of the token fed at the next step.
-    next_pos: i64,
+    prompt_len: usize,
 }
 
 impl<T> Running<T> {
@@ -179,7 +178,7 @@ impl<T> DecodeBatch<T> {
                 tokens: Vec::new(),
                 logprobs: Vec::new(),
                 weight_version,
-                next_pos: request.prompt_ids.len() as i64,
+                prompt_len: request.prompt_ids.len(),
             };
             if request.max_new_tokens == 0 {
                 done.push(row.finish(FinishReason::Length));
@@ -259,7 +258,13 @@ impl<T> DecodeBatch<T> {
             .iter()
             .map(|r| r.tokens.last().map_or(0, |&t| i64::from(t)))
             .collect();
-        let positions: Vec<i64> = state.rows.iter().map(|r| r.next_pos).collect();
+        // The pending token (the last sampled) sits right after the prompt and the tokens
+        // before it.
+        let positions: Vec<i64> = state
+            .rows
+            .iter()
+            .map(|r| (r.prompt_len + r.tokens.len() - 1) as i64)
+            .collect();
         let input = Tensor::from_slice(&next).view([n, 1]).to_device(device);
         let positions = Tensor::from_slice(&positions)
             .view([n, 1])
@@ -281,9 +286,6 @@ impl<T> DecodeBatch<T> {
             last_logits(model, &hidden)
         })?;
         state.mask = mask;
-        for row in &mut state.rows {
-            row.next_pos += 1;
-        }
         let done = self.sample(&mut state, &flat, model, cancelled);
         if !state.rows.is_empty() {
             self.state = Some(state);
