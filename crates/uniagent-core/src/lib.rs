@@ -22,6 +22,7 @@ pub mod runner;
 mod sampling;
 pub mod sandbox;
 mod task;
+pub mod telemetry;
 #[cfg(feature = "test-utils")]
 pub mod testing;
 mod tool;

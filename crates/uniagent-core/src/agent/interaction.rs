@@ -20,6 +20,7 @@ use crate::reward::{RewardContext, RewardOutcome, RewardSpec};
 use crate::rollout::{AgentLoopOutput, RolloutCache};
 use crate::sandbox::{CreateSessionRequest, Deployment};
 use crate::task::Task;
+use crate::telemetry;
 use crate::tool::Tool;
 
 /// Shared handles a rollout runs under: cancellation and the model-call permits of the run.
@@ -211,6 +212,7 @@ impl AgentInteraction {
             )
             .await;
         ep.timings.model += t0.elapsed().as_secs_f64();
+        count_model_call(&started);
         match started {
             Raced::Done(Ok(cache)) => Ok(cache),
             Raced::Done(Err(e)) => Err(ep.model_failure(e)),
@@ -260,6 +262,7 @@ impl AgentInteraction {
                 .race(self.model.append(cache, observations.clone()))
                 .await;
             ep.timings.model += t0.elapsed().as_secs_f64();
+            count_model_call(&appended);
             let ended = match appended {
                 Raced::Done(Ok(())) => continue,
                 Raced::Done(Err(e)) => ep.model_failure(e),
@@ -293,6 +296,8 @@ impl AgentInteraction {
         };
         let queried = rollout.race(query).await;
         ep.timings.model += t0.elapsed().as_secs_f64();
+        telemetry::model_query_time(t0.elapsed());
+        count_model_call(&queried);
         let turn = match queried {
             Raced::Done(Ok(t)) => t,
             Raced::Done(Err(e)) => return Err(ep.model_failure(e)),
@@ -301,6 +306,7 @@ impl AgentInteraction {
         };
         ep.counts.turns = cache.assistant_turns();
         ep.counts.sampled_tokens += turn.sampled_tokens as u64;
+        telemetry::tokens_generated(turn.sampled_tokens as u64);
         if turn.finish_reason == FinishReason::Length {
             if let Err(e) = cache.generation_budget(None) {
                 if self.config.mask_truncated_turn {
@@ -345,27 +351,31 @@ impl AgentInteraction {
         let deadline = self.config.reward_timeout.map(|d| t0 + d);
         let scored = race(reward.score(&ctx), deadline, rollout.cancel()).await;
         ep.timings.reward = t0.elapsed().as_secs_f64();
-        let failure = match scored {
+        let (failure, class) = match scored {
             Raced::Done(Ok(outcome)) if outcome.score.is_finite() => {
-                return (reason, Some(outcome))
+                telemetry::reward_scored(reward.name(), t0.elapsed(), None);
+                return (reason, Some(outcome));
             }
-            Raced::Done(Ok(outcome)) => {
+            Raced::Done(Ok(outcome)) => (
                 format!(
                     "reward `{}` returned a non-finite score {}",
                     reward.name(),
                     outcome.score
-                )
-            }
-            Raced::Done(Err(e)) => e.to_string(),
-            Raced::Deadline => {
+                ),
+                "non_finite",
+            ),
+            Raced::Done(Err(e)) => (e.to_string(), "error"),
+            Raced::Deadline => (
                 format!(
                     "reward `{}` timed out after {:?}",
                     reward.name(),
                     self.config.reward_timeout.unwrap_or_default()
-                )
-            }
+                ),
+                "timeout",
+            ),
             Raced::Cancelled => return (ExitReason::Cancelled, None),
         };
+        telemetry::reward_scored(reward.name(), t0.elapsed(), Some(class));
         if ep.error.is_none() {
             ep.error = Some(failure);
         }
@@ -390,5 +400,15 @@ impl AgentInteraction {
             None
         });
         output
+    }
+}
+
+/// Counts one model call of the loop by how it ended.
+fn count_model_call<T>(raced: &Raced<Result<T>>) {
+    match raced {
+        Raced::Done(Ok(_)) => telemetry::model_call("ok", None),
+        Raced::Done(Err(e)) => telemetry::model_call("error", Some(e)),
+        Raced::Deadline => telemetry::model_call("deadline", None),
+        Raced::Cancelled => telemetry::model_call("cancelled", None),
     }
 }

@@ -13,6 +13,7 @@ use super::interaction::AgentInteraction;
 use crate::error::ErrorKind;
 use crate::message::{Message, ToolCall};
 use crate::model::AssistantTurn;
+use crate::telemetry;
 use crate::tool::{EpisodeSignal, ToolContext, ToolStatus};
 
 /// What the loop does after a turn's calls.
@@ -119,12 +120,17 @@ async fn run_call(
     let config = agent.loop_config();
     let name = call.function.name.as_str();
     let Some(tool) = agent.tools().get(name) else {
+        // The model's text is not a label: an unknown name counts under one fixed value.
+        telemetry::tool_call("unknown", "malformed", None);
         let names = agent.tools().sorted_names();
         return Called::Malformed(feedback::unknown_function(name, names));
     };
     let args = match &call.function.arguments {
         Value::Object(map) => Value::Object(map.clone()),
-        _ => return Called::Malformed(feedback::invalid_arguments(name)),
+        _ => {
+            telemetry::tool_call(name, "malformed", None);
+            return Called::Malformed(feedback::invalid_arguments(name));
+        }
     };
     let timeout = rollout.tool_timeout(config);
     if timeout.is_zero() {
@@ -151,12 +157,15 @@ async fn run_call(
     )
     .await;
     ep.timings.tools += t0.elapsed().as_secs_f64();
+    let elapsed = Some(t0.elapsed());
     match ran {
         Raced::Cancelled | Raced::Deadline => {
+            telemetry::tool_call(name, "cancelled", None);
             let reason = ExitReason::Cancelled;
             Called::Ends(reason, skip_text(reason).to_owned())
         }
         Raced::Done(Err(_elapsed)) => {
+            telemetry::tool_call(name, "timeout", elapsed);
             ep.counts.tool_timeouts += 1;
             Called::Ran(feedback::tool_timed_out(name, timeout.as_secs_f64()))
         }
@@ -164,16 +173,27 @@ async fn run_call(
             if out.status == ToolStatus::TimedOut {
                 ep.counts.tool_timeouts += 1;
             }
+            let outcome = match out.status {
+                ToolStatus::Success => "ok",
+                ToolStatus::Failed => "failed",
+                ToolStatus::TimedOut => "timeout",
+            };
+            telemetry::tool_call(name, outcome, elapsed);
             if let Some(signal) = out.signal {
                 ep.signal.get_or_insert(signal);
             }
             Called::Ran(clip_observation(out.content, config.max_observation_chars))
         }
         Raced::Done(Ok(Err(e))) if e.kind() == ErrorKind::Timeout => {
+            telemetry::tool_call(name, "timeout", elapsed);
             ep.counts.tool_timeouts += 1;
             Called::Ran(feedback::tool_timed_out(name, timeout.as_secs_f64()))
         }
         Raced::Done(Ok(Err(e))) => {
+            telemetry::tool_call(name, "error", elapsed);
+            if let Some(d) = rollout.deployment {
+                telemetry::sandbox_failed(d.backend(), "tool");
+            }
             let text = format!("Error: the tool `{name}` failed: {e}");
             ep.error = Some(text.clone());
             Called::Ends(ExitReason::SandboxError, text)

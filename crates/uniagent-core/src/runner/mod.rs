@@ -32,6 +32,7 @@ use crate::error::{Error, Result};
 use crate::retry::duration_secs;
 use crate::sandbox::Deployment;
 use crate::task::Task;
+use crate::telemetry::{self, RunLabels};
 
 /// Creates the sandbox of one rollout (not yet started).
 pub trait SandboxFactory: Send + Sync + 'static {
@@ -158,6 +159,7 @@ pub struct Runner {
     sandboxes: Option<Arc<dyn SandboxFactory>>,
     config: RunnerConfig,
     progress: Option<ProgressFn>,
+    labels: RunLabels,
 }
 
 impl fmt::Debug for Runner {
@@ -166,6 +168,7 @@ impl fmt::Debug for Runner {
             .field("agent", &self.agent)
             .field("sandboxes", &self.sandboxes.is_some())
             .field("config", &self.config)
+            .field("labels", &self.labels)
             .finish_non_exhaustive()
     }
 }
@@ -180,6 +183,7 @@ struct RunShared {
     start_permits: Arc<Semaphore>,
     stop_timeout: Duration,
     progress: Option<ProgressFn>,
+    labels: RunLabels,
 }
 
 impl Runner {
@@ -191,6 +195,7 @@ impl Runner {
             sandboxes: None,
             config,
             progress: None,
+            labels: RunLabels::default(),
         })
     }
 
@@ -206,6 +211,13 @@ impl Runner {
         progress: impl Fn(&ProgressEvent) + Send + Sync + 'static,
     ) -> Self {
         self.progress = Some(Arc::new(progress));
+        self
+    }
+
+    /// Labels this run's rollout metrics (see [`crate::telemetry`]) with an environment and a
+    /// phase; without it they read `unnamed` / `run`.
+    pub fn with_labels(mut self, labels: RunLabels) -> Self {
+        self.labels = labels;
         self
     }
 
@@ -235,6 +247,7 @@ impl Runner {
             start_permits: Arc::new(Semaphore::new(self.config.max_concurrent_sandbox_starts)),
             stop_timeout: self.config.sandbox_stop_timeout,
             progress: self.progress.clone(),
+            labels: self.labels.clone(),
         };
         let mut set = JoinSet::new();
         let mut pending = HashMap::new();
@@ -266,6 +279,7 @@ impl Runner {
                         Some(message),
                     );
                     emit(&shared.progress, finished_event(&t));
+                    shared.labels.rollout_finished(t.exit_reason, false, None);
                     t
                 }
             };
@@ -315,8 +329,14 @@ fn panic_message(e: tokio::task::JoinError) -> String {
 async fn stop_sandbox(d: &Arc<dyn Deployment>, timeout: Duration) -> Option<String> {
     match tokio::time::timeout(timeout, d.stop()).await {
         Ok(Ok(())) => None,
-        Ok(Err(e)) => Some(format!("stopping the sandbox failed: {e}")),
-        Err(_) => Some(format!("stopping the sandbox timed out after {timeout:?}")),
+        Ok(Err(e)) => {
+            telemetry::sandbox_failed(d.backend(), "stop");
+            Some(format!("stopping the sandbox failed: {e}"))
+        }
+        Err(_) => {
+            telemetry::sandbox_failed(d.backend(), "stop_timeout");
+            Some(format!("stopping the sandbox timed out after {timeout:?}"))
+        }
     }
 }
 
@@ -325,19 +345,23 @@ async fn rollout(shared: RunShared, task: Arc<Task>, sample: u32) -> Trajectory 
     let cancel = &shared.control.cancel;
     let empty =
         |reason, error| Trajectory::empty(&task.id, sample, task.messages.clone(), reason, error);
-    let done = |t: Trajectory| {
+    let done = |t: Trajectory, ran: Option<f64>| {
         emit(&shared.progress, finished_event(&t));
+        shared
+            .labels
+            .rollout_finished(t.exit_reason, t.is_success(), ran);
         t
     };
     let _permit = tokio::select! {
         biased;
-        () = cancel.cancelled() => return done(empty(ExitReason::Cancelled, None)),
+        () = cancel.cancelled() => return done(empty(ExitReason::Cancelled, None), None),
         p = shared.rollout_permits.acquire() => match p {
             Ok(p) => p,
-            Err(_) => return done(empty(ExitReason::Cancelled, Some("rollout permits closed".into()))),
+            Err(_) => return done(empty(ExitReason::Cancelled, Some("rollout permits closed".into())), None),
         },
     };
     let started = Instant::now();
+    let _in_flight = shared.labels.rollout_started();
     emit(
         &shared.progress,
         ProgressEvent::Started {
@@ -350,15 +374,23 @@ async fn rollout(shared: RunShared, task: Arc<Task>, sample: u32) -> Trajectory 
             let d: Arc<dyn Deployment> = match factory.create(&task) {
                 Ok(d) => Arc::from(d),
                 Err(e) => {
-                    return done(empty(
+                    telemetry::sandbox_failed("unknown", "create");
+                    let t = empty(
                         ExitReason::SandboxError,
                         Some(format!("creating the sandbox failed: {e}")),
-                    ))
+                    );
+                    return done(t, Some(started.elapsed().as_secs_f64()));
                 }
             };
             let start = async {
                 let _p = shared.start_permits.acquire().await;
-                d.start().await
+                let t0 = Instant::now();
+                let started = d.start().await;
+                match &started {
+                    Ok(()) => telemetry::sandbox_started(d.backend(), t0.elapsed()),
+                    Err(_) => telemetry::sandbox_failed(d.backend(), "start"),
+                }
+                started
             };
             let outcome = tokio::select! {
                 biased;
@@ -369,7 +401,8 @@ async fn rollout(shared: RunShared, task: Arc<Task>, sample: u32) -> Trajectory 
                 let stop_error = stop_sandbox(&d, shared.stop_timeout).await;
                 let mut t = empty(reason, error.or(stop_error));
                 t.timings.total = started.elapsed().as_secs_f64();
-                return done(t);
+                let ran = Some(t.timings.total);
+                return done(t, ran);
             }
             Some(d)
         }
@@ -390,8 +423,10 @@ async fn rollout(shared: RunShared, task: Arc<Task>, sample: u32) -> Trajectory 
             t.error.get_or_insert(stop_error);
         }
         t.timings.sandbox_stop = t0.elapsed().as_secs_f64();
+        telemetry::sandbox_stopped(d.backend());
     }
     t.timings.sandbox_start += sandbox_start;
     t.timings.total = started.elapsed().as_secs_f64();
-    done(t)
+    let ran = Some(t.timings.total);
+    done(t, ran)
 }
