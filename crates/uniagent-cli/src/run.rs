@@ -10,6 +10,7 @@ use std::time::Instant;
 use uniagent_core::agent::{AgentInteraction, CancellationToken, ExitReason, LoopConfig};
 use uniagent_core::cassette::{RecordTool, Recorder};
 use uniagent_core::runner::{ProgressEvent, Runner, RunnerConfig};
+use uniagent_core::telemetry::RunLabels;
 use uniagent_core::{ChatModel, Task};
 
 use crate::config::{ConfigDoc, RunConfig};
@@ -260,7 +261,8 @@ pub async fn execute(
             ..prepared.config.runner.clone()
         };
         let mut runner = Runner::new(agent.clone(), runner_config)
-            .map_err(|e| prepared.doc.error_at(&["runner".into()], e))?;
+            .map_err(|e| prepared.doc.error_at(&["runner".into()], e))?
+            .with_labels(RunLabels::new(prepared.environment.name(), "run"));
         if let Some(factory) = &parts.sandboxes {
             let factory = Arc::clone(factory);
             runner = runner.with_sandboxes(move |task: &Task| factory.create(task));

@@ -13,38 +13,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{assistant_turns, first_user_text, run_in, stderr, tool_call, write, ChatServer};
+use common::{file_reader, run_in, stderr, write, ChatServer};
 use serde_json::{json, Value};
-
-/// Reads the file the question names, then finishes with the tool's output.
-fn file_reader(delay: Duration) -> common::Responder {
-    Arc::new(move |body: &Value| {
-        std::thread::sleep(delay);
-        let question = first_user_text(body);
-        let target = question
-            .split("code of ")
-            .nth(1)
-            .and_then(|s| s.split('?').next())
-            .unwrap_or("nothing")
-            .to_owned();
-        let turn = assistant_turns(body);
-        if turn == 0 {
-            tool_call(
-                "c0",
-                "execute_bash",
-                json!({"command": format!("cat data/{target}.txt")}),
-            )
-        } else {
-            let last_tool = body["messages"]
-                .as_array()
-                .and_then(|m| m.iter().rev().find(|m| m["role"] == "tool"))
-                .and_then(|m| m["content"].as_str())
-                .unwrap_or_default();
-            let answer: String = last_tool.chars().filter(char::is_ascii_digit).collect();
-            tool_call("c1", "finish", json!({"answer": answer}))
-        }
-    })
-}
 
 fn config(url: &str, mark: &str, count: usize, samples: u32) -> String {
     format!(

@@ -39,6 +39,7 @@ pub mod remote;
 pub mod secret;
 #[cfg(feature = "server")]
 pub mod server;
+pub mod telemetry;
 
 #[cfg(feature = "client")]
 pub use client::{RemoteRuntime, RemoteRuntimeOptions};

@@ -27,6 +27,7 @@ use crate::journal::{
 use crate::record::Recorder;
 use crate::session::Session;
 use crate::table::{SessionHandle, SessionTable};
+use crate::telemetry;
 use crate::turn::{Finish, ToolChoice, TurnAnswer, TurnRequest};
 
 /// The gateway: a codec (tokenizer + chat template), a token generator, and the sessions.
@@ -434,6 +435,7 @@ impl Gateway {
             .with_session_id(session_id);
         let started = Instant::now();
         let result = self.generator.generate(request.clone()).await;
+        telemetry::generated(started);
         if self.cassettes.is_some() {
             *generation = Some(match &result {
                 Ok(output) => Step::Generate {

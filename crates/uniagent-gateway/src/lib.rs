@@ -17,6 +17,7 @@ mod record;
 mod server;
 mod session;
 mod table;
+pub mod telemetry;
 mod turn;
 pub mod wire;
 

@@ -26,6 +26,7 @@ use uniagent_http::{Hardening, ServeLimits, SitePolicy};
 use crate::error::{GatewayError, Result};
 use crate::exchange::{Reply, ReplyBody, Route, SseEvent};
 use crate::gateway::Gateway;
+use crate::telemetry;
 use crate::wire::openai;
 
 /// How long requests in flight may run on at shutdown before they are cancelled (a cancelled
@@ -72,19 +73,22 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
     let site = SitePolicy::local().allow_hosts(&config.allowed_hosts);
     let body_limit = config.body_limit();
     let state = Arc::new(AppState { gateway });
-    let routes = Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route(
-            "/sessions/{session}/v1/chat/completions",
-            post(model_route(Route::ChatCompletions)),
+    let routes = telemetry::METERED
+        .layer(
+            Router::new()
+                .route("/healthz", get(|| async { "ok" }))
+                .route(
+                    "/sessions/{session}/v1/chat/completions",
+                    post(model_route(Route::ChatCompletions)),
+                )
+                .route(
+                    "/sessions/{session}/v1/messages",
+                    post(model_route(Route::Messages)),
+                )
+                .route("/sessions/{session}/v1/models", get(models))
+                .route("/sessions/{session}/reward", post(reward))
+                .route("/sessions/{session}/end", post(end)),
         )
-        .route(
-            "/sessions/{session}/v1/messages",
-            post(model_route(Route::Messages)),
-        )
-        .route("/sessions/{session}/v1/models", get(models))
-        .route("/sessions/{session}/reward", post(reward))
-        .route("/sessions/{session}/end", post(end))
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state);
     Hardening::new(site, rejection).apply(routes)

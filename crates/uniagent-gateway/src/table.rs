@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crate::error::{GatewayError, Result};
 use crate::session::Session;
+use crate::telemetry;
 
 /// A session behind its own lock (requests of one session run one at a time).
 pub(crate) type SessionHandle = Arc<tokio::sync::Mutex<Session>>;
@@ -54,7 +55,16 @@ impl SessionTable {
         if self.ended.contains(id) {
             return Err(GatewayError::SessionEnded { session: id.into() });
         }
-        Ok(Arc::clone(self.open.entry(id.to_owned()).or_default()))
+        Ok(self.open_entry(id))
+    }
+
+    /// The handle of `id` in the open map, inserted (and counted) if absent.
+    fn open_entry(&mut self, id: &str) -> SessionHandle {
+        let handle = self.open.entry(id.to_owned()).or_insert_with(|| {
+            telemetry::session_opened();
+            SessionHandle::default()
+        });
+        Arc::clone(handle)
     }
 
     /// Opens `id` (again, if it had ended: its earlier record stays as written).
@@ -63,7 +73,7 @@ impl SessionTable {
         if self.ended.remove(id) {
             self.ended_order.retain(|e| e != id);
         }
-        Ok(Arc::clone(self.open.entry(id.to_owned()).or_default()))
+        Ok(self.open_entry(id))
     }
 
     /// The open session `id`: 404 for an id never seen, 409 for an ended one.
@@ -86,6 +96,7 @@ impl SessionTable {
     /// Removes an open session and remembers its id as ended.
     pub(crate) fn end(&mut self, id: &str) -> Option<SessionHandle> {
         let handle = self.open.remove(id)?;
+        telemetry::session_closed();
         if self.ended.insert(id.to_owned()) {
             self.ended_order.push_back(id.to_owned());
             if self.ended_order.len() > ENDED_REMEMBERED {

@@ -3,7 +3,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use axum::http::header::CONTENT_TYPE;
@@ -96,7 +96,7 @@ pub fn install_recorder(catalogues: &[&[MetricDef]]) -> Result<PrometheusHandle,
 #[derive(Debug)]
 pub struct Exporter {
     addr: SocketAddr,
-    handle: PrometheusHandle,
+    scrape: Arc<Scrape>,
     stop: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<io::Result<()>>>,
     upkeep: JoinHandle<()>,
@@ -123,9 +123,13 @@ impl Exporter {
             addr: addr.to_owned(),
             source,
         })?;
+        let scrape = Arc::new(Scrape {
+            handle: handle.clone(),
+            hooks: Mutex::default(),
+        });
         let app = Router::new()
-            .route("/metrics", get(scrape))
-            .with_state(handle.clone());
+            .route("/metrics", get(serve_scrape))
+            .with_state(Arc::clone(&scrape));
         let (stop, stopped) = oneshot::channel::<()>();
         let limits = ServeLimits {
             max_connections: 16,
@@ -147,7 +151,7 @@ impl Exporter {
         });
         Ok(Self {
             addr: local,
-            handle,
+            scrape,
             stop: Some(stop),
             server: Some(server),
             upkeep,
@@ -166,7 +170,15 @@ impl Exporter {
 
     /// The exposition a scrape would get now.
     pub fn render(&self) -> String {
-        render(&self.handle)
+        self.scrape.render()
+    }
+
+    /// Runs `hook` before every scrape: for gauges read from a state that has no event of
+    /// its own (a pool's free slots, a queue's length).
+    pub fn on_scrape(&self, hook: impl Fn() + Send + Sync + 'static) {
+        if let Ok(mut hooks) = self.scrape.hooks.lock() {
+            hooks.push(Box::new(hook));
+        }
     }
 
     /// Serves on for `linger` (so the scraper reads the final values of a short run), then
@@ -196,17 +208,38 @@ impl Drop for Exporter {
     }
 }
 
-fn render(handle: &PrometheusHandle) -> String {
-    metrics_process::Collector::default().collect();
-    handle.render()
+type Hook = Box<dyn Fn() + Send + Sync>;
+
+/// What a scrape reads: the recorder's handle and the hooks that refresh gauges first.
+struct Scrape {
+    handle: PrometheusHandle,
+    hooks: Mutex<Vec<Hook>>,
 }
 
-async fn scrape(
-    axum::extract::State(handle): axum::extract::State<PrometheusHandle>,
+impl std::fmt::Debug for Scrape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scrape").finish_non_exhaustive()
+    }
+}
+
+impl Scrape {
+    fn render(&self) -> String {
+        if let Ok(hooks) = self.hooks.lock() {
+            for hook in hooks.iter() {
+                hook();
+            }
+        }
+        metrics_process::Collector::default().collect();
+        self.handle.render()
+    }
+}
+
+async fn serve_scrape(
+    axum::extract::State(scrape): axum::extract::State<Arc<Scrape>>,
 ) -> impl IntoResponse {
     (
         [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-        render(&handle),
+        scrape.render(),
     )
 }
 

@@ -18,6 +18,9 @@ pub mod pipeline;
 #[cfg(feature = "tch")]
 pub mod scratch;
 
+#[cfg(feature = "tch")]
+pub mod telemetry;
+
 #[cfg(feature = "parquet")]
 pub mod export;
 

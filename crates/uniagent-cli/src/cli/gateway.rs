@@ -45,6 +45,10 @@ pub struct GatewayArgs {
     /// `uniagent replay` (every request body is kept: long sessions make large files).
     #[arg(long, requires = "out")]
     pub cassettes: bool,
+    /// Serve Prometheus metrics on `GET /metrics` at HOST:PORT (port 0 picks a free one; the
+    /// address is printed on stderr as `metrics on http://HOST:PORT/metrics`).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_addr: Option<String>,
 }
 
 /// Runs `gateway` until Ctrl-C / SIGTERM; open sessions are then ended and recorded.
@@ -85,9 +89,12 @@ pub(super) fn main(args: GatewayArgs) -> Result<()> {
     let gateway = Arc::new(gateway);
     super::runtime()?.block_on(async move {
         let listener = super::listen(&args.host, args.port).await?;
-        uniagent_gateway::serve(listener, gateway, super::shutdown_signal())
+        let exporter = super::metrics::start(args.metrics_addr.as_deref()).await?;
+        let served = uniagent_gateway::serve(listener, gateway, super::shutdown_signal())
             .await
-            .map_err(|e| CliError::runtime(e.to_string()))
+            .map_err(|e| CliError::runtime(e.to_string()));
+        super::metrics::finish(exporter, std::time::Duration::ZERO).await;
+        served
     })
 }
 

@@ -4,6 +4,7 @@
 mod export;
 mod gateway;
 mod grade;
+pub mod metrics;
 mod parse_log;
 mod replay;
 mod run;

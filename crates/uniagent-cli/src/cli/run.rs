@@ -33,6 +33,9 @@ pub struct RunArgs {
     /// No progress bars.
     #[arg(long)]
     pub quiet: bool,
+    /// The Prometheus endpoint.
+    #[command(flatten)]
+    pub metrics: super::metrics::MetricsArgs,
 }
 
 impl RunArgs {
@@ -50,7 +53,8 @@ impl RunArgs {
 /// Runs `run`.
 pub(super) fn main(args: RunArgs, registry: &EnvironmentRegistry) -> Result<()> {
     let options = args.options();
-    let prepared = prepare(&args.config, &options, registry)?;
+    let mut prepared = prepare(&args.config, &options, registry)?;
+    args.metrics.apply(&mut prepared.config.output)?;
     if args.dry_run {
         eprintln!(
             "config OK: {} tasks, environment `{}`, model `{}`, {} samples per task, output {}",
@@ -73,8 +77,11 @@ pub(super) fn main(args: RunArgs, registry: &EnvironmentRegistry) -> Result<()> 
                 on_signal.cancel();
             }
         });
+        let output = &prepared.config.output;
+        let exporter = super::metrics::start(output.metrics_addr.as_deref()).await?;
         let result = execute(&prepared, None, &cancel, &options).await;
         watcher.abort();
+        super::metrics::finish(exporter, output.metrics_linger).await;
         result
     })?;
     let text = serde_json::to_string(&summary)

@@ -23,6 +23,9 @@ pub struct TrainArgs {
     /// Validate config and dataset, print the first tasks, start nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// The Prometheus endpoint.
+    #[command(flatten)]
+    pub metrics: super::metrics::MetricsArgs,
 }
 
 /// Runs `train`.
@@ -32,7 +35,8 @@ pub(super) fn main(args: TrainArgs, registry: &EnvironmentRegistry) -> Result<()
         out: args.out.clone(),
         ..RunOptions::default()
     };
-    let prepared = prepare(&args.config, &options, registry)?;
+    let mut prepared = prepare(&args.config, &options, registry)?;
+    args.metrics.apply(&mut prepared.config.output)?;
     if prepared.config.trainer.is_none() {
         return Err(prepared.doc.error_at(
             &["trainer".into()],
@@ -63,7 +67,13 @@ fn with_pipeline(prepared: crate::run::Prepared, dry_run: bool) -> Result<()> {
         super::print_tasks(&prepared.tasks, 3);
         return Ok(());
     }
-    let report = super::runtime()?.block_on(train(&prepared, &section))?;
+    let output = &prepared.config.output;
+    let report = super::runtime()?.block_on(async {
+        let exporter = super::metrics::start(output.metrics_addr.as_deref()).await?;
+        let report = train(&prepared, &section).await;
+        super::metrics::finish(exporter, output.metrics_linger).await;
+        report
+    })?;
     eprintln!(
         "held-out success {:.1}% after SFT -> {:.1}% after RL; policy in {}",
         report.summary.sft_only_success * 100.0,

@@ -8,6 +8,7 @@ mod doc;
 mod locate;
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -64,6 +65,13 @@ pub struct OutputConfig {
     /// Also record every rollout as a cassette in `cassettes.jsonl` (one line each, next to
     /// `trajectories.jsonl`) for `uniagent replay`. Needs a token-level model.
     pub cassettes: bool,
+    /// Serve Prometheus metrics on `GET /metrics` at `HOST:PORT` while the command runs
+    /// (`--metrics-addr` overrides it; port 0 picks a free one).
+    pub metrics_addr: Option<String>,
+    /// How long the metrics endpoint serves on after the work ends, for a last scrape, in
+    /// seconds (`--metrics-linger` overrides it). Default 0.
+    #[serde(with = "uniagent_core::duration_secs")]
+    pub metrics_linger: Duration,
 }
 
 impl RunConfig {

@@ -215,6 +215,7 @@ fn rollout_source(
         sandboxes: parts.sandboxes,
         codec,
         progress: Some(progress_printer(64)),
+        environment: prepared.environment.name().to_owned(),
     }))
 }
 

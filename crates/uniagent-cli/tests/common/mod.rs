@@ -286,3 +286,33 @@ pub fn link_tiny_qwen2(dir: &Path) {
         std::os::unix::fs::symlink(from.join(name), dir.join(name)).unwrap();
     }
 }
+
+/// A file-lookup agent: reads the file the question names, then finishes with the tool's output.
+pub fn file_reader(delay: std::time::Duration) -> Responder {
+    Arc::new(move |body: &Value| {
+        std::thread::sleep(delay);
+        let question = first_user_text(body);
+        let target = question
+            .split("code of ")
+            .nth(1)
+            .and_then(|s| s.split('?').next())
+            .unwrap_or("nothing")
+            .to_owned();
+        let turn = assistant_turns(body);
+        if turn == 0 {
+            tool_call(
+                "c0",
+                "execute_bash",
+                json!({"command": format!("cat data/{target}.txt")}),
+            )
+        } else {
+            let last_tool = body["messages"]
+                .as_array()
+                .and_then(|m| m.iter().rev().find(|m| m["role"] == "tool"))
+                .and_then(|m| m["content"].as_str())
+                .unwrap_or_default();
+            let answer: String = last_tool.chars().filter(char::is_ascii_digit).collect();
+            tool_call("c1", "finish", json!({"answer": answer}))
+        }
+    })
+}

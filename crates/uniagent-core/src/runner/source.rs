@@ -84,12 +84,18 @@ pub struct RolloutPhase {
     pub temperature: f64,
     /// Rollouts at once (at least 1).
     pub concurrency: usize,
+    /// The `phase` label of its metrics: `eval` for [`RolloutPhase::greedy`], `train` for
+    /// [`RolloutPhase::sampled`].
+    pub label: &'static str,
 }
 
 impl RolloutPhase {
     /// Each task once, greedily (evaluations and demonstrations).
     pub fn greedy(tasks: Vec<Task>, concurrency: usize) -> Self {
-        Self::sampled(tasks, 1, 0.0, concurrency)
+        Self {
+            label: "eval",
+            ..Self::sampled(tasks, 1, 0.0, concurrency)
+        }
     }
 
     /// Each task `samples` times at `temperature` (an RL group per task); `samples` and
@@ -100,6 +106,7 @@ impl RolloutPhase {
             samples: samples.max(1),
             temperature,
             concurrency: concurrency.max(1),
+            label: "train",
         }
     }
 }

@@ -2,7 +2,7 @@
 //! `docs/pool-openapi.yaml`).
 //!
 //! ```text
-//! uniagent-pool --config pool.yaml [--host 127.0.0.1] [--port 8700]
+//! uniagent-pool --config pool.yaml [--host 127.0.0.1] [--port 8700] [--metrics-addr HOST:PORT]
 //! ```
 //!
 //! With `--port 0` it picks a free port. The first line on stdout is always
@@ -35,6 +35,10 @@ struct Args {
     config: PathBuf,
     #[command(flatten)]
     listen: Listen<8700>,
+    /// Serve Prometheus metrics on `GET /metrics` at HOST:PORT (port 0 picks a free one; the
+    /// address is printed on stderr as `metrics on http://HOST:PORT/metrics`).
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_addr: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -80,6 +84,20 @@ async fn run(args: Args, config: PoolConfig) -> Result<(), Box<dyn std::error::E
     let (mut term, mut interrupt) = stop_signals()?;
     let listener = args.listen.bind().await?;
     let pool = Pool::start(config).await?;
+    let _exporter = match &args.metrics_addr {
+        Some(addr) => {
+            let catalogues = [
+                uniagent_metrics::CORE_CATALOGUE,
+                uniagent_envs::telemetry::CATALOGUE,
+            ];
+            let exporter = uniagent_metrics::Exporter::start(addr, &catalogues).await?;
+            let watched = pool.clone();
+            exporter.on_scrape(move || uniagent_envs::telemetry::publish_pool(&watched.capacity()));
+            eprintln!("{}", uniagent_metrics::announce_line(exporter.addr()));
+            Some(exporter)
+        }
+        None => None,
+    };
     announce(&listener, "listening on")?;
     // The first signal starts the drain; the second cuts it short.
     let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();

@@ -1,7 +1,7 @@
 //! `uniagent-sandbox`: the SWE-ReX-compatible sandbox server.
 //!
 //! ```text
-//! UNIAGENT_SANDBOX_TOKEN=TOKEN uniagent-sandbox [--host 127.0.0.1] [--port 8000]
+//! UNIAGENT_SANDBOX_TOKEN=TOKEN uniagent-sandbox [--host 127.0.0.1] [--port 8000] [--metrics-addr HOST:PORT]
 //! uniagent-sandbox --auth-token-file FILE ...      # a file only its owner can read
 //! uniagent-sandbox --auth-token TOKEN ...          # as swerex-remote; visible in `ps`
 //! ```
@@ -87,6 +87,10 @@ struct Args {
     /// serving (used by the docker backend).
     #[arg(long, hide = true, value_name = "ADDR", conflicts_with_all = ["auth_token", "auth_token_file"])]
     relay_mux: Option<String>,
+    /// Serve Prometheus metrics on `GET /metrics` at HOST:PORT (port 0 picks a free one; the
+    /// address is printed on stderr as `metrics on http://HOST:PORT/metrics`).
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_addr: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -153,6 +157,20 @@ fn token_of(args: &Args, env_token: Option<String>) -> Result<String, String> {
 async fn run(args: Args, token: String) -> std::io::Result<()> {
     let (mut term, mut interrupt) = stop_signals()?;
     let listener = args.listen.bind().await?;
+    let _exporter = match &args.metrics_addr {
+        Some(addr) => {
+            let catalogues = [
+                uniagent_metrics::CORE_CATALOGUE,
+                uniagent_envs::telemetry::CATALOGUE,
+            ];
+            let exporter = uniagent_metrics::Exporter::start(addr, &catalogues)
+                .await
+                .map_err(std::io::Error::other)?;
+            eprintln!("{}", uniagent_metrics::announce_line(exporter.addr()));
+            Some(exporter)
+        }
+        None => None,
+    };
     let mut config = ServerConfig::new(token);
     config.insecure_no_auth = args.insecure_no_auth;
     config.shell = ShellOptions {

@@ -15,13 +15,15 @@ use crate::leases::{AcquireRequest, ApiError, ErrorBody, ErrorKind, RenewRequest
 const MAX_BODY: usize = 64 << 10;
 
 pub(super) fn router(pool: Pool) -> Router {
-    Router::new()
+    let routes = Router::new()
         .route("/healthz", get(healthz))
         .route("/v1/capacity", get(capacity))
         .route("/v1/leases", post(acquire).get(list))
         .route("/v1/leases/{id}", delete(release))
         .route("/v1/leases/{id}/renew", post(renew))
-        .route("/v1/leases/{id}/sandbox/{*path}", any(proxy))
+        .route("/v1/leases/{id}/sandbox/{*path}", any(proxy));
+    crate::telemetry::POOL_METERED
+        .layer(routes)
         .with_state(pool)
 }
 

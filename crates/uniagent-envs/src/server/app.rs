@@ -86,7 +86,9 @@ pub fn router(config: ServerConfig) -> (Router, Arc<AppState>) {
             "/upload",
             post(upload_handler).layer(DefaultBodyLimit::max(config.limits.max_upload_bytes)),
         )
-        .route("/close", post(close).layer(json_limit))
+        .route("/close", post(close).layer(json_limit));
+    let app = crate::telemetry::SERVER_METERED
+        .layer(app)
         .fallback(|| async { detail(StatusCode::NOT_FOUND, "Not Found") })
         .method_not_allowed_fallback(|| async {
             detail(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")

@@ -228,7 +228,8 @@ impl Records {
             held_out = r.held_out_success,
             "rl step"
         );
-        let line = serde_json::to_string(r).map_err(|e| Error::internal(e.to_string()))?;
-        writeln!(self.metrics, "{line}").map_err(io("writing metrics.jsonl"))
+        let value = serde_json::to_value(r).map_err(|e| Error::internal(e.to_string()))?;
+        crate::telemetry::publish_step(&value);
+        writeln!(self.metrics, "{value}").map_err(io("writing metrics.jsonl"))
     }
 }

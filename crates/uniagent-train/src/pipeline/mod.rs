@@ -42,6 +42,7 @@
 //!     sandboxes: Some(Arc::new(new_sandbox)),
 //!     codec: codec.clone(),
 //!     progress: None,
+//!     environment: "my-tasks".into(),
 //! };
 //! let config = PipelineConfig::from_yaml_str("rl:\n  mode: async\n  steps: 20\n")?;
 //! let seed = config.seed;

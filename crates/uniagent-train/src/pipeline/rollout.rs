@@ -14,6 +14,7 @@ use uniagent_core::codec::Codec;
 use uniagent_core::runner::{
     ProgressEvent, RolloutPhase, RolloutSource, Runner, RunnerConfig, SandboxFactory,
 };
+use uniagent_core::telemetry::RunLabels;
 use uniagent_core::{
     Error, FinishReason, GenerateOutput, GenerateRequest, Result, RewardSpec, Task, TokenGenerator,
     Tool,
@@ -39,6 +40,8 @@ pub struct RolloutSpec {
     pub codec: Arc<Codec>,
     /// Reports rollouts as they start and finish, if set.
     pub progress: Option<RolloutProgress>,
+    /// The environment's name: the `environment` label of the rollout metrics.
+    pub environment: String,
 }
 
 impl std::fmt::Debug for RolloutSpec {
@@ -54,6 +57,7 @@ impl std::fmt::Debug for RolloutSpec {
             )
             .field("reward", &self.reward.name())
             .field("loop_config", &self.loop_config)
+            .field("environment", &self.environment)
             .finish_non_exhaustive()
     }
 }
@@ -94,7 +98,8 @@ impl RolloutSource for RolloutSpec {
                 max_concurrent_sandbox_starts: phase.concurrency,
                 ..RunnerConfig::default()
             },
-        )?;
+        )?
+        .with_labels(RunLabels::new(&self.environment, phase.label));
         if let Some(factory) = self.sandboxes.clone() {
             runner = runner.with_sandboxes(move |task: &Task| factory.create(task));
         }

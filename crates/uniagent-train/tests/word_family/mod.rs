@@ -94,6 +94,7 @@ pub fn spec(codec: Arc<Codec>) -> RolloutSpec {
         sandboxes: None,
         codec,
         progress: None,
+        environment: "word-family".into(),
     }
 }
 

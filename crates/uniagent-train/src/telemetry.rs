@@ -1,0 +1,121 @@
+//! The trainer's metrics, published once per RL step from the same record `metrics.jsonl`
+//! gets (through the `metrics` facade; `uniagent train --metrics-addr` serves them). A term
+//! the step did not compute is absent from the record and leaves its gauge unset.
+
+use metrics::{counter, gauge};
+use serde_json::Value;
+use uniagent_core::telemetry::{MetricDef, MetricKind};
+
+/// RL steps done.
+pub const STEPS: &str = "uniagent_trainer_steps_total";
+/// The last trainer step (1-based).
+pub const STEP: &str = "uniagent_trainer_step";
+/// The generator's weight version after the last sync.
+pub const WEIGHT_VERSION: &str = "uniagent_trainer_weight_version";
+/// The last step's loss, by term (`total`, `pg`).
+pub const LOSS: &str = "uniagent_trainer_loss";
+/// The last step's KL to the reference (only when a KL term is computed).
+pub const KL: &str = "uniagent_trainer_kl";
+/// The last step's policy entropy.
+pub const ENTROPY: &str = "uniagent_trainer_entropy";
+/// The last step's gradient norm before clipping.
+pub const GRAD_NORM: &str = "uniagent_trainer_grad_norm";
+/// Largest staleness (trained version − token version) of a token the last step trained on.
+pub const STALENESS: &str = "uniagent_trainer_staleness";
+/// Mean reward of the last step's rollouts.
+pub const MEAN_REWARD: &str = "uniagent_trainer_mean_reward";
+/// Success rate of the last step's rollouts.
+pub const SUCCESS_RATE: &str = "uniagent_trainer_success_rate";
+/// Share of the last step the trainer spent waiting for rollouts.
+pub const IDLE_RATIO: &str = "uniagent_trainer_idle_ratio";
+/// Held-out success at the last evaluation.
+pub const HELD_OUT_SUCCESS: &str = "uniagent_trainer_held_out_success";
+
+const fn gauge_def(
+    name: &'static str,
+    labels: &'static [&'static str],
+    help: &'static str,
+) -> MetricDef {
+    MetricDef {
+        name,
+        kind: MetricKind::Gauge,
+        labels,
+        help,
+    }
+}
+
+/// Every metric the trainer emits.
+pub const CATALOGUE: &[MetricDef] = &[
+    MetricDef {
+        name: STEPS,
+        kind: MetricKind::Counter,
+        labels: &[],
+        help: "RL steps done.",
+    },
+    gauge_def(STEP, &[], "The last trainer step."),
+    gauge_def(
+        WEIGHT_VERSION,
+        &[],
+        "The generator's weight version after the last sync.",
+    ),
+    gauge_def(LOSS, &["term"], "The last step's loss by term (total, pg)."),
+    gauge_def(KL, &[], "The last step's KL to the reference policy."),
+    gauge_def(ENTROPY, &[], "The last step's policy entropy."),
+    gauge_def(
+        GRAD_NORM,
+        &[],
+        "The last step's gradient norm before clipping.",
+    ),
+    gauge_def(
+        STALENESS,
+        &[],
+        "Largest staleness of a token the last step trained on.",
+    ),
+    gauge_def(MEAN_REWARD, &[], "Mean reward of the last step's rollouts."),
+    gauge_def(
+        SUCCESS_RATE,
+        &[],
+        "Success rate of the last step's rollouts.",
+    ),
+    gauge_def(
+        IDLE_RATIO,
+        &[],
+        "Share of the last step the trainer waited for rollouts.",
+    ),
+    gauge_def(
+        HELD_OUT_SUCCESS,
+        &[],
+        "Held-out success at the last evaluation.",
+    ),
+];
+
+/// Publishes one step's record (its JSON form, as written to `metrics.jsonl`).
+pub(crate) fn publish_step(record: &Value) {
+    let field = |key: &str| record.get(key).and_then(Value::as_f64);
+    counter!(STEPS).increment(1);
+    for (name, key) in [
+        (STEP, "step"),
+        (WEIGHT_VERSION, "weight_version"),
+        (KL, "kl"),
+        (ENTROPY, "entropy"),
+        (GRAD_NORM, "grad_norm"),
+        (STALENESS, "staleness"),
+        (MEAN_REWARD, "mean_reward"),
+        (SUCCESS_RATE, "success_rate"),
+        (HELD_OUT_SUCCESS, "held_out_success"),
+    ] {
+        if let Some(v) = field(key) {
+            gauge!(name).set(v);
+        }
+    }
+    for (term, key) in [("total", "loss"), ("pg", "pg_loss")] {
+        if let Some(v) = field(key) {
+            gauge!(LOSS, "term" => term).set(v);
+        }
+    }
+    if let (Some(wait), Some(train)) = (field("rollout_wait_s"), field("train_s")) {
+        if wait + train > 0.0 {
+            gauge!(IDLE_RATIO).set(wait / (wait + train));
+        }
+    }
+}
