@@ -64,7 +64,8 @@ impl Prometheus {
             dir,
             "prometheus.yml",
             &format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n{jobs}"
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:{}\n{jobs}",
+                if jobs.is_empty() { " []" } else { "" }
             ),
         );
         let port = free_port();
@@ -325,4 +326,149 @@ fn prometheus_scrapes_a_gateway_session() {
     assert_eq!(generated[0].1, 2.0, "{generated:?}");
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// Every metric name a uniagent process can export (the crates' catalogues, the process
+/// collector's), with the series names a histogram adds.
+fn exported_names() -> std::collections::BTreeSet<String> {
+    use uniagent_core::telemetry::MetricKind;
+    let mut catalogues = vec![
+        uniagent_core::telemetry::CATALOGUE,
+        uniagent_envs::telemetry::CATALOGUE,
+        uniagent_gateway::telemetry::CATALOGUE,
+    ];
+    #[cfg(feature = "tch")]
+    catalogues.push(uniagent_train::telemetry::CATALOGUE);
+    let mut names: std::collections::BTreeSet<String> = uniagent_metrics::PROCESS_METRICS
+        .iter()
+        .map(|n| (*n).to_owned())
+        .collect();
+    for def in catalogues.into_iter().flatten() {
+        names.insert(def.name.to_owned());
+        if def.kind == MetricKind::Histogram {
+            for suffix in ["_bucket", "_sum", "_count"] {
+                names.insert(format!("{}{suffix}", def.name));
+            }
+        }
+    }
+    names
+}
+
+/// The metric names an expression reads (identifiers starting `uniagent_` or `process_`).
+fn names_in(expr: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut word = String::new();
+    for c in expr.chars().chain(std::iter::once(' ')) {
+        if c.is_ascii_alphanumeric() || c == '_' || c == ':' {
+            word.push(c);
+        } else {
+            if word.starts_with("uniagent_") || word.starts_with("process_") {
+                out.push(word.clone());
+            }
+            word.clear();
+        }
+    }
+    out
+}
+
+#[test]
+fn the_grafana_dashboard_is_valid_and_reads_only_exported_metrics() {
+    let path = common::repo_root().join("deploy/grafana/uniagent.json");
+    let dashboard: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    for key in ["title", "uid"] {
+        assert!(dashboard[key].is_string(), "{key}");
+    }
+    assert!(dashboard["schemaVersion"].is_u64());
+    let variables: Vec<&str> = dashboard["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(variables, ["datasource", "job"]);
+    let exported = exported_names();
+    let mut used = std::collections::BTreeSet::new();
+    let mut exprs = Vec::new();
+    let mut ids = std::collections::BTreeSet::new();
+    let mut cells = std::collections::BTreeSet::new();
+    let mut rows = Vec::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        assert!(
+            ids.insert(panel["id"].as_u64().unwrap()),
+            "duplicate id {panel}"
+        );
+        let g = &panel["gridPos"];
+        let (h, w, x, y) = (
+            g["h"].as_u64().unwrap(),
+            g["w"].as_u64().unwrap(),
+            g["x"].as_u64().unwrap(),
+            g["y"].as_u64().unwrap(),
+        );
+        assert!(x + w <= 24 && h > 0 && w > 0, "{panel}");
+        // No two panels overlap on Grafana's 24-column grid.
+        for dy in 0..h {
+            for dx in 0..w {
+                assert!(cells.insert((x + dx, y + dy)), "overlap at {panel}");
+            }
+        }
+        match panel["type"].as_str().unwrap() {
+            "row" => rows.push(panel["title"].as_str().unwrap().to_owned()),
+            "timeseries" => {
+                let targets = panel["targets"].as_array().unwrap();
+                assert!(!targets.is_empty(), "{panel}");
+                let mut ref_ids = std::collections::BTreeSet::new();
+                for t in targets {
+                    assert!(ref_ids.insert(t["refId"].as_str().unwrap()), "{panel}");
+                    assert_eq!(t["datasource"]["uid"], "${datasource}");
+                    let expr = t["expr"].as_str().unwrap();
+                    let names = names_in(expr);
+                    assert!(!names.is_empty(), "{expr}");
+                    for name in names {
+                        assert!(
+                            exported.contains(&name),
+                            "`{name}` in `{expr}` is not exported"
+                        );
+                        used.insert(name);
+                    }
+                    exprs.push(expr.to_owned());
+                }
+            }
+            other => panic!("unexpected panel type {other}"),
+        }
+    }
+    assert_eq!(
+        rows,
+        [
+            "Runs",
+            "Sandboxes",
+            "Model",
+            "Trainer",
+            "Gateway",
+            "Process"
+        ]
+    );
+    // Every metric of the loop, the servers and the gateway has a panel.
+    let mut catalogues = vec![
+        uniagent_core::telemetry::CATALOGUE,
+        uniagent_envs::telemetry::CATALOGUE,
+        uniagent_gateway::telemetry::CATALOGUE,
+    ];
+    #[cfg(feature = "tch")]
+    catalogues.push(uniagent_train::telemetry::CATALOGUE);
+    for def in catalogues.into_iter().flatten() {
+        let shown = used
+            .iter()
+            .any(|u| u == def.name || u.strip_prefix(def.name).is_some_and(|s| s.starts_with('_')));
+        assert!(shown, "{} has no panel", def.name);
+    }
+    // And every expression is PromQL the real Prometheus parses.
+    let Some(binary) = prometheus_binary() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let prometheus = Prometheus::start(&binary, dir.path(), &[]);
+    for expr in exprs {
+        let concrete = expr.replace("$__rate_interval", "1m").replace("$job", ".*");
+        prometheus.query(&concrete);
+    }
 }
