@@ -10,6 +10,8 @@
 //! ```text
 //! cargo run --release -p uniagent-examples --bin load-test -- --rollouts 10000 --turns 5
 //! ```
+//! `--metrics-addr 127.0.0.1:0` records and serves the metrics during the run;
+//! `scripts/bench/metrics-overhead.sh` compares runs with and without it.
 //! Ctrl-C cancels the run cleanly; the summary still prints.
 
 use std::collections::BTreeMap;
@@ -64,6 +66,10 @@ struct Args {
     /// at most this many sandboxes at once; the tool runs `echo` in the sandbox's bash session.
     #[arg(long, value_parser = positive())]
     host_sandboxes: Option<usize>,
+    /// Record the metrics and serve them on `GET /metrics` at HOST:PORT, rendered once a
+    /// second as a scraper would (for the overhead of metrics; compare with a run without).
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_addr: Option<String>,
 }
 
 /// Parses a positive integer flag value.
@@ -149,6 +155,25 @@ fn script(turns: usize) -> Vec<ScriptedTurn> {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
+    let exporter = match &args.metrics_addr {
+        Some(addr) => {
+            let exporter =
+                uniagent_metrics::Exporter::start(addr, &[uniagent_metrics::CORE_CATALOGUE])
+                    .await
+                    .map_err(|e| Error::config(e.to_string()))?;
+            Some(Arc::new(exporter))
+        }
+        None => None,
+    };
+    let scraper = exporter.clone().map(|exporter| {
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                std::hint::black_box(exporter.render());
+            }
+        })
+    });
     let model: Arc<dyn ChatModel> = if args.message_level {
         Arc::new(ScriptedChatModel::new(script(args.turns)).without_recording())
     } else {
@@ -257,7 +282,11 @@ async fn main() -> Result<()> {
         "cpu_us_per_turn": cpu.map(|ns| ns as f64 / 1000.0 / turns),
         "wall_us_per_turn": wall.as_secs_f64() * 1e6 / turns,
         "jsonl_bytes": sink.bytes,
+        "metrics": args.metrics_addr.is_some(),
     });
+    if let Some(scraper) = scraper {
+        scraper.abort();
+    }
     println!(
         "{}",
         serde_json::to_string_pretty(&report).unwrap_or_default()

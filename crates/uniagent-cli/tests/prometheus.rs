@@ -324,6 +324,10 @@ fn prometheus_scrapes_a_gateway_session() {
     let generated =
         prometheus.query("sum(uniagent_gateway_generate_seconds_count{job=\"gateway\"})");
     assert_eq!(generated[0].1, 2.0, "{generated:?}");
+    let first_tokens = prometheus.query(
+        "sum(uniagent_model_time_to_first_token_seconds_count{job=\"gateway\",backend=\"tch\"})",
+    );
+    assert_eq!(first_tokens[0].1, 2.0, "{first_tokens:?}");
     let _ = child.kill();
     let _ = child.wait();
 }

@@ -30,6 +30,10 @@ pub const SUCCESS_RATE: &str = "uniagent_trainer_success_rate";
 pub const IDLE_RATIO: &str = "uniagent_trainer_idle_ratio";
 /// Held-out success at the last evaluation.
 pub const HELD_OUT_SUCCESS: &str = "uniagent_trainer_held_out_success";
+/// Finished rollout groups waiting for the trainer (async mode), after it took a step's.
+pub const QUEUED_GROUPS: &str = "uniagent_trainer_queued_groups";
+/// Time from a request's arrival at the tch engine to its first sampled token.
+pub const TIME_TO_FIRST_TOKEN: &str = "uniagent_model_time_to_first_token_seconds";
 
 const fn gauge_def(
     name: &'static str,
@@ -117,5 +121,84 @@ pub(crate) fn publish_step(record: &Value) {
         if wait + train > 0.0 {
             gauge!(IDLE_RATIO).set(wait / (wait + train));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    use serde_json::json;
+
+    use super::*;
+
+    /// Every gauge and counter a step's record publishes, as `(name{labels}, value)`.
+    fn published(record: &Value) -> Vec<(String, f64)> {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        metrics::with_local_recorder(&recorder, || publish_step(record));
+        let mut out: Vec<(String, f64)> = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .map(|(key, _, _, value)| {
+                let key = key.key();
+                let labels: Vec<String> = key
+                    .labels()
+                    .map(|l| format!("{}={}", l.key(), l.value()))
+                    .collect();
+                let value = match value {
+                    DebugValue::Counter(n) => n as f64,
+                    DebugValue::Gauge(v) => v.into_inner(),
+                    DebugValue::Histogram(v) => v.len() as f64,
+                };
+                (format!("{}{{{}}}", key.name(), labels.join(",")), value)
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    #[test]
+    fn a_term_the_step_did_not_compute_leaves_its_gauge_unset() {
+        // No KL term, no held-out evaluation this step: no `kl` and no held-out gauge at all
+        // (a 0 would read as "no divergence").
+        let record = json!({"step": 3, "weight_version": 3, "loss": 0.5, "pg_loss": 0.25,
+            "entropy": 1.5, "grad_norm": 2.0, "staleness": 1, "mean_reward": 0.75,
+            "success_rate": 0.5, "rollout_wait_s": 3.0, "train_s": 1.0});
+        let got = published(&record);
+        let want = [
+            ("uniagent_trainer_entropy{}", 1.5),
+            ("uniagent_trainer_grad_norm{}", 2.0),
+            ("uniagent_trainer_idle_ratio{}", 0.75),
+            ("uniagent_trainer_loss{term=pg}", 0.25),
+            ("uniagent_trainer_loss{term=total}", 0.5),
+            ("uniagent_trainer_mean_reward{}", 0.75),
+            ("uniagent_trainer_staleness{}", 1.0),
+            ("uniagent_trainer_step{}", 3.0),
+            ("uniagent_trainer_steps_total{}", 1.0),
+            ("uniagent_trainer_success_rate{}", 0.5),
+            ("uniagent_trainer_weight_version{}", 3.0),
+        ];
+        let want: Vec<(String, f64)> = want.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn kl_and_held_out_success_are_published_when_computed() {
+        let record = json!({"step": 1, "kl": 0.0, "held_out_success": 0.25});
+        let got = published(&record);
+        assert!(
+            got.contains(&("uniagent_trainer_kl{}".to_owned(), 0.0)),
+            "{got:?}"
+        );
+        assert!(
+            got.contains(&("uniagent_trainer_held_out_success{}".to_owned(), 0.25)),
+            "{got:?}"
+        );
+        // Nothing timed: no idle ratio.
+        assert!(
+            !got.iter().any(|(k, _)| k.starts_with(IDLE_RATIO)),
+            "{got:?}"
+        );
     }
 }

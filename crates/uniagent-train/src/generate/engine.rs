@@ -2,6 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot};
@@ -32,6 +33,8 @@ impl Default for EngineConfig {
 struct Job {
     request: GenerateRequest,
     reply: oneshot::Sender<Result<GenerateOutput>>,
+    /// When it was queued: its time to first token runs from here.
+    queued: Instant,
 }
 
 /// The tch generation engine.
@@ -252,13 +255,17 @@ impl Worker {
     /// Validates `jobs` and prefills the valid ones into `batch`.
     fn admit(&self, model: &Qwen2ForCausalLM, batch: &mut DecodeBatch<Reply>, jobs: Vec<Job>) {
         let mut valid = Vec::with_capacity(jobs.len());
+        let mut queued = Vec::with_capacity(jobs.len());
         for job in jobs {
             if job.reply.is_closed() {
                 // Nobody waits for it any more.
                 continue;
             }
             match validate_request(model, &job.request) {
-                Ok(()) => valid.push((job.reply, job.request)),
+                Ok(()) => {
+                    queued.push(job.queued);
+                    valid.push((job.reply, job.request));
+                }
                 Err(e) => {
                     let _ = job.reply.send(Err(e));
                 }
@@ -273,7 +280,13 @@ impl Worker {
         self.sampled
             .fetch_add(batch.tokens_sampled() - before, Ordering::SeqCst);
         match admitted {
-            Ok(done) => answer(done),
+            Ok(done) => {
+                // The prefill sampled every joining request's first token.
+                for at in queued {
+                    crate::telemetry::first_token(at.elapsed());
+                }
+                answer(done)
+            }
             // The joining requests fail; the running ones go on.
             Err(rejected) => fail(rejected.tags, &rejected.error),
         }
@@ -318,7 +331,11 @@ impl TokenGenerator for TchEngine {
         self.queue
             .as_ref()
             .ok_or_else(gone)?
-            .send(Job { request, reply })
+            .send(Job {
+                request,
+                reply,
+                queued: Instant::now(),
+            })
             .map_err(|_| gone())?;
         answer.await.map_err(|_| gone())?
     }

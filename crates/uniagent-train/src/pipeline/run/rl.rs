@@ -141,6 +141,7 @@ impl Pipeline {
                             })??;
                             all.extend(group);
                         }
+                        crate::telemetry::queued_groups(rx.len());
                         all
                     }
                 };
