@@ -123,7 +123,7 @@ impl Prometheus {
         let mut last = Vec::new();
         let found = poll(Duration::from_secs(30), || {
             last = self.query(query);
-            last.sort_by(|a, b| a.0.to_string().cmp(&b.0.to_string()));
+            last.sort_by_key(|a| a.0.to_string());
             (last == want).then_some(())
         });
         assert!(found.is_some(), "{query}: want {want:?}, got {last:?}");

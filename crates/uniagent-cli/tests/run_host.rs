@@ -10,11 +10,10 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::{file_reader, run_in, stderr, write, ChatServer};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 fn config(url: &str, mark: &str, count: usize, samples: u32) -> String {
     format!(

@@ -91,7 +91,28 @@ pub const CATALOGUE: &[MetricDef] = &[
         &[],
         "Held-out success at the last evaluation.",
     ),
+    gauge_def(
+        QUEUED_GROUPS,
+        &[],
+        "Finished rollout groups waiting for the trainer (async mode).",
+    ),
+    MetricDef {
+        name: TIME_TO_FIRST_TOKEN,
+        kind: MetricKind::Histogram,
+        labels: &["backend"],
+        help: "Time from a request's arrival at the engine to its first token, in seconds.",
+    },
 ];
+
+/// Publishes the async queue's length once the trainer took its step's groups.
+pub(crate) fn queued_groups(n: usize) {
+    gauge!(QUEUED_GROUPS).set(n as f64);
+}
+
+/// Records one request's time to first token in the tch engine.
+pub(crate) fn first_token(elapsed: std::time::Duration) {
+    metrics::histogram!(TIME_TO_FIRST_TOKEN, "backend" => "tch").record(elapsed.as_secs_f64());
+}
 
 /// Publishes one step's record (its JSON form, as written to `metrics.jsonl`).
 pub(crate) fn publish_step(record: &Value) {
