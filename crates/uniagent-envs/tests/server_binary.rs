@@ -97,3 +97,65 @@ fn version_and_missing_token() {
         "--auth-token is required, as in swerex-remote"
     );
 }
+
+#[test]
+fn serves_request_metrics_by_route_with_metrics_addr() {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_uniagent-sandbox"))
+        .args(["--port", "0", "--auth-token", "T"])
+        .args(["--metrics-addr", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line.trim().rsplit(' ').next().unwrap().to_owned();
+    // The announcement is a line of stderr (logs may come before it).
+    // Kept open to the end: a closed pipe would fail the server's later writes.
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    let metrics = stderr
+        .by_ref()
+        .take(20)
+        .map_while(Result::ok)
+        .find_map(|l| l.strip_prefix("metrics on ").map(str::to_owned))
+        .expect("no `metrics on` line on stderr");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let scrape = rt.block_on(async {
+        let client = reqwest::Client::new();
+        for key in ["T", "T", "wrong"] {
+            client
+                .get(format!("{url}/is_alive"))
+                .header("X-API-Key", key)
+                .send()
+                .await
+                .unwrap();
+        }
+        client
+            .get(&metrics)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    drop(stderr);
+    let counted: Vec<&str> = scrape
+        .lines()
+        .filter(|l| l.starts_with("uniagent_sandbox_server_requests_total{"))
+        .collect();
+    // Two authorized requests reached the route; the refused one never did.
+    assert_eq!(counted.len(), 1, "{scrape}");
+    assert!(counted[0].contains("route=\"/is_alive\""), "{scrape}");
+    assert!(counted[0].contains("status=\"200\""), "{scrape}");
+    assert!(counted[0].ends_with(" 2"), "{scrape}");
+    assert!(scrape.contains("process_resident_memory_bytes"), "{scrape}");
+}
