@@ -11,6 +11,7 @@ pub mod model;
 pub mod output;
 pub mod progress;
 pub mod replay;
+pub mod report;
 pub mod run;
 #[cfg(feature = "tch")]
 pub mod train;

@@ -116,6 +116,47 @@ fn the_output_directory_has_what_interfaces_promise() {
         }
         assert!(t.get("response_logprobs").is_some_and(Value::is_array));
     }
+    // The report counts the RL rollouts; its curve is metrics.jsonl's per-step success and its
+    // held-out gain runs from the evaluation before RL to the last one, as the summary says.
+    let report = &summary["report"];
+    assert_eq!(report["source"], "train", "{report}");
+    assert_eq!(report["rollouts"], phase("rl") as u64, "{report}");
+    let curve = report["training"]["curve"].as_array().unwrap();
+    assert_eq!(curve.len(), metrics.len(), "{report}");
+    for (point, m) in curve.iter().zip(&metrics) {
+        assert_eq!(point["step"], m["step"]);
+        let (ours, theirs) = (point["success_rate"].as_f64(), m["success_rate"].as_f64());
+        assert!(
+            (ours.unwrap() - theirs.unwrap()).abs() < 1e-12,
+            "{point} vs {m}"
+        );
+    }
+    let held = &report["training"]["held_out"];
+    assert_eq!(
+        (
+            held["first"]["step"].as_u64(),
+            held["last"]["step"].as_u64()
+        ),
+        (Some(0), Some(12))
+    );
+    let close = |a: &Value, b: &Value| (a.as_f64().unwrap() - b.as_f64().unwrap()).abs() < 1e-12;
+    assert!(
+        close(&held["first"]["success_rate"], &summary["sft_only_success"]),
+        "{held}"
+    );
+    assert!(
+        close(&held["last"]["success_rate"], &summary["rl_success"]),
+        "{held}"
+    );
+    // Entropy is measured at every step (entropy_coeff is 0 here); KL and rollout correction
+    // are off, so their figures are absent rather than 0.
+    for m in &metrics {
+        assert!(m["entropy"].as_f64().is_some_and(|e| e > 0.0), "{m}");
+        assert!(
+            m.get("kl").is_none() && m.get("is_weight_mean").is_none(),
+            "{m}"
+        );
+    }
     // The exported policy and the files of the run.
     for f in [
         "config.json",
@@ -210,6 +251,12 @@ fn a_killed_run_resumed_gives_the_numbers_of_an_uninterrupted_one() {
                 "rollout_idle_ratio",
             ] {
                 o.remove(k);
+            }
+            // The report's mean wall time per success is a wall-clock figure too.
+            if let Some(Value::Object(per)) =
+                o.get_mut("report").and_then(|r| r.get_mut("per_success"))
+            {
+                per.remove("wall_time_s");
             }
         }
         v

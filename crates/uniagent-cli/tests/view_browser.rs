@@ -45,8 +45,9 @@ async fn runs_trajectory_tokens_and_curves_in_chromium() {
             let f = s as f64;
             format!(
                 "{}\n",
-                json!({"step": s, "mean_reward": f / 10.0, "success_rate": f / 12.0, "kl": 0.01 * f,
-                       "entropy": 1.0 - f / 20.0, "pg_clipfrac": 0.02, "staleness": s % 3})
+                // No KL loss: `kl` is absent from the lines, as train writes them.
+                json!({"step": s, "mean_reward": f / 10.0, "success_rate": f / 12.0,
+                       "entropy": 1.0 - f / 20.0, "pg_clipfrac": 3e-8 * f, "staleness": s % 3})
             )
         })
         .collect();
@@ -101,6 +102,26 @@ async fn runs_trajectory_tokens_and_curves_in_chromium() {
     page.eval("document.querySelector('#runs-table .open-run').click()")
         .await;
     page.wait_for("document.querySelectorAll('#traj-list .traj-row').length === 20")
+        .await;
+    // The run's report on top: the rows `uniagent report` prints. The fixture is a training
+    // run (lines carry phases): its 10 `rl` rollouts count, 4 of them solved.
+    let report = page
+        .eval(
+            "Object.fromEntries([...document.querySelectorAll('#report-table tr')]\
+             .map(r => [r.querySelector('th').textContent, r.querySelector('td').textContent]))",
+        )
+        .await;
+    assert_eq!(report["source"], "train (rl phase)", "{report}");
+    assert_eq!(report["rollouts"], "10", "{report}");
+    assert_eq!(report["strict success rate"], "40.0%", "{report}");
+    assert_eq!(report["infrastructure failures"], "2", "{report}");
+    assert_eq!(report["policy failures"], "4", "{report}");
+    assert_eq!(report["sandbox_error"], "2", "{report}");
+    assert_eq!(
+        report["learning curve (rl success by step)"], "0: 40.0%",
+        "{report}"
+    );
+    page.screenshot_of(&shots, "report-table.png", "#report")
         .await;
     append(
         &a,
@@ -217,10 +238,14 @@ async fn runs_trajectory_tokens_and_curves_in_chromium() {
     let legend = page
         .eval("[...document.querySelectorAll('#charts .legend text')].map(e => e.textContent)")
         .await;
+    // An absent metric gets no line (and no zeros): the KL chart shows the entropy alone.
+    assert!(
+        !legend.as_array().unwrap().contains(&json!("kl")),
+        "{legend}"
+    );
     for key in [
         "mean_reward",
         "success_rate",
-        "kl",
         "entropy",
         "pg_clipfrac",
         "staleness",
@@ -241,6 +266,22 @@ async fn runs_trajectory_tokens_and_curves_in_chromium() {
         .eval("document.querySelector('polyline[data-key=mean_reward]').getAttribute('points').split(' ').length")
         .await;
     assert_eq!(points, json!(10));
+    // Tiny values get readable tick labels (the clip fraction here is 3e-8 · step), never a
+    // fixed-point string cut off at the axis.
+    let ticks = page
+        .eval("[...document.querySelectorAll('svg.chart[aria-label=\"Clip fraction\"] text[text-anchor=end]')].map(e => e.textContent)")
+        .await;
+    assert_eq!(ticks, json!(["0", "1e-7", "2e-7", "3e-7"]));
+    let labels = page
+        .eval(
+            "[0, 6e-8, 1.5e-7, 0.25, 0.1 + 0.2, 1234.5, 2e5, -3e-9, 100].map((v, i) =>\
+             tickLabel(v, [1, 2e-8, 5e-8, 0.05, 0.1, 0.5, 1e5, 1e-9, 20][i]))",
+        )
+        .await;
+    assert_eq!(
+        labels,
+        json!(["0", "6e-8", "1.5e-7", "0.25", "0.3", "1234.5", "2e5", "-3e-9", "100"])
+    );
     page.screenshot(&shots, "7-curves.png").await;
 
     // A not-append-only rollout (its own run, over Qwen3): toggle the diff vs. the full

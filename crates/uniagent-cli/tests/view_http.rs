@@ -44,6 +44,15 @@ async fn runs_list_trajectory_and_tokens() {
     assert_eq!(ra["stats"]["tokens"]["prompt"], 180);
     assert_eq!(ra["stats"]["timings"]["total"], 1.0);
     assert_eq!(ra["warnings"], json!([]));
+    // The run's report is the one `uniagent report` builds from the same file, and its table
+    // rows are the ones the terminal table prints.
+    let report = uniagent_cli::report::Report::from_dir(&a).unwrap();
+    assert_eq!(ra["report"], serde_json::to_value(&report).unwrap());
+    assert_eq!(
+        ra["report_table"],
+        serde_json::to_value(uniagent_cli::report::table_rows(&[&report])).unwrap()
+    );
+    assert_eq!(ra["report"]["rollouts"], 15, "the rl phase's lines");
     let gone = &runs["runs"][2];
     assert_eq!(gone["stats"]["rollouts"], 0);
     assert!(

@@ -303,17 +303,96 @@ fn kl_to_the_frozen_reference_starts_at_zero_and_grows() {
     let mut trainer =
         Trainer::new(common::tiny_model(), Some(common::tiny_model()), config).unwrap();
     let first = trainer.step(&batch).unwrap();
-    assert!(
-        first.kl.abs() < 1e-7,
-        "policy == reference at step 0: {}",
-        first.kl
-    );
+    let kl = first.kl.expect("a KL loss reports its KL");
+    assert!(kl.abs() < 1e-7, "policy == reference at step 0: {kl}");
     let second = trainer.step(&batch).unwrap();
+    let kl = second.kl.expect("a KL loss reports its KL");
+    assert!(kl > 1e-6, "KL must grow once the policy moved: {kl}");
+}
+
+/// The policy's mean per-token entropy over the batch's mask-1 tokens, computed here from the
+/// logits directly (softmax, `−Σ p log p`), to check the trainer's figure against.
+fn direct_entropy(model: &Qwen2ForCausalLM, rows: &[AgentLoopOutput]) -> f64 {
+    let (mut sum, mut n) = (0.0, 0usize);
+    tch::no_grad(|| {
+        for row in rows {
+            let ids: Vec<i64> = row
+                .prompt_ids
+                .iter()
+                .chain(&row.response_ids)
+                .map(|&t| i64::from(t))
+                .collect();
+            let logits = model
+                .forward(&Tensor::from_slice(&ids).view([1, -1]), None, None, None)
+                .unwrap()
+                .get(0)
+                .to_kind(Kind::Double);
+            let p = row.prompt_ids.len();
+            for (t, &m) in row.response_mask.iter().enumerate() {
+                if m == 1 {
+                    let logp = logits.get((p + t - 1) as i64).log_softmax(-1, Kind::Double);
+                    sum += -(logp.exp() * &logp).sum(Kind::Double).double_value(&[]);
+                    n += 1;
+                }
+            }
+        }
+    });
+    sum / n as f64
+}
+
+#[test]
+fn entropy_is_measured_at_every_step_also_with_coefficient_zero() {
+    let model = common::tiny_model();
+    let (rows, uids) = rollouts(&model);
+    let expected = direct_entropy(&model, &rows);
+    let batch = TrainBatch::with_grpo(rows, &uids, true).unwrap();
+    let config = |entropy_coeff: f64| TrainerConfig {
+        mode: TrainMode::Rl(RlObjective {
+            entropy_coeff,
+            ..RlObjective::default()
+        }),
+        micro_batch_size: 1,
+        old_log_prob: OldLogProbSource::Rollout,
+        ..TrainerConfig::default()
+    };
+    let mut measured = Vec::new();
+    let mut losses = Vec::new();
+    for coeff in [0.0, 0.5] {
+        let mut trainer = Trainer::new(common::tiny_model(), None, config(coeff)).unwrap();
+        let m = trainer.accumulate_gradients(&batch).unwrap();
+        let entropy = m
+            .entropy
+            .unwrap_or_else(|| panic!("no entropy with entropy_coeff = {coeff}"));
+        // Token-mean aggregation over 4 micro-batches of one row = the batch's token mean.
+        assert!(
+            (entropy - expected).abs() < 1e-4 * expected.max(1.0),
+            "coefficient {coeff}: trainer says {entropy}, the logits say {expected}"
+        );
+        // Nothing else was computed: no KL term, no rollout correction.
+        assert_eq!((m.kl, m.correction), (None, None));
+        measured.push(entropy);
+        losses.push((m.loss, m.pg_loss));
+    }
+    assert!((measured[0] - measured[1]).abs() < 1e-9);
+    // The coefficient decides only whether it enters the loss.
+    let ((loss0, pg0), (loss1, pg1)) = (losses[0], losses[1]);
     assert!(
-        second.kl > 1e-6,
-        "KL must grow once the policy moved: {}",
-        second.kl
+        (loss0 - pg0).abs() < 1e-9,
+        "coefficient 0: loss is the pg loss"
     );
+    assert!(
+        (loss1 - (pg1 - 0.5 * measured[1])).abs() < 1e-5,
+        "coefficient 0.5: {loss1} != {pg1} - 0.5 * {}",
+        measured[1]
+    );
+    // SFT measures no entropy.
+    let sft_config = TrainerConfig {
+        mode: TrainMode::Sft,
+        ..TrainerConfig::default()
+    };
+    let mut sft = Trainer::new(common::tiny_model(), None, sft_config).unwrap();
+    let m = sft.step(&TrainBatch::sft(batch.rows.clone())).unwrap();
+    assert_eq!((m.entropy, m.kl), (None, None));
 }
 
 #[test]

@@ -11,7 +11,9 @@ function esc(s) {
 function fmt(x, d = 3) {
   if (x === null || x === undefined) return "–";
   if (typeof x !== "number") return esc(x);
-  return Number.isInteger(x) ? String(x) : x.toFixed(d);
+  if (Number.isInteger(x)) return String(x);
+  // A value too small for `d` decimals would read as 0: 3 significant digits instead.
+  return Math.abs(x) < 0.5 * Math.pow(10, -d) ? String(+x.toPrecision(3)) : x.toFixed(d);
 }
 function pct(x) { return x === null || x === undefined ? "–" : (100 * x).toFixed(1) + "%"; }
 
@@ -122,6 +124,16 @@ async function comparePage(params) {
 
 // ---------- trajectory list ----------
 
+// The report (the rows `uniagent report` prints): label and value, reasons indented.
+function reportTable(rows) {
+  if (!rows || !rows.length) return "";
+  const body = rows.map(r => {
+    const sub = r.label.startsWith("  ");
+    return `<tr class="${sub ? "sub" : ""}"><th>${esc(r.label.trim())}</th>${r.cells.map(c => `<td class="num">${esc(c)}</td>`).join("")}</tr>`;
+  }).join("");
+  return `<details id="report" open><summary>report</summary><table id="report-table">${body}</table></details>`;
+}
+
 const FILTERS = ["task", "exit_reason", "success", "reward_min", "reward_max", "step", "phase", "version", "q"];
 
 async function listPage(run, params) {
@@ -131,6 +143,7 @@ async function listPage(run, params) {
   const offset = +(params.get("offset") || 0);
   const val = k => esc(params.get(k) || "");
   main.innerHTML = `<h1>${esc(info.name)} <span class="dim">trajectories</span></h1>
+    ${reportTable(info.report_table)}
     <form id="filters" class="bar">
       <input name="q" placeholder="search messages" value="${val("q")}">
       <input name="task" placeholder="task id" value="${val("task")}">
@@ -345,10 +358,25 @@ function niceTicks(lo, hi, n = 5) {
   const step0 = (hi - lo) / n, mag = Math.pow(10, Math.floor(Math.log10(step0)));
   const step = [1, 2, 5, 10].map(m => m * mag).find(s => s >= step0);
   const out = [];
-  for (let v = Math.ceil(lo / step) * step; v <= hi + 1e-9; v += step) out.push(+v.toFixed(10));
-  out.decimals = Math.max(0, -Math.floor(Math.log10(step) + 1e-9));
+  // Rounded to the step's own precision, so that no float residue (0.30000000000000004) stays.
+  const snap = v => +(Math.round(v / step) * step).toPrecision(12);
+  for (let k = Math.ceil(lo / step - 1e-9); k * step <= hi + step * 1e-9; k++) out.push(snap(k * step));
   out.step = step;
   return out;
+}
+
+// A tick label short enough for the axis: as many digits as the tick spacing `step` needs
+// to tell ticks apart (no float residue, trailing zeros dropped), in scientific notation
+// (6e-8, 1.5e6) for magnitudes below 1e-3 or from 1e5 on, where fixed notation gets long.
+function tickLabel(v, step) {
+  const a = Math.abs(v), s = Math.abs(step);
+  if (a <= s * 1e-6) return "0";
+  const exp = Math.floor(Math.log10(a) + 1e-9), stepExp = Math.floor(Math.log10(s) + 1e-9);
+  if (a < 1e-3 || a >= 1e5) {
+    const [m, e] = v.toExponential(Math.max(0, Math.min(6, exp - stepExp))).split("e");
+    return `${+m}e${+e}`;
+  }
+  return String(+v.toFixed(Math.max(0, Math.min(10, -stepExp))));
 }
 
 function lineChart(spec, steps, series) {
@@ -362,11 +390,11 @@ function lineChart(spec, steps, series) {
   const X = x => L + (W - L - R) * (x - xlo) / (xhi - xlo), Y = y => H - B - (H - T - B) * (y - ylo) / (yhi - ylo);
   const xt = niceTicks(xlo, xhi), yt = niceTicks(ylo, yhi);
   // Round the top up to a tick so the highest grid line frames the data.
-  if (yt[yt.length - 1] < yhi - 1e-12) { yhi = +(yt[yt.length - 1] + yt.step).toFixed(10); yt.push(yhi); }
+  if (yt[yt.length - 1] < yhi - yt.step * 1e-9) { yhi = +(yt[yt.length - 1] + yt.step).toPrecision(12); yt.push(yhi); }
   let svg = `<svg class="chart" width="${W}" height="${H}" role="img" aria-label="${esc(spec.title)}">
     <text class="title" x="${W / 2}" y="18" text-anchor="middle">${esc(spec.title)}</text>`;
-  for (const y of yt) svg += `<line class="grid" x1="${L}" x2="${W - R}" y1="${Y(y)}" y2="${Y(y)}"/><text x="${L - 6}" y="${Y(y) + 4}" text-anchor="end">${y.toFixed(yt.decimals)}</text>`;
-  for (const x of xt) svg += `<line class="tick" x1="${X(x)}" x2="${X(x)}" y1="${H - B}" y2="${H - B + 5}"/><text x="${X(x)}" y="${H - B + 18}" text-anchor="middle">${x.toFixed(xt.decimals)}</text>`;
+  for (const y of yt) svg += `<line class="grid" x1="${L}" x2="${W - R}" y1="${Y(y)}" y2="${Y(y)}"/><text x="${L - 6}" y="${Y(y) + 4}" text-anchor="end">${tickLabel(y, yt.step)}</text>`;
+  for (const x of xt) svg += `<line class="tick" x1="${X(x)}" x2="${X(x)}" y1="${H - B}" y2="${H - B + 5}"/><text x="${X(x)}" y="${H - B + 18}" text-anchor="middle">${tickLabel(x, xt.step)}</text>`;
   svg += `<line class="axis" x1="${L}" x2="${L}" y1="${T}" y2="${H - B}"/><line class="axis" x1="${L}" x2="${W - R}" y1="${H - B}" y2="${H - B}"/>
     <text class="label" x="${(L + W - R) / 2}" y="${H - 8}" text-anchor="middle">step</text>
     <text class="label" transform="translate(14 ${(T + H - B) / 2}) rotate(-90)" text-anchor="middle">${esc(spec.y)}</text>`;

@@ -7,6 +7,7 @@ mod grade;
 pub mod metrics;
 mod parse_log;
 mod replay;
+mod report;
 mod run;
 mod train;
 mod view;
@@ -53,6 +54,9 @@ pub enum Command {
     /// Write trajectories (`trajectories.jsonl` of run/train outputs) as a Parquet file with
     /// verl's columns, for training with verl on Ray.
     Export(export::ExportArgs),
+    /// Report output directories: tasks, rollouts, strict success, policy vs infrastructure
+    /// failures, cost per success; for training runs the curve and the held-out gain.
+    Report(report::ReportArgs),
 }
 
 /// Parses the process arguments and runs; returns the exit code.
@@ -83,6 +87,7 @@ pub fn main_with(
         Command::Gateway(args) => gateway::main(args),
         Command::Replay(args) => replay::main(args, registry),
         Command::Export(args) => export::main(args),
+        Command::Report(args) => report::main(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

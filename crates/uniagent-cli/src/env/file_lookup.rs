@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde_json::{json, Value};
 use uniagent_core::{
     Deployment, DeploymentExt, EpisodeSignal, Error, Message, RewardContext, RewardOutcome,
     RewardSpec, Task,
@@ -266,6 +266,8 @@ impl Environment for FileLookup {
 }
 
 /// 1.0 when the `finish` answer equals the code in the sandbox's file for the asked name.
+/// Details: `expected` (the file's code; the task's when there is no answer) and `given` (the
+/// trimmed answer, `null` when the agent did not finish).
 #[derive(Debug, Default)]
 pub(super) struct CodeReward;
 
@@ -276,11 +278,16 @@ impl RewardSpec for CodeReward {
     }
 
     async fn score(&self, ctx: &RewardContext<'_>) -> uniagent_core::Result<RewardOutcome> {
+        let q = FileQuestion::from_task(ctx.task).map_err(Error::invalid_input)?;
         let answer = match ctx.signal {
             Some(EpisodeSignal::Finish { answer }) => answer.trim().to_owned(),
-            _ => return Ok(RewardOutcome::binary(false)),
+            // No answer given: nothing to compare, the sandbox is not read again.
+            _ => {
+                return Ok(RewardOutcome::binary(false)
+                    .with_detail("expected", json!(q.answer()))
+                    .with_detail("given", Value::Null))
+            }
         };
-        let q = FileQuestion::from_task(ctx.task).map_err(Error::invalid_input)?;
         let sandbox: &Arc<dyn Deployment> = ctx
             .deployment
             .ok_or_else(|| Error::internal("the file-code reward needs the task's sandbox"))?;
@@ -294,6 +301,65 @@ impl RewardSpec for CodeReward {
             .stdout;
         let truth = truth.trim();
         Ok(RewardOutcome::binary(!truth.is_empty() && answer == truth)
-            .with_detail("expected", json!(truth)))
+            .with_detail("expected", json!(truth))
+            .with_detail("given", json!(answer)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use uniagent_core::testing::ScriptedDeployment;
+
+    use super::*;
+
+    fn question() -> FileQuestion {
+        FileQuestion {
+            id: "t".into(),
+            target: "apple".into(),
+            files: vec![
+                ("apple".into(), "123".into()),
+                ("river".into(), "456".into()),
+            ],
+        }
+    }
+
+    async fn score(signal: Option<EpisodeSignal>) -> RewardOutcome {
+        let task = question().to_task();
+        let sandbox: Arc<dyn Deployment> =
+            Arc::new(ScriptedDeployment::new().on_command("cat data/apple.txt", "123\n", 0));
+        let ctx = RewardContext {
+            task: &task,
+            messages: &[],
+            signal: signal.as_ref(),
+            deployment: Some(&sandbox),
+        };
+        CodeReward.score(&ctx).await.unwrap()
+    }
+
+    fn finish(answer: &str) -> Option<EpisodeSignal> {
+        Some(EpisodeSignal::Finish {
+            answer: answer.into(),
+        })
+    }
+
+    #[tokio::test]
+    async fn reward_records_the_answer_given_next_to_the_expected_one() {
+        let wrong = score(finish(" 456 ")).await;
+        assert!(!wrong.success);
+        assert_eq!(wrong.details["expected"], json!("123"));
+        assert_eq!(wrong.details["given"], json!("456"));
+
+        let right = score(finish("123")).await;
+        assert!(right.success);
+        assert_eq!(right.details["expected"], json!("123"));
+        assert_eq!(right.details["given"], json!("123"));
+
+        // No finish: no answer was given, and `given` says so rather than being left out.
+        let none = score(None).await;
+        assert!(!none.success);
+        assert_eq!(none.details["expected"], json!("123"));
+        assert_eq!(none.details.get("given"), Some(&Value::Null));
     }
 }

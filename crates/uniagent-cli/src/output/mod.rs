@@ -320,5 +320,10 @@ mod tests {
         let summary = out.write_summary(1, 0.0).unwrap();
         assert_eq!(summary.rollouts, 1);
         assert_eq!(summary.exit_reasons["finished"], 1);
+        assert_eq!(summary.report.rollouts, 1);
+        assert_eq!(summary.report.successes, summary.succeeded);
+        let written: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join(SUMMARY)).unwrap()).unwrap();
+        assert_eq!(written["report"]["rollouts"], 1);
     }
 }

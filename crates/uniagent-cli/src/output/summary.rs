@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{CliError, Result};
+use crate::report::Report;
+use crate::view::TrajRow;
 
 /// The summary of an output directory.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -28,6 +30,9 @@ pub struct RunSummary {
     pub exit_reasons: BTreeMap<String, u64>,
     /// Wall time of the last invocation, seconds.
     pub wall_time: f64,
+    /// The report over the same lines: strict success, policy vs infrastructure failures,
+    /// cost per success ([`Report`]; what `uniagent report` prints).
+    pub report: Report,
 }
 
 /// Reads `trajectories` and counts.
@@ -41,10 +46,12 @@ pub fn summarize(trajectories: &Path, tasks: usize, wall_time: f64) -> Result<Ru
         mean_reward: None,
         exit_reasons: BTreeMap::new(),
         wall_time,
+        report: Report::build(&[]),
     };
     let Ok(file) = std::fs::File::open(trajectories) else {
         return Ok(s);
     };
+    let mut rows = Vec::new();
     let mut seen = BTreeSet::new();
     let (mut reward_sum, mut rewarded) = (0.0, 0u64);
     for line in BufReader::new(file).lines() {
@@ -53,6 +60,9 @@ pub fn summarize(trajectories: &Path, tasks: usize, wall_time: f64) -> Result<Ru
         let Ok(v) = serde_json::from_str::<Value>(&line) else {
             continue;
         };
+        if let Ok(row) = TrajRow::from_line(line.as_bytes()) {
+            rows.push(row);
+        }
         s.rollouts += 1;
         if let Some(task) = v.get("task_id").and_then(Value::as_str) {
             seen.insert(task.to_owned());
@@ -73,6 +83,7 @@ pub fn summarize(trajectories: &Path, tasks: usize, wall_time: f64) -> Result<Ru
         }
     }
     s.tasks_seen = seen.len();
+    s.report = Report::build(&rows);
     if s.rollouts > 0 {
         s.success_rate = s.succeeded as f64 / s.rollouts as f64;
     }

@@ -29,7 +29,9 @@ use crate::env::DEMONSTRATION_TURNS;
 use crate::error::{CliError, Result};
 use crate::model::ModelConfig;
 use crate::output::{OutputDir, TRAJECTORIES};
+use crate::report::Report;
 use crate::run::Prepared;
+use crate::view::TrajRow;
 
 /// What `train` leaves besides the pipeline's files.
 #[derive(Debug, Clone)]
@@ -293,7 +295,7 @@ pub async fn train(prepared: &Prepared, section: &TrainerSection) -> Result<Trai
 
 /// `summary.json`: the pipeline's summary plus the counts every output directory has
 /// (`tasks`, `rollouts`, `exit_reasons` over every phase; `success_rate` and `mean_reward` of
-/// the last held-out evaluation).
+/// the last held-out evaluation) and the [`Report`] (RL rollouts, curve, held-out gain).
 fn write_summary(prepared: &Prepared, summary: &Summary, wall: f64) -> Result<Value> {
     let path = prepared.out.join(TRAJECTORIES);
     let text = std::fs::read_to_string(&path)
@@ -301,10 +303,14 @@ fn write_summary(prepared: &Prepared, summary: &Summary, wall: f64) -> Result<Va
     let mut exit_reasons: BTreeMap<String, u64> = BTreeMap::new();
     let mut phases: BTreeMap<String, u64> = BTreeMap::new();
     let mut rollouts = 0u64;
+    let mut rows = Vec::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let Ok(v) = serde_json::from_str::<Value>(line) else {
             continue;
         };
+        if let Ok(row) = TrajRow::from_line(line.as_bytes()) {
+            rows.push(row);
+        }
         rollouts += 1;
         let reason = v["exit_reason"].as_str().unwrap_or("unknown").to_owned();
         *exit_reasons.entry(reason).or_default() += 1;
@@ -321,6 +327,7 @@ fn write_summary(prepared: &Prepared, summary: &Summary, wall: f64) -> Result<Va
         map.insert("mean_reward".into(), json!(summary.rl_reward));
         map.insert("exit_reasons".into(), json!(exit_reasons));
         map.insert("wall_time".into(), json!(wall));
+        map.insert("report".into(), json!(Report::build(&rows)));
     }
     let text = serde_json::to_string_pretty(&v)
         .map_err(|e| CliError::runtime(format!("encoding the summary: {e}")))?;

@@ -9,7 +9,7 @@
 //!
 //! | route | answer |
 //! | --- | --- |
-//! | `GET /api/runs` | every run: statistics, `summary.json`, warnings |
+//! | `GET /api/runs` | every run: statistics, the [`Report`](crate::report::Report) and its table rows, `summary.json`, warnings |
 //! | `GET /api/runs/{run}` | one run |
 //! | `GET /api/runs/{run}/trajectories?task&exit_reason&success&reward_min&reward_max&step&phase&version&q&offset&limit` | a page of trajectory summaries and the `total` matching |
 //! | `GET /api/runs/{run}/trajectories/{index}` | one trajectory (messages, reward, timings) and its token view (`tokens.rerender`: the stream aligned with the recorded full re-render, when there is one) |

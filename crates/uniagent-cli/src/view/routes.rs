@@ -16,6 +16,7 @@ use super::run::Run;
 use super::stats::{compare, run_stats};
 use super::tokens::token_view;
 use super::Viewer;
+use crate::report::{table_rows, Report};
 
 type Answer = Result<Json<Value>, ViewError>;
 type Params = Result<Query<HashMap<String, String>>, QueryRejection>;
@@ -54,11 +55,12 @@ fn run_json(id: usize, run: &Run) -> Result<Value, ViewError> {
     let mut warnings = run.dir_warnings();
     let (summary, bad_summary) = run.summary();
     warnings.extend(bad_summary);
-    let (stats, has_trajectories, indexing) = {
+    let (stats, report, has_trajectories, indexing) = {
         let index = run.trajectories()?;
         warnings.extend(index.warnings());
         (
             run_stats(index.entries()),
+            Report::build(index.entries().iter().map(|e| &e.row)),
             index.exists(),
             index.is_behind(),
         )
@@ -73,6 +75,8 @@ fn run_json(id: usize, run: &Run) -> Result<Value, ViewError> {
         "indexing": indexing,
         "metric_steps": metrics.entries().len(),
         "stats": stats,
+        "report_table": table_rows(&[&report]),
+        "report": report,
         "summary": summary,
         "warnings": warnings,
     }))

@@ -38,8 +38,10 @@ pub struct TrajRow {
     pub prompt_tokens: u64,
     /// Response tokens (0 without token data).
     pub response_tokens: u64,
-    /// Response tokens with mask 1.
+    /// Response tokens with mask 1 (`counts.sampled_tokens` for lines without token data).
     pub sampled_tokens: u64,
+    /// Tool calls executed (`counts.tool_calls`).
+    pub tool_calls: u64,
     /// Excluded from training.
     pub masked: bool,
     /// Time per phase, seconds.
@@ -56,6 +58,7 @@ struct Reward {
 #[serde(default)]
 struct Counts {
     turns: u64,
+    tool_calls: u64,
     sampled_tokens: u64,
 }
 
@@ -117,9 +120,18 @@ pub(super) fn extract(line: &[u8]) -> Result<TrajRow, String> {
         } else {
             l.counts.sampled_tokens
         },
+        tool_calls: l.counts.tool_calls,
         masked: l.masked,
         timings: l.timings,
     })
+}
+
+impl TrajRow {
+    /// Reads one line of `trajectories.jsonl` (any writer's) without materialising its token
+    /// arrays; an error says why the line is not a trajectory.
+    pub fn from_line(line: &[u8]) -> Result<Self, String> {
+        extract(line)
+    }
 }
 
 /// The length of a JSON array, counted without keeping its elements.

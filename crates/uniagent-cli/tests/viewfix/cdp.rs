@@ -97,9 +97,32 @@ impl Page {
     }
 
     pub async fn screenshot(&mut self, dir: &Path, name: &str) {
-        let r = self
-            .call("Page.captureScreenshot", json!({"format": "png"}))
+        self.capture(dir, name, json!({"format": "png"})).await;
+    }
+
+    /// A screenshot of the first element matching `selector` only (with an 8 px margin).
+    pub async fn screenshot_of(&mut self, dir: &Path, name: &str, selector: &str) {
+        let rect = self
+            .eval(&format!(
+                "(() => {{ const r = document.querySelector({}).getBoundingClientRect(); \
+                 return [r.x + window.scrollX, r.y + window.scrollY, r.width, r.height]; }})()",
+                json!(selector)
+            ))
             .await;
+        let v: Vec<f64> = rect
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        let clip = json!({"x": (v[0] - 8.0).max(0.0), "y": (v[1] - 8.0).max(0.0),
+                          "width": v[2] + 16.0, "height": v[3] + 16.0, "scale": 1});
+        self.capture(dir, name, json!({"format": "png", "clip": clip}))
+            .await;
+    }
+
+    async fn capture(&mut self, dir: &Path, name: &str, params: Value) {
+        let r = self.call("Page.captureScreenshot", params).await;
         let png = base64::engine::general_purpose::STANDARD
             .decode(r["data"].as_str().unwrap())
             .unwrap();

@@ -1,5 +1,5 @@
-//! [`ExitReason`]: how a rollout ended, and [`MaskPolicy`]: which endings are kept out of
-//! training.
+//! [`ExitReason`]: how a rollout ended, [`ExitClass`]: whose doing the ending was, and
+//! [`MaskPolicy`]: which endings are kept out of training.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -84,22 +84,45 @@ impl ExitReason {
         }
     }
 
-    /// The agent ended the episode itself (finish or submit).
-    pub fn is_success_path(self) -> bool {
-        matches!(self, Self::Finished | Self::Submitted)
+    /// Whose doing the ending was: the agent's own (finish, submit), a limit the policy ran
+    /// into (turns, tokens, context, malformed or timed-out tool calls), or the
+    /// infrastructure around it (sandbox, model backend, reward, wall clock, cancellation,
+    /// a bug). The one place this is decided: reports count unsolved rollouts as policy or
+    /// infrastructure failures by it, and [`MaskPolicy::default`] masks the infrastructure
+    /// endings.
+    ///
+    /// ```
+    /// use uniagent_core::agent::{ExitClass, ExitReason};
+    /// assert_eq!(ExitReason::Submitted.class(), ExitClass::Agent);
+    /// assert_eq!(ExitReason::ContextOverflow.class(), ExitClass::Policy);
+    /// assert_eq!(ExitReason::ModelError.class(), ExitClass::Infrastructure);
+    /// ```
+    pub fn class(self) -> ExitClass {
+        match self {
+            Self::Finished | Self::Submitted => ExitClass::Agent,
+            Self::MaxTurns
+            | Self::TokenLimit
+            | Self::ContextOverflow
+            | Self::FormatErrorBudget
+            | Self::ToolTimeoutBudget => ExitClass::Policy,
+            Self::SandboxError
+            | Self::ModelError
+            | Self::RewardError
+            | Self::WallClockTimeout
+            | Self::Cancelled
+            | Self::InternalError => ExitClass::Infrastructure,
+        }
     }
 
-    /// The ending was caused by infrastructure, not by the policy's behaviour.
+    /// The agent ended the episode itself (finish or submit): [`ExitClass::Agent`].
+    pub fn is_success_path(self) -> bool {
+        self.class() == ExitClass::Agent
+    }
+
+    /// The ending was caused by infrastructure, not by the policy's behaviour:
+    /// [`ExitClass::Infrastructure`].
     pub fn is_infrastructure(self) -> bool {
-        matches!(
-            self,
-            Self::SandboxError
-                | Self::ModelError
-                | Self::RewardError
-                | Self::WallClockTimeout
-                | Self::Cancelled
-                | Self::InternalError
-        )
+        self.class() == ExitClass::Infrastructure
     }
 
     /// Whether the sandbox is still usable for scoring after this ending.
@@ -114,6 +137,32 @@ impl ExitReason {
 impl fmt::Display for ExitReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// Whose doing an ending was ([`ExitReason::class`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitClass {
+    /// The agent ended the episode itself (finish or submit); whether it solved the task is
+    /// the reward's call, and an unsolved one is the policy's failure.
+    Agent,
+    /// The policy ran into a limit: turns, response tokens, the context window, too many
+    /// malformed or timed-out tool calls. A failure of the policy.
+    Policy,
+    /// The environment failed the policy: sandbox, model backend, reward, the wall clock, a
+    /// cancellation, an internal error. Not the policy's fault.
+    Infrastructure,
+}
+
+impl ExitClass {
+    /// The snake_case name, as serialised.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Agent => "agent",
+            Self::Policy => "policy",
+            Self::Infrastructure => "infrastructure",
+        }
     }
 }
 
@@ -193,6 +242,55 @@ mod tests {
             let json = serde_json::to_string(&r).unwrap();
             assert_eq!(json, format!("\"{}\"", r.as_str()));
             assert_eq!(serde_json::from_str::<ExitReason>(&json).unwrap(), r);
+        }
+    }
+
+    /// Every variant, written out with no wildcard: a new variant does not compile here until
+    /// its class is decided, and `ALL` must list it too.
+    #[test]
+    fn every_reason_has_its_class() {
+        let expected = |r: ExitReason| match r {
+            ExitReason::Finished | ExitReason::Submitted => ExitClass::Agent,
+            ExitReason::MaxTurns => ExitClass::Policy,
+            ExitReason::TokenLimit => ExitClass::Policy,
+            ExitReason::ContextOverflow => ExitClass::Policy,
+            ExitReason::FormatErrorBudget => ExitClass::Policy,
+            ExitReason::ToolTimeoutBudget => ExitClass::Policy,
+            ExitReason::SandboxError => ExitClass::Infrastructure,
+            ExitReason::ModelError => ExitClass::Infrastructure,
+            ExitReason::RewardError => ExitClass::Infrastructure,
+            ExitReason::WallClockTimeout => ExitClass::Infrastructure,
+            ExitReason::Cancelled => ExitClass::Infrastructure,
+            ExitReason::InternalError => ExitClass::Infrastructure,
+        };
+        let distinct: BTreeSet<ExitReason> = ExitReason::ALL.into_iter().collect();
+        assert_eq!(
+            distinct.len(),
+            ExitReason::ALL.len(),
+            "ALL lists a reason twice"
+        );
+        let mut per_class = std::collections::BTreeMap::new();
+        for r in ExitReason::ALL {
+            assert_eq!(r.class(), expected(r), "{r}");
+            assert_eq!(
+                r.is_infrastructure(),
+                r.class() == ExitClass::Infrastructure
+            );
+            assert_eq!(r.is_success_path(), r.class() == ExitClass::Agent);
+            *per_class.entry(r.class()).or_insert(0) += 1;
+        }
+        assert_eq!(per_class[&ExitClass::Agent], 2);
+        assert_eq!(per_class[&ExitClass::Policy], 5);
+        assert_eq!(per_class[&ExitClass::Infrastructure], 6);
+        for c in [
+            ExitClass::Agent,
+            ExitClass::Policy,
+            ExitClass::Infrastructure,
+        ] {
+            assert_eq!(
+                serde_json::to_string(&c).unwrap(),
+                format!("\"{}\"", c.as_str())
+            );
         }
     }
 

@@ -20,7 +20,7 @@ mod trajectory;
 mod turn;
 
 pub use config::LoopConfig;
-pub use exit::{ExitReason, MaskPolicy};
+pub use exit::{ExitClass, ExitReason, MaskPolicy};
 pub use feedback::{
     clip_observation, NO_FUNCTION_CALL, SKIPPED_CANCELLED, SKIPPED_SANDBOX, SKIPPED_TIMEOUT_BUDGET,
     SKIPPED_WALL_CLOCK,

@@ -28,42 +28,64 @@ pub struct StepRecord {
     pub success_rate: f64,
     /// Held-out success, on steps that evaluate.
     pub held_out_success: Option<f64>,
-    /// Total loss.
-    pub loss: f64,
+    /// Total loss (mean over the step's mini-batches; absent when no row was trained on:
+    /// every rollout dropped or without sampled tokens, as for every trainer figure below).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss: Option<f64>,
     /// Policy-gradient part of the loss.
-    pub pg_loss: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pg_loss: Option<f64>,
     /// Fraction of tokens clipped by the policy loss.
-    pub pg_clipfrac: f64,
-    /// KL to the reference (0 without a KL term).
-    pub kl: f64,
-    /// Entropy (0 unless an entropy bonus is configured).
-    pub entropy: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pg_clipfrac: Option<f64>,
+    /// KL to the reference; present only with a KL loss (`use_kl_loss`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kl: Option<f64>,
+    /// Entropy of the policy over the trained response tokens, measured at every step whatever
+    /// `entropy_coeff` (only a non-zero coefficient puts it in the loss).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entropy: Option<f64>,
     /// Gradient norm before clipping.
-    pub grad_norm: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grad_norm: Option<f64>,
     /// Learning rate.
-    pub lr: f64,
-    /// Largest |trainer − rollout| log-prob over the sampled tokens (before the update).
-    pub logprob_max_abs_diff: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lr: Option<f64>,
+    /// Largest |trainer − rollout| log-prob over the sampled tokens (before the update);
+    /// this and the next three are absent when no trained row has rollout log-probs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprob_max_abs_diff: Option<f64>,
     /// Mean importance ratio π_trainer / π_rollout (before the update).
-    pub importance_ratio: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub importance_ratio: Option<f64>,
     /// Largest importance ratio.
-    pub importance_ratio_max: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub importance_ratio_max: Option<f64>,
     /// KL(behaviour ‖ current) on the sampled tokens.
-    pub kl_behaviour_current: f64,
-    /// Rollout correction: mean applied importance weight.
-    pub is_weight_mean: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kl_behaviour_current: Option<f64>,
+    /// Rollout correction: mean applied importance weight; this and the next two are present
+    /// only with importance weighting (`rollout_correction.is`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub is_weight_mean: Option<f64>,
     /// Rollout correction: largest importance weight (or sequence ratio).
-    pub is_weight_max: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub is_weight_max: Option<f64>,
     /// Rollout correction: share of ratios above the truncation threshold.
-    pub is_fraction_high: f64,
-    /// Rollout correction: share of tokens rejected.
-    pub rs_rejected_tokens: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub is_fraction_high: Option<f64>,
+    /// Rollout correction: share of tokens rejected; this and the next are present only with
+    /// rejection sampling (`rollout_correction.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rs_rejected_tokens: Option<f64>,
     /// Rollout correction: share of sequences with a rejected token.
-    pub rs_rejected_sequences: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rs_rejected_sequences: Option<f64>,
     /// Share of groups whose rewards differ.
     pub mixed_groups: f64,
-    /// Mean |advantage| over rows.
-    pub mean_abs_advantage: f64,
+    /// Mean |advantage| over the trained rows (absent when none was trained).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_abs_advantage: Option<f64>,
     /// Tokens sampled by the policy in the step's rollouts.
     pub sampled_tokens: u64,
     /// Sampled tokens per second of waiting for rollouts.
@@ -224,6 +246,7 @@ impl Records {
             loss = r.loss,
             grad_norm = r.grad_norm,
             ratio = r.importance_ratio,
+            entropy = r.entropy,
             staleness = r.staleness,
             held_out = r.held_out_success,
             "rl step"

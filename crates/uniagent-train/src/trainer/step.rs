@@ -22,10 +22,13 @@ pub struct StepMetrics {
     pub loss: f64,
     /// The policy-gradient part (RL) or the NLL (SFT).
     pub pg_loss: f64,
-    /// The aggregated KL to the reference (0 when disabled).
-    pub kl: f64,
-    /// The aggregated entropy (computed only when its coefficient is non-zero).
-    pub entropy: f64,
+    /// The aggregated KL to the reference; `None` without a KL term (`use_kl_loss` off) and
+    /// in SFT.
+    pub kl: Option<f64>,
+    /// The aggregated entropy of the policy over the response tokens, computed at every RL step
+    /// whatever the entropy coefficient (as verl does: without gradients when the coefficient
+    /// is 0, in the loss otherwise); `None` in SFT.
+    pub entropy: Option<f64>,
     /// Token-weighted mean of the loss's `pg_clipfrac` over micro-batches.
     pub pg_clipfrac: f64,
     /// Gradient L2 norm before clipping (0 from [`Trainer::accumulate_gradients`]).
@@ -34,8 +37,8 @@ pub struct StepMetrics {
     pub lr: f64,
     /// Mask-1 response tokens in the batch (after rollout-correction rejection).
     pub tokens: i64,
-    /// What rollout correction did (all 0 without it).
-    pub correction: CorrectionMetrics,
+    /// What rollout correction did; `None` without it.
+    pub correction: Option<CorrectionMetrics>,
 }
 
 /// A GRPO/GSPO/PPO (or SFT) trainer over a [`Qwen2ForCausalLM`] policy.
@@ -225,14 +228,16 @@ impl Trainer {
                             kl_penalty(&logp, &ref_mb, kl.estimator).map_err(rl_error)?;
                         let kl_loss = agg_loss(&per_token, &mb.response_mask, objective.agg, &info)
                             .map_err(rl_error)?;
-                        m.kl += kl_loss.double_value(&[]);
+                        *m.kl.get_or_insert(0.0) += kl_loss.double_value(&[]);
                         loss += kl_loss * kl.coef;
                     }
-                    if objective.entropy_coeff != 0.0 {
-                        let entropy = entropy_from_logits(&logits).map_err(rl_error)?;
-                        let ent = agg_loss(&entropy, &mb.response_mask, objective.agg, &info)
-                            .map_err(rl_error)?;
-                        m.entropy += ent.double_value(&[]);
+                    // Always measured (a collapse shows here first); in the graph only when it
+                    // is part of the loss.
+                    let with_grad = objective.entropy_coeff != 0.0;
+                    let ent =
+                        entropy_term(&logits, &mb.response_mask, objective.agg, &info, with_grad)?;
+                    *m.entropy.get_or_insert(0.0) += ent.double_value(&[]);
+                    if with_grad {
                         loss -= ent * objective.entropy_coeff;
                     }
                     loss
@@ -289,7 +294,7 @@ impl Trainer {
         &self,
         padded: &mut PaddedBatch,
         correcting: bool,
-    ) -> Result<(Option<Tensor>, Option<Tensor>, CorrectionMetrics)> {
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<CorrectionMetrics>)> {
         let old = match (self.config.mode, self.config.old_log_prob) {
             (TrainMode::Rl(_), OldLogProbSource::Recompute) => {
                 Some(self.no_grad_logprobs(&self.policy, padded)?)
@@ -299,7 +304,7 @@ impl Trainer {
             }
             (TrainMode::Sft, _) => None,
         };
-        let mut correction = CorrectionMetrics::default();
+        let mut correction = None;
         let weights = match (&old, correcting) {
             (Some(old), true) => {
                 let (w, mask, metrics) = rollout_correction(
@@ -310,7 +315,7 @@ impl Trainer {
                 )
                 .map_err(rl_error)?;
                 padded.response_mask = mask;
-                correction = metrics;
+                correction = Some(metrics);
                 w
             }
             _ => None,
@@ -418,6 +423,26 @@ impl Trainer {
         self.steps_done = steps_done;
         self.optimizer.set_lr(self.current_lr());
         Ok(())
+    }
+}
+
+/// The aggregated entropy of `logits` over `mask` (verl's `entropy_from_logits` then
+/// `agg_loss`); with `with_grad` false it is computed without building a graph (verl's
+/// `torch.no_grad()` when `entropy_coeff` is 0), so measuring it costs no backward work.
+fn entropy_term(
+    logits: &Tensor,
+    mask: &Tensor,
+    agg: LossAggMode,
+    info: &GlobalBatchInfo,
+    with_grad: bool,
+) -> Result<Tensor> {
+    let compute = |logits: &Tensor| -> Result<Tensor> {
+        let entropy = entropy_from_logits(logits).map_err(rl_error)?;
+        agg_loss(&entropy, mask, agg, info).map_err(rl_error)
+    };
+    match with_grad {
+        true => compute(logits),
+        false => tch::no_grad(|| compute(&logits.detach())),
     }
 }
 

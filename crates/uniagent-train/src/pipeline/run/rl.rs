@@ -13,6 +13,7 @@ use crate::pipeline::diagnostics::{mixed_groups, ratio_stats, staleness_histogra
 use crate::pipeline::metrics::StepRecord;
 use crate::pipeline::rollouter::{RolloutPlan, Rollouter};
 use crate::pipeline::tasks::TaskSource;
+use crate::rl::RolloutCorrection;
 use crate::trainer::{OptimConfig, StepMetrics, TrainBatch, TrainMode, Trainer, TrainerConfig};
 
 use super::{blocking, Evaluation, Pipeline};
@@ -323,10 +324,12 @@ impl Pipeline {
             self.config.rl.temperature
         };
         let ratios = blocking(|| ratio_stats(trainer.policy(), &outputs, temperature))?;
-        record.logprob_max_abs_diff = ratios.max_abs_diff;
-        record.importance_ratio = ratios.mean_ratio;
-        record.importance_ratio_max = ratios.max_ratio;
-        record.kl_behaviour_current = ratios.kl_behaviour_current;
+        if ratios.tokens > 0 {
+            record.logprob_max_abs_diff = Some(ratios.max_abs_diff);
+            record.importance_ratio = Some(ratios.mean_ratio);
+            record.importance_ratio_max = Some(ratios.max_ratio);
+            record.kl_behaviour_current = Some(ratios.kl_behaviour_current);
+        }
         // Mini-batches of whole groups, in task order.
         let mut tasks: Vec<&str> = kept.iter().map(|(t, _)| t.task_id.as_str()).collect();
         tasks.dedup();
@@ -367,30 +370,43 @@ impl Pipeline {
             }
             metrics.push(blocking(|| trainer.step(&batch))?);
         }
-        record.mean_abs_advantage = adv_sum / adv_rows.max(1) as f64;
-        let n = metrics.len().max(1) as f64;
-        let mean = |f: fn(&StepMetrics) -> f64| metrics.iter().map(f).sum::<f64>() / n;
-        if metrics.is_empty() {
-            record.loss = f64::NAN;
-            record.grad_norm = f64::NAN;
-        } else {
-            record.loss = mean(|m| m.loss);
-            record.pg_loss = mean(|m| m.pg_loss);
-            record.pg_clipfrac = mean(|m| m.pg_clipfrac);
-            record.kl = mean(|m| m.kl);
-            record.entropy = mean(|m| m.entropy);
-            record.grad_norm = mean(|m| m.grad_norm);
-            record.lr = mean(|m| m.lr);
-            record.is_weight_mean = mean(|m| m.correction.is_mean);
-            record.is_weight_max = metrics
-                .iter()
-                .map(|m| m.correction.is_max)
-                .fold(0.0, f64::max);
-            record.is_fraction_high = mean(|m| m.correction.is_fraction_high);
-            record.rs_rejected_tokens = mean(|m| m.correction.rs_masked_fraction);
-            record.rs_rejected_sequences = mean(|m| m.correction.rs_seq_masked_fraction);
-        }
+        record.mean_abs_advantage = (adv_rows > 0).then(|| adv_sum / adv_rows as f64);
+        fill_trainer_metrics(&mut record, &metrics, &self.config.rl.correction);
         Ok(record)
+    }
+}
+
+/// The trainer's figures of a step, averaged over its mini-batches (the largest importance
+/// weight: the largest). A figure no mini-batch computed stays absent: none at all without a
+/// trained mini-batch, KL only with a KL loss, the importance-weight figures only with
+/// `correction.is`, the rejection figures only with `correction.rs`.
+fn fill_trainer_metrics(
+    record: &mut StepRecord,
+    metrics: &[StepMetrics],
+    correction: &RolloutCorrection,
+) {
+    let mean = |f: &dyn Fn(&StepMetrics) -> Option<f64>| -> Option<f64> {
+        let values: Vec<f64> = metrics.iter().filter_map(f).collect();
+        (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+    };
+    record.loss = mean(&|m| Some(m.loss));
+    record.pg_loss = mean(&|m| Some(m.pg_loss));
+    record.pg_clipfrac = mean(&|m| Some(m.pg_clipfrac));
+    record.grad_norm = mean(&|m| Some(m.grad_norm));
+    record.lr = mean(&|m| Some(m.lr));
+    record.kl = mean(&|m| m.kl);
+    record.entropy = mean(&|m| m.entropy);
+    if correction.is.is_some() {
+        record.is_weight_mean = mean(&|m| m.correction.map(|c| c.is_mean));
+        record.is_weight_max = metrics
+            .iter()
+            .filter_map(|m| m.correction.map(|c| c.is_max))
+            .reduce(f64::max);
+        record.is_fraction_high = mean(&|m| m.correction.map(|c| c.is_fraction_high));
+    }
+    if !correction.rs.is_empty() {
+        record.rs_rejected_tokens = mean(&|m| m.correction.map(|c| c.rs_masked_fraction));
+        record.rs_rejected_sequences = mean(&|m| m.correction.map(|c| c.rs_seq_masked_fraction));
     }
 }
 
@@ -425,4 +441,115 @@ fn session_keys<'a>(trajectories: impl Iterator<Item = &'a Trajectory>) -> Vec<S
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rl::CorrectionMetrics;
+
+    fn step(entropy: f64, kl: Option<f64>, correction: Option<CorrectionMetrics>) -> StepMetrics {
+        StepMetrics {
+            loss: 1.0,
+            pg_loss: 0.5,
+            pg_clipfrac: 0.1,
+            grad_norm: 2.0,
+            lr: 1e-3,
+            tokens: 10,
+            entropy: Some(entropy),
+            kl,
+            correction,
+        }
+    }
+
+    fn line(record: &StepRecord) -> serde_json::Value {
+        serde_json::to_value(record).unwrap_or_default()
+    }
+
+    const CORRECTION_KEYS: [&str; 5] = [
+        "is_weight_mean",
+        "is_weight_max",
+        "is_fraction_high",
+        "rs_rejected_tokens",
+        "rs_rejected_sequences",
+    ];
+
+    #[test]
+    fn figures_not_computed_are_absent_not_zero() {
+        // No mini-batch trained: no trainer figure at all.
+        let mut r = StepRecord::default();
+        fill_trainer_metrics(&mut r, &[], &RolloutCorrection::default());
+        let v = line(&r);
+        for key in ["loss", "pg_loss", "grad_norm", "lr", "kl", "entropy"] {
+            assert!(v.get(key).is_none(), "{key} in {v}");
+        }
+
+        // Entropy always (also with coefficient 0), averaged; no KL term, no correction.
+        let mut r = StepRecord::default();
+        let metrics = [step(1.0, None, None), step(3.0, None, None)];
+        fill_trainer_metrics(&mut r, &metrics, &RolloutCorrection::default());
+        assert_eq!(r.entropy, Some(2.0));
+        assert_eq!((r.loss, r.grad_norm), (Some(1.0), Some(2.0)));
+        let v = line(&r);
+        assert_eq!(v["entropy"], 2.0);
+        for key in CORRECTION_KEYS.iter().chain(&["kl"]) {
+            assert!(v.get(*key).is_none(), "{key} in {v}");
+        }
+
+        // A KL loss reports KL, even when it is exactly 0 (policy == reference).
+        let mut r = StepRecord::default();
+        fill_trainer_metrics(
+            &mut r,
+            &[step(1.0, Some(0.0), None)],
+            &RolloutCorrection::default(),
+        );
+        assert_eq!(line(&r)["kl"], 0.0);
+
+        // Importance weighting only: its figures, not the rejection ones.
+        let c = CorrectionMetrics {
+            is_mean: 0.9,
+            is_max: 1.5,
+            is_fraction_high: 0.25,
+            ..CorrectionMetrics::default()
+        };
+        let weights = [
+            step(1.0, None, Some(c)),
+            step(1.0, None, Some(CorrectionMetrics { is_max: 2.5, ..c })),
+        ];
+        let mut r = StepRecord::default();
+        fill_trainer_metrics(&mut r, &weights, &RolloutCorrection::token_tis(2.0));
+        assert_eq!(
+            (r.is_weight_mean, r.is_weight_max, r.is_fraction_high),
+            (Some(0.9), Some(2.5), Some(0.25))
+        );
+        assert_eq!(
+            (r.rs_rejected_tokens, r.rs_rejected_sequences),
+            (None, None)
+        );
+
+        // Rejection only: the other way round, a rejected share of 0 included.
+        let mut r = StepRecord::default();
+        fill_trainer_metrics(
+            &mut r,
+            &[step(1.0, None, Some(CorrectionMetrics::default()))],
+            &RolloutCorrection::geo_rs(0.5, 2.0),
+        );
+        assert_eq!(
+            (r.rs_rejected_tokens, r.rs_rejected_sequences),
+            (Some(0.0), Some(0.0))
+        );
+        assert_eq!(r.is_weight_mean, None);
+    }
+
+    #[test]
+    fn a_record_without_optional_figures_reads_back() {
+        let r = StepRecord {
+            step: 3,
+            entropy: Some(1.25),
+            ..StepRecord::default()
+        };
+        let text = serde_json::to_string(&r).unwrap_or_default();
+        let back: StepRecord = serde_json::from_str(&text).unwrap_or_default();
+        assert_eq!(back, r);
+    }
 }
