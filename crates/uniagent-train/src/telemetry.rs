@@ -200,7 +200,9 @@ mod tests {
             ("uniagent_trainer_success_rate{}", 0.5),
             ("uniagent_trainer_weight_version{}", 3.0),
         ];
-        let want: Vec<(String, f64)> = want.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect();
+        let mut want: Vec<(String, f64)> =
+            want.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect();
+        want.sort_by(|a, b| a.0.cmp(&b.0));
         assert_eq!(got, want);
     }
 
