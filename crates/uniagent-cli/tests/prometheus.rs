@@ -332,22 +332,27 @@ fn prometheus_scrapes_a_gateway_session() {
     let _ = child.wait();
 }
 
+#[cfg(any(feature = "tch", feature = "parquet"))]
+/// The crates' metric catalogues: the loop's, the servers', the gateway's, the trainer's.
+fn catalogues() -> Vec<&'static [uniagent_core::telemetry::MetricDef]> {
+    vec![
+        uniagent_core::telemetry::CATALOGUE,
+        uniagent_envs::telemetry::CATALOGUE,
+        uniagent_gateway::telemetry::CATALOGUE,
+        uniagent_train::telemetry::CATALOGUE,
+    ]
+}
+
+#[cfg(any(feature = "tch", feature = "parquet"))]
 /// Every metric name a uniagent process can export (the crates' catalogues, the process
 /// collector's), with the series names a histogram adds.
 fn exported_names() -> std::collections::BTreeSet<String> {
     use uniagent_core::telemetry::MetricKind;
-    let mut catalogues = vec![
-        uniagent_core::telemetry::CATALOGUE,
-        uniagent_envs::telemetry::CATALOGUE,
-        uniagent_gateway::telemetry::CATALOGUE,
-    ];
-    #[cfg(feature = "tch")]
-    catalogues.push(uniagent_train::telemetry::CATALOGUE);
     let mut names: std::collections::BTreeSet<String> = uniagent_metrics::PROCESS_METRICS
         .iter()
         .map(|n| (*n).to_owned())
         .collect();
-    for def in catalogues.into_iter().flatten() {
+    for def in catalogues().into_iter().flatten() {
         names.insert(def.name.to_owned());
         if def.kind == MetricKind::Histogram {
             for suffix in ["_bucket", "_sum", "_count"] {
@@ -358,6 +363,7 @@ fn exported_names() -> std::collections::BTreeSet<String> {
     names
 }
 
+#[cfg(any(feature = "tch", feature = "parquet"))]
 /// The metric names an expression reads (identifiers starting `uniagent_` or `process_`).
 fn names_in(expr: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -375,6 +381,8 @@ fn names_in(expr: &str) -> Vec<String> {
     out
 }
 
+// The trainer's catalogue comes with uniagent-train (`tch` or `parquet`).
+#[cfg(any(feature = "tch", feature = "parquet"))]
 #[test]
 fn the_grafana_dashboard_is_valid_and_reads_only_exported_metrics() {
     let path = common::repo_root().join("deploy/grafana/uniagent.json");
@@ -451,15 +459,8 @@ fn the_grafana_dashboard_is_valid_and_reads_only_exported_metrics() {
             "Process"
         ]
     );
-    // Every metric of the loop, the servers and the gateway has a panel.
-    let mut catalogues = vec![
-        uniagent_core::telemetry::CATALOGUE,
-        uniagent_envs::telemetry::CATALOGUE,
-        uniagent_gateway::telemetry::CATALOGUE,
-    ];
-    #[cfg(feature = "tch")]
-    catalogues.push(uniagent_train::telemetry::CATALOGUE);
-    for def in catalogues.into_iter().flatten() {
+    // Every metric of the loop, the servers, the gateway and the trainer has a panel.
+    for def in catalogues().into_iter().flatten() {
         let shown = used
             .iter()
             .any(|u| u == def.name || u.strip_prefix(def.name).is_some_and(|s| s.starts_with('_')));

@@ -10,9 +10,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use common::{
-    assistant_turns, first_user_text, jsonl, run_in, stderr, tool_call, write, ChatServer,
-};
+use common::{assistant_turns, jsonl, run_in, stderr, tool_call, write, ChatServer};
 use serde_json::{json, Value};
 
 /// What the scripted model does with a task, decided by the name it asks about.
@@ -28,13 +26,7 @@ fn behaviour(target: &str) -> &'static str {
 /// again until the turn limit (loop).
 fn responder() -> common::Responder {
     Arc::new(|body: &Value| {
-        let question = first_user_text(body);
-        let target = question
-            .split("code of ")
-            .nth(1)
-            .and_then(|s| s.split('?').next())
-            .unwrap_or("nothing")
-            .to_owned();
+        let target = common::asked_file(body);
         let read = || {
             tool_call(
                 "c0",

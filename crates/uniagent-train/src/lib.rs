@@ -18,7 +18,6 @@ pub mod pipeline;
 #[cfg(feature = "tch")]
 pub mod scratch;
 
-#[cfg(feature = "tch")]
 pub mod telemetry;
 
 #[cfg(feature = "parquet")]

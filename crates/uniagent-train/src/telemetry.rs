@@ -1,8 +1,12 @@
-//! The trainer's metrics, published once per RL step from the same record `metrics.jsonl`
-//! gets (through the `metrics` facade; `uniagent train --metrics-addr` serves them). A term
-//! the step did not compute is absent from the record and leaves its gauge unset.
+//! The trainer's metrics, emitted through the `metrics` facade (`uniagent train
+//! --metrics-addr` serves them). The catalogue is in every build; with `tch` the pipeline
+//! publishes the step gauges once per RL step from the same record `metrics.jsonl` gets (a
+//! term the step did not compute is absent there and leaves its gauge unset), and the engine
+//! records each request's time to first token.
 
+#[cfg(feature = "tch")]
 use metrics::{counter, gauge};
+#[cfg(feature = "tch")]
 use serde_json::Value;
 use uniagent_core::telemetry::{MetricDef, MetricKind};
 
@@ -104,16 +108,19 @@ pub const CATALOGUE: &[MetricDef] = &[
     },
 ];
 
+#[cfg(feature = "tch")]
 /// Publishes the async queue's length once the trainer took its step's groups.
 pub(crate) fn queued_groups(n: usize) {
     gauge!(QUEUED_GROUPS).set(n as f64);
 }
 
+#[cfg(feature = "tch")]
 /// Records one request's time to first token in the tch engine.
 pub(crate) fn first_token(elapsed: std::time::Duration) {
     metrics::histogram!(TIME_TO_FIRST_TOKEN, "backend" => "tch").record(elapsed.as_secs_f64());
 }
 
+#[cfg(feature = "tch")]
 /// Publishes one step's record (its JSON form, as written to `metrics.jsonl`).
 pub(crate) fn publish_step(record: &Value) {
     let field = |key: &str| record.get(key).and_then(Value::as_f64);
@@ -145,7 +152,7 @@ pub(crate) fn publish_step(record: &Value) {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "tch"))]
 mod tests {
     use metrics_util::debugging::{DebugValue, DebuggingRecorder};
     use serde_json::json;

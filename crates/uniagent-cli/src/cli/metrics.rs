@@ -50,7 +50,7 @@ pub(crate) fn catalogues() -> Vec<&'static [MetricDef]> {
         uniagent_envs::telemetry::CATALOGUE,
         uniagent_gateway::telemetry::CATALOGUE,
     ];
-    #[cfg(feature = "tch")]
+    #[cfg(any(feature = "tch", feature = "parquet"))]
     all.push(uniagent_train::telemetry::CATALOGUE);
     all
 }

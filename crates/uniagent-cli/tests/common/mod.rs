@@ -287,17 +287,21 @@ pub fn link_tiny_qwen2(dir: &Path) {
     }
 }
 
+/// The file a file-lookup question asks about ("... code of NAME?"), `nothing` if none.
+pub fn asked_file(body: &Value) -> String {
+    first_user_text(body)
+        .split("code of ")
+        .nth(1)
+        .and_then(|s| s.split('?').next())
+        .unwrap_or("nothing")
+        .to_owned()
+}
+
 /// A file-lookup agent: reads the file the question names, then finishes with the tool's output.
 pub fn file_reader(delay: std::time::Duration) -> Responder {
     Arc::new(move |body: &Value| {
         std::thread::sleep(delay);
-        let question = first_user_text(body);
-        let target = question
-            .split("code of ")
-            .nth(1)
-            .and_then(|s| s.split('?').next())
-            .unwrap_or("nothing")
-            .to_owned();
+        let target = asked_file(body);
         let turn = assistant_turns(body);
         if turn == 0 {
             tool_call(
