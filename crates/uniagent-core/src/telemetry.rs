@@ -291,14 +291,22 @@ fn backend_label(backend: &str) -> Vec<Label> {
     vec![Label::new("backend", backend.to_owned())]
 }
 
-pub(crate) fn sandbox_started(backend: &str, elapsed: Duration) {
+/// Counts a started sandbox; it is live until the guard drops.
+pub(crate) fn sandbox_started(backend: &str, elapsed: Duration) -> LiveSandbox {
     counter!(SANDBOX_STARTS, backend_label(backend)).increment(1);
     histogram!(SANDBOX_START_SECONDS, backend_label(backend)).record(elapsed.as_secs_f64());
     gauge!(SANDBOXES_LIVE, backend_label(backend)).increment(1.0);
+    LiveSandbox(backend.to_owned())
 }
 
-pub(crate) fn sandbox_stopped(backend: &str) {
-    gauge!(SANDBOXES_LIVE, backend_label(backend)).decrement(1.0);
+/// A started sandbox: the live gauge of its backend goes down when this drops.
+#[derive(Debug)]
+pub(crate) struct LiveSandbox(String);
+
+impl Drop for LiveSandbox {
+    fn drop(&mut self) {
+        gauge!(SANDBOXES_LIVE, backend_label(&self.0)).decrement(1.0);
+    }
 }
 
 pub(crate) fn sandbox_failed(backend: &str, class: &'static str) {

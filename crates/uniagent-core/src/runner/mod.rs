@@ -385,28 +385,34 @@ async fn rollout(shared: RunShared, task: Arc<Task>, sample: u32) -> Trajectory 
             let start = async {
                 let _p = shared.start_permits.acquire().await;
                 let t0 = Instant::now();
-                let started = d.start().await;
-                match &started {
-                    Ok(()) => telemetry::sandbox_started(d.backend(), t0.elapsed()),
-                    Err(_) => telemetry::sandbox_failed(d.backend(), "start"),
+                match d.start().await {
+                    Ok(()) => Ok(telemetry::sandbox_started(d.backend(), t0.elapsed())),
+                    Err(e) => {
+                        telemetry::sandbox_failed(d.backend(), "start");
+                        Err(e)
+                    }
                 }
-                started
             };
             let outcome = tokio::select! {
                 biased;
                 () = cancel.cancelled() => Err((ExitReason::Cancelled, None)),
                 r = start => r.map_err(|e| (ExitReason::SandboxError, Some(format!("starting the sandbox failed: {e}")))),
             };
-            if let Err((reason, error)) = outcome {
-                let stop_error = stop_sandbox(&d, shared.stop_timeout).await;
-                let mut t = empty(reason, error.or(stop_error));
-                t.timings.total = started.elapsed().as_secs_f64();
-                let ran = Some(t.timings.total);
-                return done(t, ran);
+            match outcome {
+                Ok(live) => Some((d, live)),
+                Err((reason, error)) => {
+                    let stop_error = stop_sandbox(&d, shared.stop_timeout).await;
+                    let mut t = empty(reason, error.or(stop_error));
+                    t.timings.total = started.elapsed().as_secs_f64();
+                    let ran = Some(t.timings.total);
+                    return done(t, ran);
+                }
             }
-            Some(d)
         }
     };
+    // The live-sandbox gauge goes down when `live` drops: after the stop below, or when this
+    // rollout is dropped mid-way (its sandbox's own `Drop` cleans up then).
+    let (deployment, live) = deployment.unzip();
     let sandbox_start = started.elapsed().as_secs_f64();
     let agent = Arc::clone(&shared.agent);
     let control = shared.control.clone();
@@ -423,8 +429,8 @@ async fn rollout(shared: RunShared, task: Arc<Task>, sample: u32) -> Trajectory 
             t.error.get_or_insert(stop_error);
         }
         t.timings.sandbox_stop = t0.elapsed().as_secs_f64();
-        telemetry::sandbox_stopped(d.backend());
     }
+    drop(live);
     t.timings.sandbox_start += sandbox_start;
     t.timings.total = started.elapsed().as_secs_f64();
     let ran = Some(t.timings.total);
