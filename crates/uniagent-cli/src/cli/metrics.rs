@@ -43,16 +43,17 @@ impl MetricsArgs {
 }
 
 /// Every metric a `uniagent` process can emit: the loop's, the sandboxes', the gateway's and
-/// (with libtorch) the trainer's.
+/// (when uniagent-train is built in) the trainer's.
 pub(crate) fn catalogues() -> Vec<&'static [MetricDef]> {
-    let mut all: Vec<&'static [MetricDef]> = vec![
+    [
         uniagent_core::telemetry::CATALOGUE,
         uniagent_envs::telemetry::CATALOGUE,
         uniagent_gateway::telemetry::CATALOGUE,
-    ];
-    #[cfg(any(feature = "tch", feature = "parquet"))]
-    all.push(uniagent_train::telemetry::CATALOGUE);
-    all
+        #[cfg(any(feature = "tch", feature = "parquet"))]
+        uniagent_train::telemetry::CATALOGUE,
+    ]
+    .into_iter()
+    .collect()
 }
 
 /// Starts the endpoint when an address is configured, and announces it on stderr.
