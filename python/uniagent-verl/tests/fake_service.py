@@ -6,7 +6,8 @@ a field, ``busy`` 429 (``Retry-After: 0``) twice then success, ``busy-forever`` 
 (``Retry-After: 1``) always, ``boom`` a 500, ``drop`` closes the connection mid-rollout, and
 ``generate`` a one-turn rollout through the request's ``bridge_url`` (render the task's
 messages with the tokenizer's chat template, ask the bridge for up to ``max_tokens`` tokens
-stopping at ``<|im_end|>``, reward 1.0 when any token was produced) — enough to drive the
+stopping at ``<|im_end|>``, reward ``(first token id % 100) / 100`` so that the rewards of a
+group differ) — enough to drive the
 agent loop end to end on CPU while the Rust service is not at hand.
 """
 
@@ -148,13 +149,13 @@ class FakeService:
                 response_ids=tokens,
                 response_mask=[1] * len(tokens),
                 response_logprobs=logprobs,
-                reward_score=1.0 if tokens else 0.0,
+                reward_score=(tokens[0] % 100) / 100 if tokens else 0.0,
                 num_turns=2,
                 extra_fields={
                     "weight_versions": [steps] * len(tokens),
                     "min_global_steps": steps,
                     "max_global_steps": steps,
-                    "reward_extra_info": {"success": 1.0 if tokens else 0.0},
+                    "reward_extra_info": {"first_token": float(tokens[0]) if tokens else -1.0},
                     "exit_reason": "finished",
                 },
             )

@@ -8,8 +8,9 @@ probabilities; ``temperature`` 0 → greedy; ``top_k`` -1 → off; ``top_p``), a
 verl's ``TokenOutput`` with ``stop_reason="completed"`` and ``extra_fields={"global_steps": k}``.
 Generated tokens include the stop token, as vLLM's token ids do. Log probabilities are those of
 the temperature-scaled distribution the token was drawn from (the greedy ones: raw logits).
-Sampling uses a ``torch.Generator`` seeded from the manager's seed and the prompt, so a given
-prompt gives the same tokens whatever the order of concurrent requests.
+Sampling uses a ``torch.Generator`` seeded from the manager's seed, the request id and the
+prompt, so a given request gives the same tokens whatever the order of concurrent requests, and
+the samples of one group (distinct request ids) differ.
 """
 
 from __future__ import annotations
@@ -67,13 +68,13 @@ class TinyQwenServerManager:
                 if self.in_flight >= self._wait_for:
                     self._arrived.set()
                 await asyncio.wait_for(self._arrived.wait(), self._wait_timeout_s)
-            output = await asyncio.to_thread(self._generate, list(prompt_ids), dict(sampling_params))
+            output = await asyncio.to_thread(self._generate, request_id, list(prompt_ids), dict(sampling_params))
         finally:
             self.in_flight -= 1
         call["output"] = output
         return output
 
-    def _generate(self, prompt_ids: list[int], params: dict[str, Any]) -> TokenOutput:
+    def _generate(self, request_id: str, prompt_ids: list[int], params: dict[str, Any]) -> TokenOutput:
         max_tokens = int(params.pop("max_tokens", self.default_max_tokens))
         if "max_new_tokens" in params:
             raise TypeError("SamplingParams got both max_tokens and max_new_tokens")
@@ -84,7 +85,7 @@ class TinyQwenServerManager:
         if not params.get("ignore_eos", False):
             stop |= set(EOS_IDS)
         want_logprobs = bool(params.get("logprobs", False))
-        generator = torch.Generator().manual_seed(self.seed ^ zlib.crc32(str(prompt_ids).encode()))
+        generator = torch.Generator().manual_seed(self.seed ^ zlib.crc32(f"{request_id}:{prompt_ids}".encode()))
         tokens: list[int] = []
         logprobs: list[float] = []
         with self._lock, torch.no_grad():
