@@ -21,7 +21,7 @@ for f in tokenizer.json tokenizer_config.json chat_template.jinja; do
     ln -s "$PWD/crates/uniagent-core/tests/fixtures/tokenizers/qwen2.5/$f" "$MODEL/$f"
 done
 sed -e "s|\${MODEL_PATH}|$MODEL|" -e 's/count: 512/count: 64/' \
-    -e 's/max_prompt_tokens: 1024/max_prompt_tokens: 1024/' -e 's/max_tokens: 256/max_tokens: 64/' \
+    -e 's/max_prompt_len: 1024/max_prompt_len: 1024/' -e 's/max_tokens: 256/max_tokens: 64/' \
     examples/verl/file_lookup.yaml > "$OUT/serve.yaml"
 # The dataset, then training with the agent loop launching the service itself.
 "$UNIAGENT_BIN" serve "$OUT/serve.yaml" --port 0 > "$OUT/serve.out" 2> "$OUT/serve.log" &

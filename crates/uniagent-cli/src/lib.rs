@@ -13,6 +13,7 @@ pub mod progress;
 pub mod replay;
 pub mod report;
 pub mod run;
+pub mod serve;
 #[cfg(feature = "tch")]
 pub mod train;
 pub mod view;

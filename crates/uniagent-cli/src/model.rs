@@ -46,6 +46,33 @@ pub enum ModelConfig {
     Sglang(TokenServerConfig),
     /// A policy directory served in-process by the training crate's engine.
     Tch(TchConfig),
+    /// verl's LLM servers, through the generation bridge of the `uniagent-verl` Python
+    /// package: each rollout request of `uniagent serve` names its bridge. `run` and `train`
+    /// refuse it (there is no verl to generate with).
+    Verl(VerlModelConfig),
+}
+
+/// Settings of the `verl` backend: the policy's chat template and tokenizer, the length limits
+/// and how long one generation through the bridge may take.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerlModelConfig {
+    /// Hugging Face directory with `tokenizer.json` and the chat template (verl's model path).
+    pub tokenizer: PathBuf,
+    /// Length limits of every rollout (prompt, response, context window).
+    #[serde(default)]
+    pub limits: LengthLimits,
+    /// The longest one generation through the bridge may take (verl may hold a request across
+    /// a weight sync).
+    #[serde(
+        default = "default_bridge_timeout",
+        with = "uniagent_core::duration_secs"
+    )]
+    pub bridge_timeout: Duration,
+}
+
+fn default_bridge_timeout() -> Duration {
+    Duration::from_secs(1800)
 }
 
 /// Settings of a token-level server backend.
@@ -85,6 +112,7 @@ impl ModelConfig {
             Self::Vllm(_) => "vllm",
             Self::Sglang(_) => "sglang",
             Self::Tch(_) => "tch",
+            Self::Verl(_) => "verl",
         }
     }
 
@@ -93,6 +121,7 @@ impl ModelConfig {
         match self {
             Self::Vllm(c) | Self::Sglang(c) => c.tokenizer = resolve(base, &c.tokenizer),
             Self::Tch(c) => c.dir = c.dir.as_ref().map(|d| resolve(base, d)),
+            Self::Verl(c) => c.tokenizer = resolve(base, &c.tokenizer),
             Self::Openai(_) => {}
         }
     }
@@ -102,7 +131,7 @@ impl ModelConfig {
         match self {
             Self::Openai(c) => &c.http.endpoints,
             Self::Vllm(c) | Self::Sglang(c) => &c.http.endpoints,
-            Self::Tch(_) => &[],
+            Self::Tch(_) | Self::Verl(_) => &[],
         }
     }
 
@@ -152,6 +181,11 @@ impl ModelConfig {
                 Ok((Arc::new(model), Some(log)))
             }
             Self::Tch(c) => build_tch(c, &record),
+            Self::Verl(_) => Err(CliError::config(
+                "model",
+                "type",
+                "model type `verl` generates through verl's LLM servers, which only `uniagent serve` reaches (verl's agent loop sends each rollout with its generation bridge); use vllm, sglang, tch or openai here",
+            )),
         }
     }
 
@@ -161,6 +195,7 @@ impl ModelConfig {
         match self {
             Self::Vllm(c) | Self::Sglang(c) => Ok((self.codec()?, c.limits)),
             Self::Tch(c) => Ok((self.codec()?, c.limits)),
+            Self::Verl(c) => Ok((self.codec()?, c.limits)),
             Self::Openai(_) => Err(CliError::config(
                 "model",
                 "openai",
@@ -173,10 +208,12 @@ impl ModelConfig {
     /// family's format) for every token-level backend, as the training crate's engine does.
     fn codec(&self) -> Result<Codec> {
         match self {
-            Self::Vllm(c) | Self::Sglang(c) => Codec::from_dir(&c.tokenizer)
+            Self::Vllm(TokenServerConfig { tokenizer, .. })
+            | Self::Sglang(TokenServerConfig { tokenizer, .. })
+            | Self::Verl(VerlModelConfig { tokenizer, .. }) => Codec::from_dir(tokenizer)
                 .map(|c| c.with_tool_parser(ToolCallFormat::Hermes))
                 .map_err(|e| {
-                    CliError::preflight(format!("model.tokenizer {}: {e}", c.tokenizer.display()))
+                    CliError::preflight(format!("model.tokenizer {}: {e}", tokenizer.display()))
                 }),
             // As the training crate's `load_hf` builds it for the engine.
             Self::Tch(TchConfig { dir: Some(dir), .. }) => Codec::from_dir(dir)
@@ -286,9 +323,9 @@ impl VersionLog {
 
 /// A generator that logs the weight version of what it samples.
 #[derive(Debug)]
-struct Versioned {
-    inner: Arc<dyn TokenGenerator>,
-    log: Arc<VersionLog>,
+pub(crate) struct Versioned {
+    pub(crate) inner: Arc<dyn TokenGenerator>,
+    pub(crate) log: Arc<VersionLog>,
 }
 
 #[async_trait::async_trait]

@@ -76,46 +76,17 @@ pub fn prepare(
     options: &RunOptions,
     registry: &EnvironmentRegistry,
 ) -> Result<Prepared> {
-    let doc = ConfigDoc::load(config, &options.overrides)?;
-    let mut run = RunConfig::from_doc(&doc)?;
-    if let Some(n) = options.concurrency {
-        if n == 0 {
-            return Err(CliError::config("--concurrency", "", "must be at least 1"));
-        }
-        run.runner.max_concurrent_rollouts = n;
-        run.runner.max_concurrent_sandbox_starts = run.runner.max_concurrent_sandbox_starts.min(n);
-        run.runner.max_concurrent_model_calls = run.runner.max_concurrent_model_calls.max(n);
-    }
-    if run.output.cassettes && run.model.backend() == "openai" {
-        return Err(doc.error_at(
-            &["output".into(), "cassettes".into()],
-            "cassettes record token ids: use a token-level model (vllm, sglang or tch), not `openai`",
-        ));
-    }
-    let environment = registry.build(&doc)?;
+    let (doc, run, environment) = configure(config, options, registry)?;
     let limit = options.limit.or(run.tasks.limit);
-    let tasks = match (&run.tasks.path, &run.tasks.generate) {
-        (Some(_), _) => load_tasks(&run.tasks, limit)?,
-        (None, Some(spec)) => {
-            let mut tasks = environment
-                .generate_tasks(spec)
-                .map_err(|m| doc.error_at(&["tasks".into(), "generate".into()], m))?;
-            if let Some(n) = limit {
-                tasks.truncate(n);
-            }
-            tasks
-        }
-        (None, None) => {
-            return Err(doc.error_at(
-                &["tasks".into()],
-                "set `path` (a dataset file) or `generate` (tasks made by the environment)",
-            ))
-        }
+    let Some(tasks) = config_tasks(&doc, &run, environment.as_ref(), limit)? else {
+        return Err(doc.error_at(
+            &["tasks".into()],
+            "set `path` (a dataset file) or `generate` (tasks made by the environment)",
+        ));
     };
     if tasks.is_empty() {
         return Err(doc.error_at(&["tasks".into()], "there are no tasks to run"));
     }
-    check_tasks(environment.as_ref(), &tasks)?;
     let out = options
         .out
         .clone()
@@ -134,6 +105,59 @@ pub fn prepare(
         tasks,
         out,
     })
+}
+
+/// Reads and checks the config (with `options`' overrides and concurrency) and builds the
+/// environment it names; reads no tasks.
+pub fn configure(
+    config: &Path,
+    options: &RunOptions,
+    registry: &EnvironmentRegistry,
+) -> Result<(ConfigDoc, RunConfig, Box<dyn Environment>)> {
+    let doc = ConfigDoc::load(config, &options.overrides)?;
+    let mut run = RunConfig::from_doc(&doc)?;
+    if let Some(n) = options.concurrency {
+        if n == 0 {
+            return Err(CliError::config("--concurrency", "", "must be at least 1"));
+        }
+        run.runner.max_concurrent_rollouts = n;
+        run.runner.max_concurrent_sandbox_starts = run.runner.max_concurrent_sandbox_starts.min(n);
+        run.runner.max_concurrent_model_calls = run.runner.max_concurrent_model_calls.max(n);
+    }
+    if run.output.cassettes && run.model.backend() == "openai" {
+        return Err(doc.error_at(
+            &["output".into(), "cassettes".into()],
+            "cassettes record token ids: use a token-level model (vllm, sglang or tch), not `openai`",
+        ));
+    }
+    let environment = registry.build(&doc)?;
+    Ok((doc, run, environment))
+}
+
+/// The tasks of the config's `tasks:` section (a dataset file, or tasks the environment
+/// generates), at most `limit`, checked against the environment; `None` when the section names
+/// neither.
+pub fn config_tasks(
+    doc: &ConfigDoc,
+    run: &RunConfig,
+    environment: &dyn Environment,
+    limit: Option<usize>,
+) -> Result<Option<Vec<Task>>> {
+    let tasks = match (&run.tasks.path, &run.tasks.generate) {
+        (Some(_), _) => load_tasks(&run.tasks, limit)?,
+        (None, Some(spec)) => {
+            let mut tasks = environment
+                .generate_tasks(spec)
+                .map_err(|m| doc.error_at(&["tasks".into(), "generate".into()], m))?;
+            if let Some(n) = limit {
+                tasks.truncate(n);
+            }
+            tasks
+        }
+        (None, None) => return Ok(None),
+    };
+    check_tasks(environment, &tasks)?;
+    Ok(Some(tasks))
 }
 
 /// Which rollouts still have to run.

@@ -28,7 +28,12 @@ pub mod leases;
     feature = "docker"
 ))]
 mod lifecycle;
-#[cfg(any(feature = "openai", feature = "vllm", feature = "sglang"))]
+#[cfg(any(
+    feature = "openai",
+    feature = "vllm",
+    feature = "sglang",
+    feature = "verl-bridge"
+))]
 pub mod models;
 #[cfg(any(feature = "docker", feature = "server"))]
 pub mod mux;

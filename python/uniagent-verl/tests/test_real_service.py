@@ -52,7 +52,7 @@ environment:
 model:
   type: verl
   tokenizer: {model_dir}
-  limits: {{max_prompt_tokens: {P}, max_response_tokens: {R}}}
+  limits: {{max_prompt_len: {P}, max_response_len: {R}}}
 loop:
   max_turns: 2
   sampling: {{max_tokens: 24}}

@@ -9,6 +9,7 @@ mod parse_log;
 mod replay;
 mod report;
 mod run;
+mod serve;
 mod train;
 mod view;
 
@@ -54,6 +55,9 @@ pub enum Command {
     /// Write trajectories (`trajectories.jsonl` of run/train outputs) as a Parquet file with
     /// verl's columns, for training with verl on Ray.
     Export(export::ExportArgs),
+    /// Serve rollouts to verl's agent loop (the `uniagent-verl` Python package): one rollout
+    /// of the config's environment per request, generated through verl's LLM servers.
+    Serve(serve::ServeArgs),
     /// Report output directories: tasks, rollouts, strict success, policy vs infrastructure
     /// failures, cost per success; for training runs the curve and the held-out gain.
     Report(report::ReportArgs),
@@ -88,6 +92,7 @@ pub fn main_with(
         Command::Replay(args) => replay::main(args, registry),
         Command::Export(args) => export::main(args),
         Command::Report(args) => report::main(args),
+        Command::Serve(args) => serve::main(args, registry),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

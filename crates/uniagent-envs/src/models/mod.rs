@@ -4,6 +4,8 @@
 //!
 //! - [`VllmGenerator`] and [`SglangGenerator`]: token-level [`TokenGenerator`]s for the
 //!   training path (wrap them in a token-level chat model with a codec);
+//! - [`VerlBridgeGenerator`]: a token-level generator over verl's own LLM client, through the
+//!   generation bridge of the `uniagent-verl` Python package (`uniagent serve`);
 //! - [`OpenAiChatModel`]: an API-level [`ChatModel`] for evaluation;
 //! - all three share [`EndpointPool`] (several servers, least outstanding requests, sticky per
 //!   trajectory) and [`HttpModelConfig`] (timeouts, retries with backoff on retryable errors
@@ -20,6 +22,8 @@ mod parser_properties;
 mod pool;
 #[cfg(feature = "sglang")]
 mod sglang;
+#[cfg(feature = "verl-bridge")]
+mod verl_bridge;
 #[cfg(feature = "vllm")]
 mod vllm;
 
@@ -29,5 +33,7 @@ pub use openai::{OpenAiChatModel, OpenAiConfig};
 pub use pool::{EndpointPool, Lease};
 #[cfg(feature = "sglang")]
 pub use sglang::{parse_generate, SglangGenerator};
+#[cfg(feature = "verl-bridge")]
+pub use verl_bridge::{parse_bridge_answer, VerlBridgeGenerator};
 #[cfg(feature = "vllm")]
 pub use vllm::{parse_completion, VllmGenerator};
