@@ -452,3 +452,66 @@ async fn post_rollout_raw(url: &str, body: &Value) -> reqwest::Result<(u16, Valu
     let status = response.status().as_u16();
     Ok((status, response.json().await?))
 }
+
+/// The `openai` SDK's venv (`scripts/setup/60-gateway-clients.sh`), or `None` (skip) when
+/// `UNIAGENT_GATEWAY_VENV` is unset.
+fn sdk_python() -> Option<PathBuf> {
+    let Ok(venv) = std::env::var("UNIAGENT_GATEWAY_VENV") else {
+        eprintln!(
+            "skipped: UNIAGENT_GATEWAY_VENV is not set (scripts/setup/60-gateway-clients.sh)"
+        );
+        return None;
+    };
+    let python = Path::new(&venv).join("bin/python");
+    assert!(
+        python.exists(),
+        "UNIAGENT_GATEWAY_VENV={venv} has no bin/python"
+    );
+    Some(python)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_black_box_harness_is_served_through_the_bridge() {
+    let Some(python) = sdk_python() else { return };
+    within_deadline(async {
+        let dir = tempfile::tempdir().unwrap();
+        let harness = common::repo_root().join("examples/harness");
+        let config = write(
+            dir.path(),
+            "serve.yaml",
+            &format!(
+                "tasks:\n  generate: {{count: 1, seed: 5}}\n{ENVIRONMENT}model:\n  type: verl\n  tokenizer: {tok}\n  bridge_timeout: 20\n\
+trainer:\n  rollout:\n    source: harness\n    command: [{py}, file_agent.py]\n    cwd: {cwd}\n    timeout: 60\n    reward: {{command: [{py}, grade.py]}}\n",
+                tok = tokenizer_dir().display(),
+                py = python.display(),
+                cwd = harness.display(),
+            ),
+        );
+        let seen = Seen::default();
+        let bridge = bridge(Arc::clone(&seen)).await;
+        let service = start_service(&config, &[]);
+        let tasks = get(&format!("{}/v1/tasks", service.url)).await;
+        let task = tasks["tasks"][0].clone();
+        let (status, answer) = post_rollout(&service.url, &rollout_body(&task, &bridge, 3)).await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["status"], "success", "{answer}");
+        assert_eq!(answer["id"], format!("{}:3", task["id"].as_str().unwrap()));
+        // The SDK agent read the file and answered right: graded 1 by grade.py.
+        assert_eq!(answer["reward_score"], 1.0, "{answer}");
+        // Both turns went through the bridge with verl's request id; every token they sampled
+        // is in the chain with mask 1 and its turn's weight version.
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        let sampled: usize = answer["response_mask"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| **m == 1)
+            .count();
+        assert!(sampled > 0);
+        assert_eq!(answer["extra_fields"]["min_global_steps"], 3, "{answer}");
+        assert_eq!(answer["extra_fields"]["max_global_steps"], 4, "{answer}");
+        assert!(seen.iter().all(|b| b["request_id"] == seen[0]["request_id"]));
+    })
+    .await;
+}

@@ -6,6 +6,7 @@
 
 mod doc;
 mod locate;
+mod rollout;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -17,6 +18,7 @@ use uniagent_core::runner::RunnerConfig;
 
 pub use doc::{ConfigDoc, Override};
 pub use locate::line_of;
+pub use rollout::RolloutSection;
 
 use crate::dataset::TasksConfig;
 use crate::error::Result;

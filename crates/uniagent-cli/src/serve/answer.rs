@@ -3,28 +3,39 @@
 use serde_json::{json, Map, Value};
 use uniagent_core::agent::{ExitClass, TrainingUse, Trajectory};
 
-/// The answer for `t`: token record, reward, timings and `extra_fields`. `versions` are the
-/// weight versions of the sampled tokens in order (one per mask-1 token); `num_preempted` is
-/// verl's count over the rollout's generations.
+/// The answer for `t`: token record, reward, timings and `extra_fields`. `sampled_versions`
+/// are the weight versions of the sampled tokens in order (one per mask-1 token), when the
+/// generator logged them; otherwise the trajectory's own `weight_versions` are used (the
+/// gateway records them per token for harness chains). `num_preempted` is verl's count over
+/// the rollout's generations.
 ///
 /// `status` is `failure` when the ending is an infrastructure failure (a sandbox, reward,
 /// model-bridge or internal error, a wall-clock timeout, a cancel): verl's v1 manager then
 /// marks the whole group failed instead of training on a reward the policy did not earn.
-pub fn rollout_answer(t: &Trajectory, versions: Vec<Option<u64>>, num_preempted: i64) -> Value {
+pub fn rollout_answer(
+    t: &Trajectory,
+    sampled_versions: Option<Vec<Option<u64>>>,
+    num_preempted: i64,
+) -> Value {
     let o = &t.output;
     let failure = t.exit_reason.class() == ExitClass::Infrastructure;
-    let mut sampled = versions.into_iter();
-    let weight_versions: Vec<Option<u64>> = o
-        .response_mask
-        .iter()
-        .map(|&m| {
-            if m == 1 {
-                sampled.next().flatten()
-            } else {
-                None
-            }
-        })
-        .collect();
+    let weight_versions: Vec<Option<u64>> = match (sampled_versions, &o.weight_versions) {
+        (Some(versions), _) => {
+            let mut sampled = versions.into_iter();
+            o.response_mask
+                .iter()
+                .map(|&m| {
+                    if m == 1 {
+                        sampled.next().flatten()
+                    } else {
+                        None
+                    }
+                })
+                .collect()
+        }
+        (None, Some(own)) => own.clone(),
+        (None, None) => vec![None; o.response_mask.len()],
+    };
     let steps: Vec<u64> = weight_versions.iter().flatten().copied().collect();
     let reward_score = match (failure, t.training_use()) {
         (false, TrainingUse::Train { reward }) => Some(reward),

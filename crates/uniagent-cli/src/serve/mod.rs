@@ -14,17 +14,22 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::Semaphore;
-use uniagent_core::agent::{AgentInteraction, CancellationToken, LoopConfig, TokenChatModel};
+use uniagent_core::agent::{
+    AgentInteraction, CancellationToken, ExitReason, LoopConfig, TokenChatModel, Trajectory,
+};
 use uniagent_core::codec::Codec;
-use uniagent_core::runner::{Runner, RunnerConfig};
+use uniagent_core::runner::{RolloutPhase, RolloutSource, Runner, RunnerConfig};
 use uniagent_core::telemetry::RunLabels;
 use uniagent_core::{LengthLimits, RetryConfig, Task, TokenGenerator, ToolSpec};
 use uniagent_envs::models::{HttpModelConfig, VerlBridgeGenerator};
+use uniagent_gateway::harness::HarnessRollouts;
+use uniagent_gateway::GatewayConfig;
 
 pub use answer::rollout_answer;
 pub use request::{BadRequest, RolloutRequest};
 pub use routes::router;
 
+use crate::config::RolloutSection;
 use crate::env::{Environment, EnvironmentParts, EnvironmentRegistry};
 use crate::error::{CliError, Result};
 use crate::model::{ModelConfig, VersionLog, Versioned};
@@ -60,6 +65,7 @@ pub struct RolloutService {
     loop_config: LoopConfig,
     runner: RunnerConfig,
     tasks: Vec<Task>,
+    harness: Option<HarnessRollouts>,
     slots: Arc<Semaphore>,
     max_in_flight: usize,
     shutdown: CancellationToken,
@@ -122,23 +128,32 @@ impl RolloutService {
             ));
         };
         let (codec, limits) = run.model.codec_and_limits()?;
+        let codec = Arc::new(codec);
         let tasks = config_tasks(&doc, &run, environment.as_ref(), run.tasks.limit)?;
         let mut loop_config = run.loop_config.clone();
         environment.configure_loop(&mut loop_config);
         loop_config
             .validate()
             .map_err(|e| doc.error_at(&["loop".into()], e))?;
+        let harness = match RolloutSection::of(&doc, &run)? {
+            RolloutSection::Loop => None,
+            RolloutSection::Harness(h) => Some(
+                HarnessRollouts::new(h, Arc::clone(&codec), harness_gateway(&loop_config))
+                    .map_err(|e| doc.error_at(&["trainer".into(), "rollout".into()], e))?,
+            ),
+        };
         let parts = environment.parts()?;
         Ok(Self {
             tool_specs: parts.tools.iter().map(|t| t.spec()).collect(),
             environment,
             parts,
-            codec: Arc::new(codec),
+            codec,
             limits,
             bridge_timeout: model.bridge_timeout,
             loop_config,
             runner: run.runner.clone(),
             tasks: tasks.unwrap_or_default(),
+            harness,
             slots: Arc::new(Semaphore::new(options.max_in_flight)),
             max_in_flight: options.max_in_flight,
             shutdown: CancellationToken::new(),
@@ -182,7 +197,9 @@ impl RolloutService {
     }
 
     /// Runs one rollout to its end and answers it (see [`rollout_answer`]). `cancel` ends it
-    /// early (the client went away), as does [`shut_down`](Self::shut_down).
+    /// early (the client went away), as does [`shut_down`](Self::shut_down). A harness
+    /// session that recorded several chains answers with the last one and lists them all
+    /// under `chains`.
     pub async fn rollout(
         &self,
         body: Value,
@@ -198,7 +215,60 @@ impl RolloutService {
         self.environment
             .check_task(&request.task)
             .map_err(|m| BadRequest::new("task", m))?;
-        let (agent, generator, log) = self.agent(&request)?;
+        let bridge = self.bridge(&request)?;
+        let stop = cancel.child_token();
+        let on_shutdown = self.shutdown.clone();
+        let linked = stop.clone();
+        let watcher = tokio::spawn(async move {
+            on_shutdown.cancelled().await;
+            linked.cancel();
+        });
+        let ran = match &self.harness {
+            Some(source) => self.run_harness(source, &request, &bridge, &stop).await,
+            None => self.run_loop(&request, &bridge, &stop).await,
+        };
+        watcher.abort();
+        let mut answers: Vec<Value> = ran?
+            .into_iter()
+            .map(|(mut t, versions)| {
+                t.sample = request.sample;
+                t.id = uniagent_core::agent::rollout_id(&t.task_id, request.sample);
+                rollout_answer(&t, versions, bridge.generator.num_preempted())
+            })
+            .collect();
+        let chains = (answers.len() > 1).then(|| Value::Array(answers.clone()));
+        let mut answer = answers
+            .pop()
+            .ok_or_else(|| Refusal::Internal("the rollout produced no trajectory".into()))?;
+        if let (Some(chains), Some(map)) = (chains, answer.as_object_mut()) {
+            map.insert("chains".into(), chains);
+        }
+        Ok(answer)
+    }
+
+    /// Our own loop over the environment's tools, reward and sandbox, through the same
+    /// [`Runner`] as `uniagent run`.
+    async fn run_loop(
+        &self,
+        request: &RolloutRequest,
+        bridge: &Bridge,
+        stop: &CancellationToken,
+    ) -> std::result::Result<Vec<(Trajectory, Option<Vec<Option<u64>>>)>, Refusal> {
+        let model = TokenChatModel::new(
+            Arc::clone(&bridge.versioned),
+            Arc::clone(&self.codec),
+            self.limits,
+        );
+        let mut config = self.loop_config.clone();
+        if let Some(timeout) = request.timeout {
+            config.wall_clock_budget =
+                Some(config.wall_clock_budget.map_or(timeout, |b| b.min(timeout)));
+        }
+        let mut agent = AgentInteraction::new(Arc::new(model), self.parts.tools.clone(), config)
+            .map_err(|e| Refusal::Internal(format!("the interaction: {e}")))?;
+        if let Some(reward) = &self.parts.reward {
+            agent = agent.with_reward(Arc::clone(reward));
+        }
         let runner_config = RunnerConfig {
             samples_per_task: 1,
             max_concurrent_rollouts: 1,
@@ -211,34 +281,56 @@ impl RolloutService {
             let factory = Arc::clone(factory);
             runner = runner.with_sandboxes(move |task: &Task| factory.create(task));
         }
-        let stop = cancel.child_token();
-        let on_shutdown = self.shutdown.clone();
-        let linked = stop.clone();
-        let watcher = tokio::spawn(async move {
-            on_shutdown.cancelled().await;
-            linked.cancel();
-        });
         let mut finished = Vec::new();
-        let ran = runner
-            .run(vec![request.task.clone()], &stop, &mut finished)
-            .await;
-        watcher.abort();
-        let Some(mut t) = finished.pop().filter(|_| ran.is_ok()) else {
-            return Err(Refusal::ShuttingDown);
-        };
-        let versions = log.take(&t.id);
-        t.sample = request.sample;
-        t.id = uniagent_core::agent::rollout_id(&t.task_id, request.sample);
-        Ok(rollout_answer(&t, versions, generator.num_preempted()))
+        runner
+            .run(vec![request.task.clone()], stop, &mut finished)
+            .await
+            .map_err(|e| Refusal::Internal(format!("the rollout: {e}")))?;
+        Ok(finished
+            .into_iter()
+            .map(|t| {
+                let versions = bridge.log.take(&t.id);
+                (t, Some(versions))
+            })
+            .collect())
     }
 
-    /// The interaction of one request: the config's tools and reward over a chat model whose
-    /// generations go to the request's bridge.
-    fn agent(
+    /// A black-box harness session (`trainer.rollout.source: harness`) through its own
+    /// gateway; its chains carry their weight versions.
+    async fn run_harness(
         &self,
+        source: &HarnessRollouts,
         request: &RolloutRequest,
-    ) -> std::result::Result<(AgentInteraction, Arc<VerlBridgeGenerator>, Arc<VersionLog>), Refusal>
-    {
+        bridge: &Bridge,
+        stop: &CancellationToken,
+    ) -> std::result::Result<Vec<(Trajectory, Option<Vec<Option<u64>>>)>, Refusal> {
+        let temperature = request
+            .sampling_params
+            .get("temperature")
+            .and_then(Value::as_f64)
+            .unwrap_or(1.0);
+        let mut phase = RolloutPhase::sampled(vec![request.task.clone()], 1, temperature, 1);
+        phase.label = "serve";
+        let generator: Arc<dyn TokenGenerator> = Arc::clone(&bridge.generator) as _;
+        // Dropping the session's future kills the harness's process group.
+        let chains = tokio::select! {
+            ran = source.run(generator, phase) => {
+                ran.map_err(|e| Refusal::Internal(format!("the harness: {e}")))?
+            }
+            () = stop.cancelled() => vec![Trajectory::empty(
+                &request.task.id,
+                0,
+                request.task.messages.clone(),
+                ExitReason::Cancelled,
+                Some("the rollout was cancelled".into()),
+            )],
+        };
+        Ok(chains.into_iter().map(|t| (t, None)).collect())
+    }
+
+    /// The generator of one request: verl's LLM client through the request's bridge, with the
+    /// weight version of every sampled token logged.
+    fn bridge(&self, request: &RolloutRequest) -> std::result::Result<Bridge, Refusal> {
         let mut http = HttpModelConfig::new(vec![request.bridge_url.clone()], "verl");
         http.timeout = self.bridge_timeout;
         // A refused connection is retried (nothing was generated); the bridge's own errors
@@ -260,17 +352,31 @@ impl RolloutService {
             inner: Arc::clone(&generator) as Arc<dyn TokenGenerator>,
             log: Arc::clone(&log),
         });
-        let model = TokenChatModel::new(versioned, Arc::clone(&self.codec), self.limits);
-        let mut config = self.loop_config.clone();
-        if let Some(timeout) = request.timeout {
-            config.wall_clock_budget =
-                Some(config.wall_clock_budget.map_or(timeout, |b| b.min(timeout)));
-        }
-        let mut agent = AgentInteraction::new(Arc::new(model), self.parts.tools.clone(), config)
-            .map_err(|e| Refusal::Internal(format!("the interaction: {e}")))?;
-        if let Some(reward) = &self.parts.reward {
-            agent = agent.with_reward(Arc::clone(reward));
-        }
-        Ok((agent, generator, log))
+        Ok(Bridge {
+            generator,
+            versioned,
+            log,
+        })
+    }
+}
+
+/// One request's generator, with and without the version log.
+struct Bridge {
+    generator: Arc<VerlBridgeGenerator>,
+    versioned: Arc<dyn TokenGenerator>,
+    log: Arc<VersionLog>,
+}
+
+/// The gateway a harness talks to: the loop's context window and token budget, the policy
+/// codec's own tool parser (as `train` serves harnesses).
+fn harness_gateway(loop_config: &LoopConfig) -> GatewayConfig {
+    GatewayConfig {
+        max_model_len: loop_config.limits.max_model_len,
+        default_max_tokens: loop_config
+            .sampling
+            .max_tokens
+            .map_or(GatewayConfig::default().default_max_tokens, |n| n as usize),
+        tool_parser: None,
+        ..GatewayConfig::default()
     }
 }

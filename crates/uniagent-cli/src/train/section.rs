@@ -4,10 +4,10 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use uniagent_gateway::harness::HarnessConfig;
 use uniagent_train::pipeline::PipelineConfig;
 use uniagent_train::scratch::TinyModel;
 
+pub use crate::config::RolloutSection;
 use crate::config::{ConfigDoc, RunConfig};
 use crate::error::Result;
 use crate::model::ModelConfig;
@@ -47,27 +47,6 @@ impl Default for Scratch {
             },
         }
     }
-}
-
-/// Where every phase's rollouts (demonstrations, evaluations, RL) come from.
-///
-/// ```yaml
-/// rollout:
-///   source: harness                 # default: loop
-///   command: [python3, agent.py]    # launched per task x sample, OPENAI_BASE_URL set
-///   cwd: harness/                   # relative to the config file
-///   timeout: 300
-///   reward: {command: [python3, grade.py]}   # or `route`: the harness posts it
-/// ```
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(tag = "source", rename_all = "snake_case")]
-pub enum RolloutSection {
-    /// Our own loop over the environment's tools, reward and sandboxes.
-    #[default]
-    Loop,
-    /// An unmodified agent harness, launched per task × sample against its own gateway
-    /// session; its chains are the trajectories (`uniagent_gateway::harness`).
-    Harness(HarnessConfig),
 }
 
 /// The decoded `trainer:` section.
@@ -116,14 +95,7 @@ impl TrainerSection {
         let quick: bool = decode_or_default(doc, "quick", quick)?;
         let split: Split = decode_or_default(doc, "split", split)?;
         let scratch: Scratch = decode_or_default(doc, "scratch", scratch)?;
-        let mut rollout: RolloutSection = decode_or_default(doc, "rollout", rollout)?;
-        if let RolloutSection::Harness(h) = &mut rollout {
-            h.validate()
-                .map_err(|e| doc.error_at(&["trainer".into(), "rollout".into()], e.to_string()))?;
-            if let Some(cwd) = &h.cwd {
-                h.cwd = Some(crate::config::resolve(&doc.base_dir(), cwd));
-            }
-        }
+        let rollout = RolloutSection::decode(doc, rollout)?;
         let has_concurrency = map.contains_key("max_concurrent_rollouts");
         let has_group = map
             .get("rl")
