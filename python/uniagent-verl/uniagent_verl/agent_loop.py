@@ -19,7 +19,7 @@ kwarg                      environment variable          meaning
 ``service_run_dir``        ``UNIAGENT_VERL_RUN_DIR``     node-local dir for its lock/URL/log files
 ``service_start_timeout_s`` ``UNIAGENT_START_TIMEOUT_S`` deadline of the launch (120)
 ``timeout_s``              ``UNIAGENT_ROLLOUT_TIMEOUT_S`` the rollout's deadline, sent to the service
-                                                         (unset: the config's ``loop.timeout``)
+                                                         (unset: the config's ``loop.wall_clock_budget``)
 ``deadline_s``             ``UNIAGENT_DEADLINE_S``       the whole call incl. 429 waits (default
                                                          ``timeout_s`` + 30, or 7200 without it)
 ``bridge_host``            ``UNIAGENT_BRIDGE_HOST``      where the bridge binds (127.0.0.1)

@@ -7,7 +7,7 @@ use serde_json::Value;
 use uniagent_train::pipeline::PipelineConfig;
 use uniagent_train::scratch::TinyModel;
 
-pub use crate::config::RolloutSection;
+pub(super) use crate::config::RolloutSection;
 use crate::config::{ConfigDoc, RunConfig};
 use crate::error::Result;
 use crate::model::ModelConfig;
