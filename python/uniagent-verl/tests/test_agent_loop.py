@@ -164,6 +164,27 @@ def test_a_failure_raises_and_a_row_without_task_is_a_config_error(model_dir: Pa
     assert ok.extra_fields["weight_versions"] == [3, 3, None]
 
 
+def test_a_rollout_that_sampled_nothing_takes_its_dispatch_step(model_dir: Path) -> None:
+    """verl's v1 trainer makes an ``int`` array of every trajectory's min/max global steps:
+    a record without them (no token sampled: the prompt was over the limits) must not carry
+    ``None`` there; it gets the dataloader step that dispatched the prompt."""
+    config = h.trainer_config(model_dir, n=N, prompt_length=P, response_length=R)
+    loop = UniagentAgentLoop.__new__(UniagentAgentLoop)
+    loop.rollout_config = config.actor_rollout_ref.rollout
+    record = {
+        "status": "success", "id": "t:0", "exit_reason": "context_overflow", "exit_class": "policy",
+        "prompt_ids": [1, 2], "response_ids": [], "response_mask": [], "response_logprobs": [],
+        "reward_score": 0.0, "num_turns": 1, "metrics": {},
+        "extra_fields": {"min_global_steps": None, "max_global_steps": None, "weight_versions": []},
+    }
+    out = loop.output_of(record, dispatch_step=np.int64(5))
+    assert (out.extra_fields["min_global_steps"], out.extra_fields["max_global_steps"]) == (5, 5)
+    np.array([out.extra_fields["min_global_steps"]], dtype=int)
+    sampled = dict(record, extra_fields={"min_global_steps": 3, "max_global_steps": 4})
+    out = loop.output_of(sampled, dispatch_step=5)
+    assert (out.extra_fields["min_global_steps"], out.extra_fields["max_global_steps"]) == (3, 4)
+
+
 def test_task_of_row_accepts_json_text_and_numpy_values() -> None:
     task = {"id": "a", "messages": [{"role": "user", "content": "hi"}], "metadata": {"k": [1, 2]}}
     import json

@@ -176,18 +176,25 @@ class UniagentAgentLoop(AgentLoopBase):
                 deadline_s=self.deadline_s,
             )
         logger.debug("rollout %s (%s) done in %.1fs", record.get("id"), request_id, time.monotonic() - started)
-        return self.output_of(record)
+        return self.output_of(record, dispatch_step=kwargs.get("global_steps"))
 
-    def output_of(self, record: dict[str, Any]) -> AgentLoopOutput:
-        """The service's ``success`` record as verl's ``AgentLoopOutput``."""
+    def output_of(self, record: dict[str, Any], dispatch_step: Any = None) -> AgentLoopOutput:
+        """The service's ``success`` record as verl's ``AgentLoopOutput``.
+
+        A rollout that sampled no token (its prompt was over the limits) has no weight version:
+        its ``min_global_steps`` / ``max_global_steps`` become ``dispatch_step``, the dataloader
+        step that dispatched its prompt (verl's v1 worker passes it as ``global_steps``), because
+        verl's v1 trainer builds an ``int`` array of them for its metrics and ``None`` breaks it.
+        """
         prompt_ids = list(record["prompt_ids"])
         response_ids = list(record["response_ids"])
         response_mask = list(record["response_mask"])
         logprobs = record.get("response_logprobs")
         response_logprobs = None if logprobs is None else [0.0 if x is None else float(x) for x in logprobs]
         extra = dict(record.get("extra_fields") or {})
-        extra.setdefault("min_global_steps", None)
-        extra.setdefault("max_global_steps", None)
+        for key in ("min_global_steps", "max_global_steps"):
+            if extra.get(key) is None:
+                extra[key] = int(dispatch_step) if dispatch_step is not None else None
         extra.setdefault("weight_versions", None)
         extra.setdefault("reward_extra_info", {})
         extra.setdefault("exit_reason", record.get("exit_reason"))
