@@ -364,3 +364,55 @@ async fn sink_failure_cancels_drains_and_reports() {
     assert!(err.to_string().contains("disk full"));
     assert!(sandboxes.all().iter().all(ScriptedDeployment::is_stopped));
 }
+
+#[tokio::test]
+async fn shared_start_permits_bound_sandbox_starts_across_runners() {
+    let model = ScriptedChatModel::new(vec![reply(vec![call(
+        "c0",
+        "finish",
+        json!({"answer": "x"}),
+    )])])
+    .without_recording();
+    let agent = AgentInteraction::new(
+        Arc::new(model),
+        vec![Arc::new(finish_tool())],
+        LoopConfig::default(),
+    )
+    .unwrap();
+    // One permit, held here: the runner's own limit (16) must not let a sandbox start.
+    let starts = Arc::new(tokio::sync::Semaphore::new(1));
+    let held = Arc::clone(&starts).acquire_owned().await.unwrap();
+    let sandboxes = Sandboxes::default();
+    let runner = Runner::new(agent, RunnerConfig::default())
+        .unwrap()
+        .with_sandboxes(sandboxes.factory(ScriptedDeployment::new))
+        .with_start_permits(Arc::clone(&starts));
+    let run = tokio::spawn(async move {
+        let mut out = Vec::new();
+        let summary = runner
+            .run(tasks(3), &CancellationToken::new(), &mut out)
+            .await
+            .unwrap();
+        (summary, out)
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = |all: &[ScriptedDeployment]| {
+        all.iter()
+            .filter(|d| d.log().iter().any(|l| l == "start"))
+            .count()
+    };
+    assert_eq!(
+        started(&sandboxes.all()),
+        0,
+        "started without a shared permit"
+    );
+    drop(held);
+    let (summary, out) = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(summary.exit_reasons[&ExitReason::Finished], 3);
+    assert_eq!(out.len(), 3);
+    assert_eq!(started(&sandboxes.all()), 3);
+    assert_eq!(starts.available_permits(), 1, "every permit came back");
+}

@@ -67,6 +67,8 @@ pub struct RolloutService {
     tasks: Vec<Task>,
     harness: Option<HarnessRollouts>,
     slots: Arc<Semaphore>,
+    /// Sandbox starts at once, across requests (`runner.max_concurrent_sandbox_starts`).
+    starts: Arc<Semaphore>,
     max_in_flight: usize,
     shutdown: CancellationToken,
 }
@@ -155,6 +157,9 @@ impl RolloutService {
             tasks: tasks.unwrap_or_default(),
             harness,
             slots: Arc::new(Semaphore::new(options.max_in_flight)),
+            starts: Arc::new(Semaphore::new(
+                run.runner.max_concurrent_sandbox_starts.max(1),
+            )),
             max_in_flight: options.max_in_flight,
             shutdown: CancellationToken::new(),
         })
@@ -276,7 +281,8 @@ impl RolloutService {
         };
         let mut runner = Runner::new(agent, runner_config)
             .map_err(|e| Refusal::Internal(format!("runner: {e}")))?
-            .with_labels(RunLabels::new(self.environment.name(), "serve"));
+            .with_labels(RunLabels::new(self.environment.name(), "serve"))
+            .with_start_permits(Arc::clone(&self.starts));
         if let Some(factory) = &self.parts.sandboxes {
             let factory = Arc::clone(factory);
             runner = runner.with_sandboxes(move |task: &Task| factory.create(task));

@@ -160,6 +160,7 @@ pub struct Runner {
     config: RunnerConfig,
     progress: Option<ProgressFn>,
     labels: RunLabels,
+    start_permits: Option<Arc<Semaphore>>,
 }
 
 impl fmt::Debug for Runner {
@@ -196,6 +197,7 @@ impl Runner {
             config,
             progress: None,
             labels: RunLabels::default(),
+            start_permits: None,
         })
     }
 
@@ -218,6 +220,28 @@ impl Runner {
     /// phase; without it they read `unnamed` / `run`.
     pub fn with_labels(mut self, labels: RunLabels) -> Self {
         self.labels = labels;
+        self
+    }
+
+    /// Takes sandbox-start permits from `permits` instead of a semaphore of its own with
+    /// `max_concurrent_sandbox_starts`: runners that run side by side (a rollout service's
+    /// requests, each with its own runner) then start at most that many sandboxes together.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use uniagent_core::runner::Runner;
+    ///
+    /// fn side_by_side(runners: Vec<Runner>) -> Vec<Runner> {
+    ///     let starts = Arc::new(tokio::sync::Semaphore::new(8));
+    ///     runners
+    ///         .into_iter()
+    ///         .map(|r| r.with_start_permits(Arc::clone(&starts)))
+    ///         .collect()
+    /// }
+    /// # let _ = side_by_side;
+    /// ```
+    pub fn with_start_permits(mut self, permits: Arc<Semaphore>) -> Self {
+        self.start_permits = Some(permits);
         self
     }
 
@@ -244,7 +268,9 @@ impl Runner {
                 ))),
             },
             rollout_permits: Arc::new(Semaphore::new(self.config.max_concurrent_rollouts)),
-            start_permits: Arc::new(Semaphore::new(self.config.max_concurrent_sandbox_starts)),
+            start_permits: self.start_permits.clone().unwrap_or_else(|| {
+                Arc::new(Semaphore::new(self.config.max_concurrent_sandbox_starts))
+            }),
             stop_timeout: self.config.sandbox_stop_timeout,
             progress: self.progress.clone(),
             labels: self.labels.clone(),
