@@ -55,33 +55,9 @@ async fn vllm(script: Script) -> (String, tokio::task::JoinHandle<()>) {
     (url, handle)
 }
 
-fn call(name: &str, args: Value) -> String {
-    format!(
-        "<tool_call>\n{}\n</tool_call>",
-        json!({"name": name, "arguments": args})
-    )
-}
-
 /// Reads the asked file, then answers with the digits of the last observation.
 fn file_reader() -> Script {
-    Arc::new(|turn, text| {
-        if turn == 0 {
-            let target = text
-                .split("What is the code of ")
-                .nth(1)
-                .and_then(|s| s.split('?').next())
-                .unwrap();
-            let read = call(
-                "execute_bash",
-                json!({"command": format!("cat data/{target}.txt")}),
-            );
-            return format!("Let me look.\n{read}");
-        }
-        let last = text.rsplit("<tool_response>").next().unwrap();
-        let last = last.split("</tool_response>").next().unwrap();
-        let answer: String = last.chars().filter(char::is_ascii_digit).collect();
-        call("finish", json!({"answer": answer}))
-    })
+    Arc::new(common::file_reader_text)
 }
 
 fn model(url: &str) -> String {
@@ -212,8 +188,8 @@ loop: {{max_turns: 4}}\nrunner: {{samples_per_task: 2, max_concurrent_rollouts: 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_non_deterministic_command_diverges_live_only() {
     let script: Script = Arc::new(|turn, _| match turn {
-        0 => call("execute_bash", json!({"command": "date +%N"})),
-        _ => call("finish", json!({"answer": "done"})),
+        0 => common::hermes_call("execute_bash", json!({"command": "date +%N"})),
+        _ => common::hermes_call("finish", json!({"answer": "done"})),
     });
     let (url, _server) = vllm(script).await;
     let dir = tempfile::tempdir().unwrap();

@@ -26,38 +26,13 @@ fn tokenizer_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../uniagent-core/tests/fixtures/tokenizers/qwen2.5")
 }
 
-fn call(name: &str, args: Value) -> String {
-    format!(
-        "<tool_call>\n{}\n</tool_call>",
-        json!({"name": name, "arguments": args})
-    )
-}
-
-/// The policy: reads the asked file, then answers with the digits it saw.
-fn policy(turn: usize, text: &str) -> String {
-    if turn == 0 {
-        let target = text
-            .split("What is the code of ")
-            .nth(1)
-            .and_then(|s| s.split('?').next())
-            .unwrap();
-        let read = call(
-            "execute_bash",
-            json!({"command": format!("cat data/{target}.txt")}),
-        );
-        return format!("Let me look.\n{read}");
-    }
-    let last = text.rsplit("<tool_response>").next().unwrap();
-    let last = last.split("</tool_response>").next().unwrap();
-    let answer: String = last.chars().filter(char::is_ascii_digit).collect();
-    call("finish", json!({"answer": answer}))
-}
-
 /// The policy's tokens for a prompt (stop id appended), the turn and made-up log probs.
 fn sample(codec: &Codec, prompt: &[u32], stop: u32) -> (Vec<u32>, usize, Vec<f64>) {
     let text = codec.decode(prompt, false).unwrap();
     let turn = text.matches("<|im_start|>assistant").count() - 1;
-    let mut ids = codec.encode(&policy(turn, &text)).unwrap();
+    let mut ids = codec
+        .encode(&common::file_reader_text(turn, &text))
+        .unwrap();
     ids.push(stop);
     let lps = (0..ids.len()).map(|i| -0.25 * (i % 7) as f64).collect();
     (ids, turn, lps)
@@ -75,7 +50,7 @@ async fn serve_app(app: Router) -> String {
 /// What the bridge was asked.
 type Seen = Arc<Mutex<Vec<Value>>>;
 
-/// A generation bridge answering as [`policy`], stamping turn `k` with weight version `3 + k`.
+/// A generation bridge answering as the file-reader policy, stamping turn `k` with weight version `3 + k`.
 async fn bridge(seen: Seen) -> String {
     let codec = Arc::new(Codec::from_dir(tokenizer_dir()).unwrap());
     let app = Router::new().route(
@@ -453,26 +428,11 @@ async fn post_rollout_raw(url: &str, body: &Value) -> reqwest::Result<(u16, Valu
     Ok((status, response.json().await?))
 }
 
-/// The `openai` SDK's venv (`scripts/setup/60-gateway-clients.sh`), or `None` (skip) when
-/// `UNIAGENT_GATEWAY_VENV` is unset.
-fn sdk_python() -> Option<PathBuf> {
-    let Ok(venv) = std::env::var("UNIAGENT_GATEWAY_VENV") else {
-        eprintln!(
-            "skipped: UNIAGENT_GATEWAY_VENV is not set (scripts/setup/60-gateway-clients.sh)"
-        );
-        return None;
-    };
-    let python = Path::new(&venv).join("bin/python");
-    assert!(
-        python.exists(),
-        "UNIAGENT_GATEWAY_VENV={venv} has no bin/python"
-    );
-    Some(python)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_black_box_harness_is_served_through_the_bridge() {
-    let Some(python) = sdk_python() else { return };
+    let Some(python) = common::gateway_sdk_python() else {
+        return;
+    };
     within_deadline(async {
         let dir = tempfile::tempdir().unwrap();
         let harness = common::repo_root().join("examples/harness");

@@ -13,27 +13,11 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 
 use common::{jsonl, repo_root, run_in, stderr};
 use serde_json::Value;
 use uniagent_core::codec::{messages_to_json, ChatInput, Codec};
 use uniagent_core::Message;
-
-fn python() -> Option<PathBuf> {
-    let Ok(venv) = std::env::var("UNIAGENT_GATEWAY_VENV") else {
-        eprintln!(
-            "skipped: UNIAGENT_GATEWAY_VENV is not set (scripts/setup/60-gateway-clients.sh)"
-        );
-        return None;
-    };
-    let python = Path::new(&venv).join("bin/python");
-    assert!(
-        python.exists(),
-        "UNIAGENT_GATEWAY_VENV={venv} has no bin/python: run scripts/setup/60-gateway-clients.sh"
-    );
-    Some(python)
-}
 
 fn ids(v: &Value) -> Vec<u64> {
     v.as_array()
@@ -45,7 +29,9 @@ fn ids(v: &Value) -> Vec<u64> {
 
 #[test]
 fn an_unmodified_sdk_harness_is_trained_end_to_end_through_the_gateway() {
-    let Some(python) = python() else { return };
+    let Some(python) = common::gateway_sdk_python() else {
+        return;
+    };
     let out = tempfile::tempdir().unwrap();
     let py = python.display().to_string();
     let command = format!("trainer.rollout.command=[{py}, file_agent.py]");

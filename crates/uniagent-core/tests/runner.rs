@@ -52,6 +52,18 @@ impl Sandboxes {
     }
 }
 
+/// An agent whose model calls `finish` at once.
+fn finishing_agent() -> AgentInteraction {
+    let finish = call("c0", "finish", json!({"answer": "x"}));
+    let model = ScriptedChatModel::new(vec![reply(vec![finish])]).without_recording();
+    AgentInteraction::new(
+        Arc::new(model),
+        vec![Arc::new(finish_tool())],
+        LoopConfig::default(),
+    )
+    .unwrap()
+}
+
 /// Runs `echo scored` in the sandbox: proves the reward sees a live sandbox, and leaves a trace
 /// in its log before `stop`.
 #[derive(Debug)]
@@ -75,19 +87,7 @@ impl RewardSpec for SandboxReward {
 
 #[tokio::test]
 async fn every_rollout_gets_a_sandbox_scored_before_it_stops() {
-    let model = ScriptedChatModel::new(vec![reply(vec![call(
-        "c0",
-        "finish",
-        json!({"answer": "x"}),
-    )])])
-    .without_recording();
-    let agent = AgentInteraction::new(
-        Arc::new(model),
-        vec![Arc::new(finish_tool())],
-        LoopConfig::default(),
-    )
-    .unwrap()
-    .with_reward(Arc::new(SandboxReward));
+    let agent = finishing_agent().with_reward(Arc::new(SandboxReward));
     let sandboxes = Sandboxes::default();
     let events = Arc::new(Mutex::new(Vec::new()));
     let ev = events.clone();
@@ -367,18 +367,7 @@ async fn sink_failure_cancels_drains_and_reports() {
 
 #[tokio::test]
 async fn shared_start_permits_bound_sandbox_starts_across_runners() {
-    let model = ScriptedChatModel::new(vec![reply(vec![call(
-        "c0",
-        "finish",
-        json!({"answer": "x"}),
-    )])])
-    .without_recording();
-    let agent = AgentInteraction::new(
-        Arc::new(model),
-        vec![Arc::new(finish_tool())],
-        LoopConfig::default(),
-    )
-    .unwrap();
+    let agent = finishing_agent();
     // One permit, held here: the runner's own limit (16) must not let a sandbox start.
     let starts = Arc::new(tokio::sync::Semaphore::new(1));
     let held = Arc::clone(&starts).acquire_owned().await.unwrap();

@@ -18,7 +18,7 @@ use uniagent_core::runner::RunnerConfig;
 
 pub use doc::{ConfigDoc, Override};
 pub use locate::line_of;
-pub use rollout::RolloutSection;
+pub use rollout::{harness_gateway, RolloutSection};
 
 use crate::dataset::TasksConfig;
 use crate::error::Result;

@@ -3,7 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use uniagent_core::agent::LoopConfig;
 use uniagent_gateway::harness::HarnessConfig;
+use uniagent_gateway::GatewayConfig;
 
 use super::{resolve, ConfigDoc, RunConfig};
 use crate::error::Result;
@@ -57,5 +59,20 @@ impl RolloutSection {
             .cloned()
             .unwrap_or(Value::Null);
         Self::decode(doc, value)
+    }
+}
+
+/// The gateway a harness talks to: the loop's context window and default answer length, and
+/// the policy codec's own tool parser. The harness decides its turns; these are the loop
+/// settings that still apply.
+pub fn harness_gateway(loop_config: &LoopConfig) -> GatewayConfig {
+    GatewayConfig {
+        max_model_len: loop_config.limits.max_model_len,
+        default_max_tokens: loop_config
+            .sampling
+            .max_tokens
+            .map_or(GatewayConfig::default().default_max_tokens, |n| n as usize),
+        tool_parser: None,
+        ..GatewayConfig::default()
     }
 }

@@ -23,13 +23,12 @@ use uniagent_core::telemetry::RunLabels;
 use uniagent_core::{LengthLimits, RetryConfig, Task, TokenGenerator, ToolSpec};
 use uniagent_envs::models::{HttpModelConfig, VerlBridgeGenerator};
 use uniagent_gateway::harness::HarnessRollouts;
-use uniagent_gateway::GatewayConfig;
 
 pub use answer::rollout_answer;
 pub use request::{BadRequest, RolloutRequest};
 pub use routes::router;
 
-use crate::config::RolloutSection;
+use crate::config::{harness_gateway, RolloutSection};
 use crate::env::{Environment, EnvironmentParts, EnvironmentRegistry};
 use crate::error::{CliError, Result};
 use crate::model::{ModelConfig, VersionLog, Versioned};
@@ -371,18 +370,4 @@ struct Bridge {
     generator: Arc<VerlBridgeGenerator>,
     versioned: Arc<dyn TokenGenerator>,
     log: Arc<VersionLog>,
-}
-
-/// The gateway a harness talks to: the loop's context window and token budget, the policy
-/// codec's own tool parser (as `train` serves harnesses).
-fn harness_gateway(loop_config: &LoopConfig) -> GatewayConfig {
-    GatewayConfig {
-        max_model_len: loop_config.limits.max_model_len,
-        default_max_tokens: loop_config
-            .sampling
-            .max_tokens
-            .map_or(GatewayConfig::default().default_max_tokens, |n| n as usize),
-        tool_parser: None,
-        ..GatewayConfig::default()
-    }
 }

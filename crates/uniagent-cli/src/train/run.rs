@@ -14,7 +14,6 @@ use uniagent_core::codec::Codec;
 use uniagent_core::runner::{ProgressEvent, RolloutSource};
 use uniagent_core::{Task, TokenGenerator};
 use uniagent_gateway::harness::HarnessRollouts;
-use uniagent_gateway::GatewayConfig;
 use uniagent_train::model::Qwen2ForCausalLM;
 use uniagent_train::pipeline::{
     Demonstrator, Pipeline, RolloutProgress, RolloutSpec, Summary, TaskSource,
@@ -182,17 +181,7 @@ fn rollout_source(
 ) -> Result<Arc<dyn RolloutSource>> {
     if let RolloutSection::Harness(harness) = &section.rollout {
         // The harness brings its own tools and reward: the environment's are not built.
-        let loop_config = prepared.loop_config();
-        let gateway = GatewayConfig {
-            max_model_len: loop_config.limits.max_model_len,
-            default_max_tokens: loop_config
-                .sampling
-                .max_tokens
-                .map_or(GatewayConfig::default().default_max_tokens, |n| n as usize),
-            // The policy codec's own parser.
-            tool_parser: None,
-            ..GatewayConfig::default()
-        };
+        let gateway = crate::config::harness_gateway(&prepared.loop_config());
         let source = HarnessRollouts::new(harness.clone(), codec, gateway).map_err(|e| {
             prepared
                 .doc

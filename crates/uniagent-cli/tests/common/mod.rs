@@ -320,3 +320,49 @@ pub fn file_reader(delay: std::time::Duration) -> Responder {
         }
     })
 }
+
+/// A Hermes tool call as a Qwen-family policy writes it.
+pub fn hermes_call(name: &str, args: Value) -> String {
+    format!(
+        "<tool_call>\n{}\n</tool_call>",
+        json!({"name": name, "arguments": args})
+    )
+}
+
+/// The file-lookup policy as text, given its turn and the decoded context: read the asked
+/// file, then `finish` with the digits of the last observation.
+pub fn file_reader_text(turn: usize, text: &str) -> String {
+    if turn == 0 {
+        let target = text
+            .split("What is the code of ")
+            .nth(1)
+            .and_then(|s| s.split('?').next())
+            .unwrap();
+        let read = hermes_call(
+            "execute_bash",
+            json!({"command": format!("cat data/{target}.txt")}),
+        );
+        return format!("Let me look.\n{read}");
+    }
+    let last = text.rsplit("<tool_response>").next().unwrap();
+    let last = last.split("</tool_response>").next().unwrap();
+    let answer: String = last.chars().filter(char::is_ascii_digit).collect();
+    hermes_call("finish", json!({"answer": answer}))
+}
+
+/// The `openai` SDK's venv (`scripts/setup/60-gateway-clients.sh`), or `None` (skip, with a
+/// printed reason) when `UNIAGENT_GATEWAY_VENV` is unset; a set variable without a venv fails.
+pub fn gateway_sdk_python() -> Option<PathBuf> {
+    let Ok(venv) = std::env::var("UNIAGENT_GATEWAY_VENV") else {
+        eprintln!(
+            "skipped: UNIAGENT_GATEWAY_VENV is not set (scripts/setup/60-gateway-clients.sh)"
+        );
+        return None;
+    };
+    let python = Path::new(&venv).join("bin/python");
+    assert!(
+        python.exists(),
+        "UNIAGENT_GATEWAY_VENV={venv} has no bin/python: run scripts/setup/60-gateway-clients.sh"
+    );
+    Some(python)
+}
