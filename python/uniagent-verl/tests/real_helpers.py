@@ -39,6 +39,31 @@ def binary() -> str:
     return path
 
 
+def file_lookup_config(
+    path: Path,
+    model_dir: Path,
+    *,
+    tasks: int,
+    seed: int,
+    prompt_len: int,
+    response_len: int,
+    max_turns: int = 3,
+    max_tokens: int = 64,
+    bridge_timeout: float | None = None,
+) -> Path:
+    """Writes a ``uniagent serve`` config for file-lookup tasks in host sandboxes, generating
+    through verl (``model.type: verl`` with ``model_dir``'s tokenizer), and returns its path."""
+    timeout = f"  bridge_timeout: {bridge_timeout}\n" if bridge_timeout is not None else ""
+    path.write_text(
+        f"tasks:\n  generate: {{count: {tasks}, seed: {seed}}}\n"
+        "environment:\n  type: file-lookup\n  sandbox: {type: host}\n"
+        f"model:\n  type: verl\n  tokenizer: {model_dir}\n{timeout}"
+        f"  limits: {{max_prompt_len: {prompt_len}, max_response_len: {response_len}}}\n"
+        f"loop:\n  max_turns: {max_turns}\n  sampling: {{max_tokens: {max_tokens}}}\n"
+    )
+    return path
+
+
 def tool_call(name: str, arguments: dict[str, Any]) -> str:
     return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
 

@@ -40,25 +40,10 @@ SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty":
 
 
 def _config(tmp_path: Path, model_dir: Path, *, tasks: int, bridge_timeout: float) -> Path:
-    config = tmp_path / "serve.yaml"
-    config.write_text(
-        f"""\
-tasks:
-  generate: {{count: {tasks}, seed: 11}}
-environment:
-  type: file-lookup
-  sandbox: {{type: host}}
-model:
-  type: verl
-  tokenizer: {model_dir}
-  bridge_timeout: {bridge_timeout}
-  limits: {{max_prompt_len: {P}, max_response_len: {R}}}
-loop:
-  max_turns: 3
-  sampling: {{max_tokens: 64}}
-"""
+    return rh.file_lookup_config(
+        tmp_path / "serve.yaml", model_dir, tasks=tasks, seed=11, prompt_len=P, response_len=R,
+        bridge_timeout=bridge_timeout,
     )
-    return config
 
 
 class Setup:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import torch
+import real_helpers as rh
 import verl_harness as h
 from conftest import run
 from tiny_qwen import TinyQwenServerManager
@@ -29,40 +30,17 @@ N, P, R = 2, 2048, 512
 TASKS = 2
 
 
-def _binary() -> str:
-    binary = os.environ.get("UNIAGENT_BIN")
-    if not binary:
-        if os.environ.get("UNIAGENT_REQUIRE_VERL") == "1":
-            pytest.fail("UNIAGENT_REQUIRE_VERL=1 but UNIAGENT_BIN is not set: build `uniagent` and point UNIAGENT_BIN at it")
-        pytest.skip("UNIAGENT_BIN is not set (the `uniagent` binary with `serve`); set it to run against the real service")
-    if not os.access(binary, os.X_OK):
-        pytest.fail(f"UNIAGENT_BIN={binary} is not an executable file")
-    return binary
 
 
 def _serve_config(tmp_path: Path, model_dir: Path) -> Path:
-    config = tmp_path / "serve.yaml"
-    config.write_text(
-        f"""\
-tasks:
-  generate: {{count: {TASKS}, seed: 5}}
-environment:
-  type: file-lookup
-  sandbox: {{type: host}}
-model:
-  type: verl
-  tokenizer: {model_dir}
-  limits: {{max_prompt_len: {P}, max_response_len: {R}}}
-loop:
-  max_turns: 2
-  sampling: {{max_tokens: 24}}
-"""
+    return rh.file_lookup_config(
+        tmp_path / "serve.yaml", model_dir, tasks=TASKS, seed=5, prompt_len=P, response_len=R,
+        max_turns=2, max_tokens=24,
     )
-    return config
 
 
 def test_rollouts_from_the_real_service(model_dir: Path, tmp_path: Path) -> None:
-    binary = _binary()
+    binary = rh.binary()
     config_path = _serve_config(tmp_path, model_dir)
     run_dir = tmp_path / "run"
     service = ServiceConfig(binary=binary, config=str(config_path), run_dir=str(run_dir), start_timeout_s=120)

@@ -77,25 +77,9 @@ class FailOnce(rh.ScriptedServerManager):
 
 
 def _config(tmp_path: Path, model_dir: Path) -> Path:
-    config = tmp_path / "serve.yaml"
-    config.write_text(
-        f"""\
-tasks:
-  generate: {{count: 3, seed: 21}}
-environment:
-  type: file-lookup
-  sandbox: {{type: host}}
-model:
-  type: verl
-  tokenizer: {model_dir}
-  bridge_timeout: 30
-  limits: {{max_prompt_len: {P}, max_response_len: {R}}}
-loop:
-  max_turns: 3
-  sampling: {{max_tokens: 64}}
-"""
+    return rh.file_lookup_config(
+        tmp_path / "serve.yaml", model_dir, tasks=3, seed=21, prompt_len=P, response_len=R, bridge_timeout=30,
     )
-    return config
 
 
 def test_v1_worker_writes_to_a_real_transferqueue_and_the_replay_buffer_samples(model_dir: Path, tmp_path: Path) -> None:
