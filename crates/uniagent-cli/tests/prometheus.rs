@@ -339,6 +339,7 @@ fn catalogues() -> Vec<&'static [uniagent_core::telemetry::MetricDef]> {
         uniagent_core::telemetry::CATALOGUE,
         uniagent_envs::telemetry::CATALOGUE,
         uniagent_gateway::telemetry::CATALOGUE,
+        uniagent_cli::serve::telemetry::CATALOGUE,
         uniagent_train::telemetry::CATALOGUE,
     ]
 }
@@ -456,6 +457,7 @@ fn the_grafana_dashboard_is_valid_and_reads_only_exported_metrics() {
             "Model",
             "Trainer",
             "Gateway",
+            "Rollout service",
             "Process"
         ]
     );

@@ -475,3 +475,68 @@ trainer:\n  rollout:\n    source: harness\n    command: [{py}, file_agent.py]\n 
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_requests_by_route_and_status() {
+    use std::io::{BufRead, BufReader};
+    within_deadline(async {
+        let dir = tempfile::tempdir().unwrap();
+        let config = serve_config(dir.path());
+        let mut child = common::uniagent()
+            .args(["serve", config.to_str().unwrap(), "--port", "0"])
+            .args(["--metrics-addr", "127.0.0.1:0"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap()
+            .to_owned();
+        // stderr is drained to its end (a closed pipe would fail the service's later writes).
+        let stderr = child.stderr.take().unwrap();
+        let (found, announced) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(m) = line.strip_prefix("metrics on ") {
+                    let _ = found.send(m.to_owned());
+                }
+            }
+        });
+        let metrics = announced.recv_timeout(Duration::from_secs(30));
+        let service = Service { child, url };
+        let metrics = metrics.expect("a `metrics on` line");
+        let tasks = get(&format!("{}/v1/tasks", service.url)).await;
+        let mut bad = rollout_body(&tasks["tasks"][0], "http://127.0.0.1:9/generate", 0);
+        bad.as_object_mut().unwrap().remove("request_id");
+        for _ in 0..2 {
+            assert_eq!(post_rollout(&service.url, &bad).await.0, 422);
+        }
+        let text = client()
+            .get(&metrics)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let count = |route: &str, status: &str| {
+            text.lines()
+                .find(|l| {
+                    l.starts_with("uniagent_serve_requests_total{")
+                        && l.contains(&format!("route=\"{route}\""))
+                        && l.contains(&format!("status=\"{status}\""))
+                })
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse::<f64>().ok())
+        };
+        assert_eq!(count("/v1/rollouts", "422"), Some(2.0), "{text}");
+        assert_eq!(count("/v1/tasks", "200"), Some(1.0), "{text}");
+    })
+    .await;
+}

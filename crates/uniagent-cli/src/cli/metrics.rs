@@ -42,13 +42,15 @@ impl MetricsArgs {
     }
 }
 
-/// Every metric a `uniagent` process can emit: the loop's, the sandboxes', the gateway's and
+/// Every metric a `uniagent` process can emit: the loop's, the sandboxes', the gateway's, the
+/// rollout service's and
 /// (when uniagent-train is built in) the trainer's.
 pub(crate) fn catalogues() -> Vec<&'static [MetricDef]> {
     [
         uniagent_core::telemetry::CATALOGUE,
         uniagent_envs::telemetry::CATALOGUE,
         uniagent_gateway::telemetry::CATALOGUE,
+        crate::serve::telemetry::CATALOGUE,
         #[cfg(any(feature = "tch", feature = "parquet"))]
         uniagent_train::telemetry::CATALOGUE,
     ]

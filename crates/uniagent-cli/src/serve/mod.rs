@@ -7,6 +7,7 @@
 mod answer;
 mod request;
 mod routes;
+pub mod telemetry;
 
 use std::path::Path;
 use std::sync::Arc;

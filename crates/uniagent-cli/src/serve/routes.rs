@@ -27,7 +27,9 @@ pub fn router(service: Arc<RolloutService>) -> Router {
         .route("/v1/rollouts", post(rollouts))
         .route("/v1/tasks", get(tasks))
         .route("/v1/info", get(info))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(|| async { "ok" }));
+    let routes = super::telemetry::METERED
+        .layer(routes)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(service);
     Hardening::new(SitePolicy::local(), error_response).apply(routes)
