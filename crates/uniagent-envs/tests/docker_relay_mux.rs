@@ -208,7 +208,13 @@ async fn a_killed_multiplexer_is_replaced_by_the_next_connection() {
                 .await
                 .expect("a connection on a killed multiplexer hangs")
                 .ok();
-            // The next request starts a new multiplexer and works.
+            // The next connection starts a new multiplexer and works. The client's pooled
+            // keep-alive connection also went through the dead multiplexer, and a request may
+            // still be written to it before its close is seen: a GET (`is_alive`, retried on
+            // connection failures since it is idempotent) uses it up first, so the command
+            // below goes out on a new connection. A command that meets a dead connection is a
+            // typed sandbox error, never retried: it may have run.
+            assert!(sandbox.is_alive().await.unwrap().is_alive);
             assert_eq!(
                 sandbox
                     .sh("echo two", Duration::from_secs(10))
