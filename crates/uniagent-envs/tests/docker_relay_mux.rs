@@ -210,11 +210,18 @@ async fn a_killed_multiplexer_is_replaced_by_the_next_connection() {
                 .ok();
             // The next connection starts a new multiplexer and works. The client's pooled
             // keep-alive connection also went through the dead multiplexer, and a request may
-            // still be written to it before its close is seen: a GET (`is_alive`, retried on
-            // connection failures since it is idempotent) uses it up first, so the command
-            // below goes out on a new connection. A command that meets a dead connection is a
-            // typed sandbox error, never retried: it may have run.
-            assert!(sandbox.is_alive().await.unwrap().is_alive);
+            // still be written to it before its close is seen: `is_alive` probes (one attempt
+            // each; a dead connection answers `false`) use it up, so the command below goes out
+            // on a new connection. A command that meets a dead connection is a typed sandbox
+            // error, never retried: it may have run.
+            let probing = tokio::time::Instant::now();
+            while !sandbox.is_alive().await.unwrap().is_alive {
+                assert!(
+                    probing.elapsed() < Duration::from_secs(10),
+                    "no new multiplexer answered within 10 s"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
             assert_eq!(
                 sandbox
                     .sh("echo two", Duration::from_secs(10))
