@@ -1,40 +1,150 @@
-//! Deployment configuration: a tagged enum picks the backend (`type: host | docker | remote |
-//! faas`).
+//! Deployment configuration: the registry of sandbox backends.
+//!
+//! Each backend owns its settings, their validation and its builder, in its own folder
+//! (`host/config.rs`, `docker/config.rs`, ...): the settings implement [`BackendConfig`] in
+//! every build, and the backend implements [`BackendBuilder`] when its cargo feature is on.
+//! [`DeploymentConfig`] is generated from one registration line per backend, so a backend
+//! without either impl does not compile, and there is no match arm to forget.
 //!
 //! Every backend's configuration parses whatever cargo features are enabled, so one config file
 //! works for every build; [`DeploymentConfig::validate`] then fails with
 //! [`Error::FeatureDisabled`] naming the feature when the backend is not compiled in.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use uniagent_core::{duration_secs, opt_duration_secs, Deployment, Error, Result, RetryConfig};
+use uniagent_core::{Deployment, Error, Result};
 
-/// Which sandbox backend to use, and its settings.
+pub use crate::docker::{DockerConfig, NetworkMode};
+pub use crate::faas::FaasConfig;
+pub use crate::host::HostConfig;
+pub use crate::remote::RemoteConfig;
+
+/// The settings of one sandbox backend, compiled in every build so that every config parses.
 ///
 /// ```
-/// use uniagent_core::config::{parse, ConfigFormat};
-/// use uniagent_envs::DeploymentConfig;
+/// use uniagent_envs::config::BackendConfig;
+/// use uniagent_envs::DockerConfig;
 ///
-/// let cfg: DeploymentConfig = parse("type = \"host\"\nstartup_timeout = 5.0\n", ConfigFormat::Toml).unwrap();
-/// assert_eq!(cfg.backend(), "host");
-/// // Typos are rejected with the key's name.
-/// let err = parse::<DeploymentConfig>("type: docker\nimgae: debian\n", ConfigFormat::Yaml).unwrap_err();
-/// assert!(err.to_string().contains("imgae"));
+/// let mut docker = DockerConfig { image: "swe-{instance_id}:latest".into(), ..DockerConfig::default() };
+/// assert!(docker.validate().is_ok());
+/// // The image is a per-task template, filled in for each task by the caller.
+/// let fields = docker.per_task_fields();
+/// assert_eq!(fields.len(), 1);
+/// assert_eq!(fields[0].0, "image");
 /// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "lowercase")]
-pub enum DeploymentConfig {
+pub trait BackendConfig: std::fmt::Debug + Send + Sync {
+    /// Checks that the values are in range (whether or not the backend is compiled in). Errors
+    /// name the key as `backend.key`.
+    fn validate(&self) -> Result<()>;
+
+    /// The fields that may hold per-task templates (`{instance_id}`), by key, for the caller to
+    /// fill in before [`DeploymentConfig::build`]. Default: none.
+    fn per_task_fields(&mut self) -> Vec<(&'static str, &mut String)> {
+        Vec::new()
+    }
+}
+
+/// A backend compiled into this build: builds deployments from its settings.
+#[async_trait]
+pub trait BackendBuilder: BackendConfig {
+    /// A new, not yet started deployment. Called after [`BackendConfig::validate`] passed.
+    fn build(&self) -> Result<Box<dyn Deployment>>;
+
+    /// Checks, before a run starts anything, what every sandbox of these settings will need and
+    /// the settings alone cannot tell (an image present locally, a binary found). Default:
+    /// nothing to check.
+    async fn preflight(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Generates [`DeploymentConfig`] from the registered backends: the serde-tagged enum and its
+/// dispatch to [`BackendConfig`] and (when the backend's feature, named as its `type`, is on)
+/// [`BackendBuilder`].
+macro_rules! register_backends {
+    ($( $(#[$doc:meta])* $variant:ident($config:ty) = $name:tt, )+) => {
+        /// Which sandbox backend to use, and its settings.
+        ///
+        /// ```
+        /// use uniagent_core::config::{parse, ConfigFormat};
+        /// use uniagent_envs::DeploymentConfig;
+        ///
+        /// let cfg: DeploymentConfig = parse("type = \"host\"\nstartup_timeout = 5.0\n", ConfigFormat::Toml).unwrap();
+        /// assert_eq!(cfg.backend(), "host");
+        /// // Typos are rejected with the key's name.
+        /// let err = parse::<DeploymentConfig>("type: docker\nimgae: debian\n", ConfigFormat::Yaml).unwrap_err();
+        /// assert!(err.to_string().contains("imgae"));
+        /// ```
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        #[serde(tag = "type")]
+        pub enum DeploymentConfig {
+            $( $(#[$doc])* #[serde(rename = $name)] $variant($config), )+
+        }
+
+        /// The `type` of every registered backend, compiled in or not.
+        pub const BACKENDS: &[&str] = &[$($name),+];
+
+        impl DeploymentConfig {
+            /// The backend name as written in `type`.
+            pub fn backend(&self) -> &'static str {
+                match self {
+                    $( Self::$variant(_) => $name, )+
+                }
+            }
+
+            /// Whether this build has the backend (its cargo feature of `uniagent-envs`).
+            pub fn compiled_in(&self) -> bool {
+                match self {
+                    $( Self::$variant(_) => cfg!(feature = $name), )+
+                }
+            }
+
+            /// The backend's settings.
+            pub fn settings(&self) -> &dyn BackendConfig {
+                match self {
+                    $( Self::$variant(c) => c, )+
+                }
+            }
+
+            /// The backend's settings, to fill in per-task fields.
+            pub fn settings_mut(&mut self) -> &mut dyn BackendConfig {
+                match self {
+                    $( Self::$variant(c) => c, )+
+                }
+            }
+
+            /// The backend's builder; `None` when the backend is not compiled in.
+            fn builder(&self) -> Option<&dyn BackendBuilder> {
+                match self {
+                    $( #[cfg(feature = $name)] Self::$variant(c) => Some(c), )+
+                    #[allow(unreachable_patterns)]
+                    _ => None,
+                }
+            }
+        }
+
+        $(
+            impl From<$config> for DeploymentConfig {
+                fn from(config: $config) -> Self {
+                    Self::$variant(config)
+                }
+            }
+        )+
+    };
+}
+
+// The registered backends: one line each (docs, variant, settings, `type` = cargo feature).
+register_backends! {
     /// The sandbox server as a child process on this machine.
-    Host(HostConfig),
+    Host(HostConfig) = "host",
     /// A local container started through the Docker Engine API (feature `docker`).
-    Docker(DockerConfig),
+    Docker(DockerConfig) = "docker",
     /// An already running sandbox server at a URL.
-    Remote(RemoteConfig),
+    Remote(RemoteConfig) = "remote",
     /// Sandboxes created and deleted by an HTTP control plane (feature `faas`).
-    Faas(FaasConfig),
+    Faas(FaasConfig) = "faas",
 }
 
 impl Default for DeploymentConfig {
@@ -44,108 +154,22 @@ impl Default for DeploymentConfig {
 }
 
 impl DeploymentConfig {
-    /// The backend name as written in `type`.
-    pub fn backend(&self) -> &'static str {
-        match self {
-            Self::Host(_) => "host",
-            Self::Docker(_) => "docker",
-            Self::Remote(_) => "remote",
-            Self::Faas(_) => "faas",
-        }
-    }
-
     /// Checks that the backend is compiled in and that values are in range.
     pub fn validate(&self) -> Result<()> {
-        let feature_off = |feature: &str| Error::FeatureDisabled {
-            backend: self.backend().into(),
-            feature: feature.into(),
-            krate: "uniagent-envs".into(),
-        };
-        match self {
-            Self::Host(c) => {
-                if !cfg!(feature = "host") {
-                    return Err(feature_off("host"));
-                }
-                check_positive("host.startup_timeout", c.startup_timeout)
-            }
-            Self::Docker(c) => {
-                if !cfg!(feature = "docker") {
-                    return Err(feature_off("docker"));
-                }
-                if c.image.trim().is_empty() {
-                    return Err(Error::config("docker.image must name a local image"));
-                }
-                if c.cpus.is_some_and(|cpus| !(cpus > 0.0 && cpus.is_finite())) {
-                    return Err(Error::config("docker.cpus must be a positive number"));
-                }
-                if c.max_concurrent_starts == 0 {
-                    return Err(Error::config(
-                        "docker.max_concurrent_starts must be at least 1",
-                    ));
-                }
-                // Docker reads 0 (and pids <= 0) as "unlimited": refuse instead of silently
-                // running without the limit the capabilities then claim.
-                if let Some(bytes) = c.memory_bytes.filter(|b| *b < MIN_DOCKER_MEMORY) {
-                    return Err(Error::config(format!(
-                        "docker.memory_bytes must be at least {MIN_DOCKER_MEMORY} (6 MiB, Docker's minimum), got {bytes}; leave it out for no limit"
-                    )));
-                }
-                if let Some(pids) = c.pids_limit.filter(|p| *p <= 0) {
-                    return Err(Error::config(format!(
-                        "docker.pids_limit must be at least 1, got {pids}; leave it out for no limit"
-                    )));
-                }
-                if let Some(lifetime) = c.lifetime {
-                    check_positive("docker.lifetime", lifetime)?;
-                }
-                if c.user.as_deref().is_some_and(|u| u.trim().is_empty()) {
-                    return Err(Error::config(
-                        "docker.user must name a user (or be left out for the image's)",
-                    ));
-                }
-                if let Some(user) = c.user.as_deref().filter(|_| c.read_only_root) {
-                    // The tmpfs work dir is created for the user's uid: Docker ignores a tmpfs
-                    // `mode`, so a name it alone resolves would get a directory it cannot write.
-                    if numeric_user(user).is_none() {
-                        return Err(Error::config(format!(
-                            "docker.user must be `uid` or `uid:gid` with read_only_root (the \
-                             writable work dir is created for that uid), got `{user}`"
-                        )));
-                    }
-                }
-                check_positive("docker.startup_timeout", c.startup_timeout)
-            }
-            Self::Remote(c) => {
-                if !cfg!(feature = "remote") {
-                    return Err(feature_off("remote"));
-                }
-                check_url("remote.url", &c.url)?;
-                c.retry.validate()?;
-                check_positive("remote.timeout", c.timeout)
-            }
-            Self::Faas(c) => {
-                if !cfg!(feature = "faas") {
-                    return Err(feature_off("faas"));
-                }
-                let endpoints = c.all_endpoints();
-                if endpoints.is_empty() {
-                    return Err(Error::config(
-                        "faas.control_url (or faas.endpoints) must name at least one pool",
-                    ));
-                }
-                for url in &endpoints {
-                    check_url("faas.endpoints", url)?;
-                }
-                if c.image.trim().is_empty() {
-                    return Err(Error::config(
-                        "faas.image must name an image the pools serve",
-                    ));
-                }
-                c.retry.validate()?;
-                check_positive("faas.lease_ttl", c.lease_ttl)?;
-                check_positive("faas.timeout", c.timeout)
-            }
+        if !self.compiled_in() {
+            return Err(Error::FeatureDisabled {
+                backend: self.backend().into(),
+                feature: self.backend().into(),
+                krate: "uniagent-envs".into(),
+            });
         }
+        self.settings().validate()
+    }
+
+    /// The fields that may hold per-task templates, by key (see
+    /// [`BackendConfig::per_task_fields`]).
+    pub fn per_task_fields(&mut self) -> Vec<(&'static str, &mut String)> {
+        self.settings_mut().per_task_fields()
     }
 
     /// Validates the configuration and builds its (not yet started) deployment.
@@ -163,289 +187,43 @@ impl DeploymentConfig {
     /// ```
     pub fn build(&self) -> Result<Box<dyn Deployment>> {
         self.validate()?;
-        match self {
-            #[cfg(feature = "host")]
-            Self::Host(c) => Ok(Box::new(crate::host::HostDeployment::new(c.clone()))),
-            #[cfg(feature = "remote")]
-            Self::Remote(c) => Ok(Box::new(crate::remote::RemoteDeployment::new(c.clone())?)),
-            #[cfg(feature = "docker")]
-            Self::Docker(c) => Ok(Box::new(crate::docker::DockerDeployment::new(c.clone()))),
-            #[cfg(feature = "faas")]
-            Self::Faas(c) => Ok(Box::new(crate::faas::FaasDeployment::new(c.clone())?)),
-            #[allow(unreachable_patterns)]
-            _ => Err(Error::internal(format!(
+        self.compiled_builder()?.build()
+    }
+
+    /// Validates the configuration, then checks what its sandboxes need before anything starts
+    /// (the backend's [`BackendBuilder::preflight`]: `docker` checks that the image is local,
+    /// `host` that the server binary is found).
+    pub async fn preflight(&self) -> Result<()> {
+        self.validate()?;
+        self.compiled_builder()?.preflight().await
+    }
+
+    fn compiled_builder(&self) -> Result<&dyn BackendBuilder> {
+        self.builder().ok_or_else(|| {
+            Error::internal(format!(
                 "backend `{}` passed validation without its feature",
                 self.backend()
-            ))),
-        }
+            ))
+        })
     }
 }
 
-/// Docker refuses memory limits below 6 MiB.
-const MIN_DOCKER_MEMORY: u64 = 6 << 20;
-
-fn check_positive(key: &str, d: Duration) -> Result<()> {
+/// Fails naming `key` when `d` is zero.
+pub(crate) fn check_positive(key: &str, d: Duration) -> Result<()> {
     if d.is_zero() {
         return Err(Error::config(format!("{key} must be greater than 0")));
     }
     Ok(())
 }
 
-fn check_url(key: &str, url: &str) -> Result<()> {
+/// Fails naming `key` unless `url` is an http(s) URL.
+pub(crate) fn check_url(key: &str, url: &str) -> Result<()> {
     if !(url.starts_with("http://") || url.starts_with("https://")) {
         return Err(Error::config(format!(
             "{key} must be an http:// or https:// URL, got `{url}`"
         )));
     }
     Ok(())
-}
-
-/// Settings of the `host` backend.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct HostConfig {
-    /// Path of the `uniagent-sandbox` binary; by default it is looked up next to the current
-    /// executable and then on `PATH`.
-    pub server_binary: Option<PathBuf>,
-    /// Where fresh work directories are created (default: the system temp dir).
-    pub work_root: Option<PathBuf>,
-    /// Keep the work directory after stop (for debugging).
-    pub keep_work_dir: bool,
-    /// How long to wait for the server to answer `is_alive`, seconds.
-    #[serde(with = "duration_secs")]
-    pub startup_timeout: Duration,
-    /// Extra environment variables for the server and its shells.
-    pub env: BTreeMap<String, String>,
-}
-
-impl Default for HostConfig {
-    fn default() -> Self {
-        Self {
-            server_binary: None,
-            work_root: None,
-            keep_work_dir: false,
-            startup_timeout: Duration::from_secs(10),
-            env: BTreeMap::new(),
-        }
-    }
-}
-
-/// Network access of a container.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum NetworkMode {
-    /// No network at all: Docker's `none` network, the container has only loopback. The host
-    /// reaches the server through a relay of `docker exec`s over the Docker API, at a loopback
-    /// port of the host; nothing in the container can reach the host, other containers or the
-    /// internet.
-    #[default]
-    None,
-    /// Docker's default bridge network; the server's port is published on 127.0.0.1 with an
-    /// ephemeral host port.
-    Bridge,
-    /// The host's network namespace; the server listens on 127.0.0.1 at a free port.
-    Host,
-}
-
-/// Settings of the `docker` backend.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DockerConfig {
-    /// Local image to start.
-    pub image: String,
-    /// Pull the image when missing (off: this project builds images locally).
-    pub pull: bool,
-    /// Network access.
-    pub network: NetworkMode,
-    /// Memory limit in bytes.
-    pub memory_bytes: Option<u64>,
-    /// CPU quota in cores.
-    pub cpus: Option<f64>,
-    /// Maximum number of processes.
-    pub pids_limit: Option<i64>,
-    /// Mount the root file system read-only (the work dir stays writable).
-    pub read_only_root: bool,
-    /// Working directory inside the container.
-    pub work_dir: String,
-    /// The sandbox is stopped after this long, whatever it is doing.
-    #[serde(with = "opt_duration_secs")]
-    pub lifetime: Option<Duration>,
-    /// How long to wait for the server to answer `is_alive`, seconds.
-    #[serde(with = "duration_secs")]
-    pub startup_timeout: Duration,
-    /// Maximum concurrent container starts.
-    pub max_concurrent_starts: usize,
-    /// Capabilities added back after all are dropped (default none: the sandbox server and its
-    /// shells run as the image's user and need none).
-    pub cap_add: Vec<String>,
-    /// Path of the `uniagent-sandbox` binary copied into the container (it must run in the
-    /// image: a static build runs in any image). Default: `$UNIAGENT_SANDBOX_BINARY`, else next
-    /// to the current executable, else on `PATH`.
-    pub server_binary: Option<PathBuf>,
-    /// Path of the `uniagent-toolbox` binary copied next to the server; by default the one next
-    /// to the server binary when present.
-    pub toolbox_binary: Option<PathBuf>,
-    /// Run id every container is labelled with (`cleanup --run-id` removes a run's
-    /// containers). Default: `$UNIAGENT_RUN_ID`, else a random id per process.
-    pub run_id: Option<String>,
-    /// Extra environment variables for the server and its shells.
-    pub env: BTreeMap<String, String>,
-    /// The user (`name`, `uid` or `uid:gid`) the server and its shells run as; default: the
-    /// image's user (root in the project's image, confined by the dropped capabilities,
-    /// `no-new-privileges` and the limits). A non-root user needs a writable `work_dir`:
-    /// with `read_only_root` it is a tmpfs owned by the user, which must then be given as
-    /// `uid` or `uid:gid`; otherwise the image must provide one.
-    pub user: Option<String>,
-}
-
-impl Default for DockerConfig {
-    fn default() -> Self {
-        Self {
-            image: String::new(),
-            pull: false,
-            network: NetworkMode::None,
-            memory_bytes: Some(2 << 30),
-            cpus: Some(1.0),
-            pids_limit: Some(512),
-            read_only_root: false,
-            work_dir: "/work".into(),
-            lifetime: Some(Duration::from_secs(3600)),
-            startup_timeout: Duration::from_secs(30),
-            max_concurrent_starts: 8,
-            cap_add: Vec::new(),
-            server_binary: None,
-            toolbox_binary: None,
-            run_id: None,
-            env: BTreeMap::new(),
-            user: None,
-        }
-    }
-}
-
-/// Settings of the `remote` backend.
-#[derive(Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RemoteConfig {
-    /// Base URL of the server, e.g. `http://127.0.0.1:8000`.
-    pub url: String,
-    /// Token sent as `X-API-Key`.
-    pub auth_token: Option<String>,
-    /// Environment variable holding the token (preferred over writing it in the file).
-    pub auth_token_env: Option<String>,
-    /// Transport timeout for requests without a command timeout, seconds.
-    #[serde(with = "duration_secs")]
-    pub timeout: Duration,
-    /// Retries of transient connection failures.
-    pub retry: RetryConfig,
-}
-
-/// The token is redacted: configurations end up in logs.
-impl std::fmt::Debug for RemoteConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RemoteConfig")
-            .field("url", &self.url)
-            .field(
-                "auth_token",
-                &crate::secret::redacted(self.auth_token.as_deref()),
-            )
-            .field("auth_token_env", &self.auth_token_env)
-            .field("timeout", &self.timeout)
-            .field("retry", &self.retry)
-            .finish()
-    }
-}
-
-impl Default for RemoteConfig {
-    fn default() -> Self {
-        Self {
-            url: String::new(),
-            auth_token: None,
-            auth_token_env: None,
-            timeout: Duration::from_secs(60),
-            retry: RetryConfig::default(),
-        }
-    }
-}
-
-/// Settings of the `faas` backend: leases from sandbox pools (`uniagent-pool`, see
-/// `docs/pool-openapi.yaml`).
-///
-/// ```
-/// use uniagent_core::config::{parse, ConfigFormat};
-/// use uniagent_envs::DeploymentConfig;
-///
-/// let cfg: DeploymentConfig = parse(
-///     "type: faas\ncontrol_url: http://10.0.0.1:8700\nendpoints: [http://10.0.0.2:8700]\nimage: debian:12\nlease_ttl: 30\n",
-///     ConfigFormat::Yaml,
-/// ).unwrap();
-/// assert_eq!(cfg.validate().is_ok(), cfg!(feature = "faas"));
-/// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct FaasConfig {
-    /// Base URL of a pool (`http://host:port`).
-    pub control_url: String,
-    /// Further pools; every lease goes to the least loaded of all that answer.
-    pub endpoints: Vec<String>,
-    /// Environment variable holding the pools' API key (`Authorization: Bearer`).
-    pub api_key_env: Option<String>,
-    /// Image the pools start (one of those they are configured to serve).
-    pub image: String,
-    /// Time to live of the lease; it is renewed every third of it while the sandbox runs.
-    #[serde(with = "duration_secs")]
-    pub lease_ttl: Duration,
-    /// Memory limit in bytes (at most the pool's; default the pool's).
-    pub memory_bytes: Option<u64>,
-    /// CPU quota in cores (at most the pool's; default the pool's).
-    pub cpus: Option<f64>,
-    /// Maximum number of processes (at most the pool's; default the pool's).
-    pub pids_limit: Option<i64>,
-    /// Deadline of one control request and of sandbox requests without a command timeout,
-    /// seconds.
-    #[serde(with = "duration_secs")]
-    pub timeout: Duration,
-    /// Rounds over the pools while all are full or down, and retries of transient sandbox
-    /// connection failures.
-    pub retry: RetryConfig,
-}
-
-impl FaasConfig {
-    /// `control_url` and `endpoints`, without duplicates or trailing slashes.
-    pub fn all_endpoints(&self) -> Vec<String> {
-        let mut all: Vec<String> = Vec::new();
-        for url in std::iter::once(&self.control_url).chain(&self.endpoints) {
-            let url = url.trim_end_matches('/').to_owned();
-            if !url.is_empty() && !all.contains(&url) {
-                all.push(url);
-            }
-        }
-        all
-    }
-}
-
-impl Default for FaasConfig {
-    fn default() -> Self {
-        Self {
-            control_url: String::new(),
-            endpoints: Vec::new(),
-            api_key_env: None,
-            image: String::new(),
-            lease_ttl: Duration::from_secs(30),
-            memory_bytes: None,
-            cpus: None,
-            pids_limit: None,
-            timeout: Duration::from_secs(60),
-            retry: RetryConfig::default(),
-        }
-    }
-}
-
-/// `uid` or `uid:gid` as numbers; `None` for a user name.
-pub(crate) fn numeric_user(user: &str) -> Option<(u32, Option<u32>)> {
-    match user.trim().split_once(':') {
-        None => Some((user.trim().parse().ok()?, None)),
-        Some((uid, gid)) => Some((uid.parse().ok()?, Some(gid.parse().ok()?))),
-    }
 }
 
 #[cfg(test)]
@@ -518,10 +296,7 @@ mod tests {
                 ..base.clone()
             },
         ] {
-            assert!(
-                DeploymentConfig::Docker(bad.clone()).validate().is_err(),
-                "{bad:?}"
-            );
+            assert!(bad.validate().is_err(), "{bad:?}");
         }
         for user in ["1000", "1000:1000", "agent"] {
             let fine = DockerConfig {
@@ -529,7 +304,7 @@ mod tests {
                 read_only_root: user != "agent",
                 ..base.clone()
             };
-            assert!(DeploymentConfig::Docker(fine).validate().is_ok(), "{user}");
+            assert!(fine.validate().is_ok(), "{user}");
         }
         // Leaving a limit out is the explicit way to have none.
         let unlimited = DockerConfig {
@@ -537,9 +312,7 @@ mod tests {
             pids_limit: None,
             ..base
         };
-        assert!(
-            !cfg!(feature = "docker") || DeploymentConfig::Docker(unlimited).validate().is_ok()
-        );
+        assert!(unlimited.validate().is_ok());
         let nan_jitter: Result<DeploymentConfig> = parse(
             "type: remote\nurl: http://x\nretry:\n  jitter: .nan\n",
             ConfigFormat::Yaml,
@@ -643,10 +416,61 @@ mod tests {
     }
 
     #[test]
+    fn every_registered_backend_parses_by_its_type_and_names_itself() {
+        for name in BACKENDS {
+            let cfg: DeploymentConfig =
+                parse(&format!("type: {name}\n"), ConfigFormat::Yaml).unwrap();
+            assert_eq!(cfg.backend(), *name);
+            if !cfg.compiled_in() {
+                assert!(
+                    matches!(cfg.validate(), Err(Error::FeatureDisabled { feature, .. }) if feature == *name)
+                );
+            }
+        }
+        let docker: DeploymentConfig = DockerConfig {
+            image: "img".into(),
+            ..DockerConfig::default()
+        }
+        .into();
+        assert_eq!(docker.backend(), "docker");
+    }
+
+    #[test]
+    fn per_task_fields_are_the_images_of_docker_and_faas() {
+        let mut keys = Vec::new();
+        for mut cfg in samples() {
+            let backend = cfg.backend();
+            for (key, value) in cfg.per_task_fields() {
+                value.push_str("-{id}");
+                keys.push(format!("{backend}.{key}"));
+            }
+            if let DeploymentConfig::Docker(d) = &cfg {
+                assert!(d.image.ends_with("-{id}"), "{d:?}");
+            }
+        }
+        assert_eq!(keys, ["docker.image", "faas.image"]);
+    }
+
+    #[cfg(feature = "host")]
+    #[tokio::test]
+    async fn host_preflight_names_the_missing_server_binary() {
+        let cfg = DeploymentConfig::Host(HostConfig {
+            server_binary: Some("/nonexistent/uniagent-sandbox".into()),
+            ..HostConfig::default()
+        });
+        let err = cfg.preflight().await.unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("/nonexistent/uniagent-sandbox"), "{text}");
+        assert!(matches!(err, Error::Config { .. }), "{err:?}");
+    }
+
+    #[test]
     fn validation_rejects_bad_values() {
         let cfg: DeploymentConfig =
             parse("type: remote\nurl: ftp://x\n", ConfigFormat::Yaml).unwrap();
+        // The values are checked whether or not the backend is compiled in.
         assert!(cfg
+            .settings()
             .validate()
             .unwrap_err()
             .to_string()
@@ -654,6 +478,7 @@ mod tests {
         let cfg: DeploymentConfig =
             parse("type: host\nstartup_timeout: 0\n", ConfigFormat::Yaml).unwrap();
         assert!(cfg
+            .settings()
             .validate()
             .unwrap_err()
             .to_string()

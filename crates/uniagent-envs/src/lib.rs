@@ -10,14 +10,11 @@ pub mod client;
 pub mod config;
 #[cfg(feature = "conformance")]
 pub mod conformance;
-#[cfg(feature = "docker")]
 pub mod docker;
-#[cfg(feature = "faas")]
 pub mod faas;
 #[cfg(feature = "server")]
 #[doc(hidden)]
 pub mod fuzzing;
-#[cfg(feature = "host")]
 pub mod host;
 #[cfg(any(feature = "pool", feature = "faas"))]
 pub mod leases;
@@ -39,7 +36,6 @@ pub mod models;
 pub mod mux;
 #[cfg(feature = "pool")]
 pub mod pool;
-#[cfg(feature = "remote")]
 pub mod remote;
 pub mod secret;
 #[cfg(feature = "server")]
@@ -49,7 +45,8 @@ pub mod telemetry;
 #[cfg(feature = "client")]
 pub use client::{RemoteRuntime, RemoteRuntimeOptions};
 pub use config::{
-    DeploymentConfig, DockerConfig, FaasConfig, HostConfig, NetworkMode, RemoteConfig,
+    BackendBuilder, BackendConfig, DeploymentConfig, DockerConfig, FaasConfig, HostConfig,
+    NetworkMode, RemoteConfig, BACKENDS,
 };
 #[cfg(feature = "docker")]
 pub use docker::DockerDeployment;

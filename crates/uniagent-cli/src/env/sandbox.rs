@@ -2,7 +2,6 @@
 //! (`{instance_id}`), and setup commands run once, after the sandbox starts and before the
 //! loop, by a wrapper the factory puts around every deployment (the setup hook).
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,8 +18,9 @@ use crate::error::{CliError, Result};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SandboxSettings {
-    /// The backend (`type: host | docker | remote`); `{field}` in a docker `image` is replaced
-    /// by the task's metadata field (`{instance_id}`, `{id}`).
+    /// The backend (`type: host | docker | remote | faas`); `{field}` in a per-task field (the
+    /// `image` of docker and faas) is replaced by the task's metadata field (`{instance_id}`,
+    /// `{id}`).
     #[serde(default)]
     pub sandbox: DeploymentConfig,
     /// Shell commands run once in every fresh sandbox before the loop (`{field}` substituted).
@@ -156,11 +156,12 @@ impl TemplatedSandboxes {
         }
     }
 
-    /// The deployment config of `task` (image template filled in).
+    /// The deployment config of `task`: every per-task field of the backend (a docker or faas
+    /// `image`) with its `{field}` template filled in. An error names the key.
     pub fn config_for(&self, task: &Task) -> std::result::Result<DeploymentConfig, String> {
         let mut config = self.settings.sandbox.clone();
-        if let DeploymentConfig::Docker(d) = &mut config {
-            d.image = fill_template(&d.image, task, true)?;
+        for (key, value) in config.per_task_fields() {
+            *value = fill_template(value, task, true).map_err(|m| format!("{key}: {m}"))?;
         }
         Ok(config)
     }
@@ -178,61 +179,34 @@ impl TemplatedSandboxes {
     }
 
     /// Checks, before anything starts, that every task's sandbox can be built: the backend is
-    /// compiled in and valid, the template fills in, and (docker) every image exists locally.
+    /// compiled in and valid, the template fills in, and the backend's own preflight passes for
+    /// every distinct config (docker: the image exists locally; host: the server binary is
+    /// found).
     pub async fn preflight(&self, tasks: &[Task]) -> Result<()> {
-        let mut images = BTreeSet::new();
+        // Distinct configs with the first task that needs each: one check per image, not per
+        // task.
+        let mut distinct: Vec<(DeploymentConfig, &str)> = Vec::new();
         for task in tasks {
             let config = self
                 .config_for(task)
-                .map_err(|m| CliError::preflight(format!("environment.sandbox.image: {m}")))?;
+                .map_err(|m| CliError::preflight(format!("environment.sandbox.{m}")))?;
             config
                 .validate()
                 .map_err(|e| CliError::preflight(format!("environment.sandbox: {e}")))?;
-            if let DeploymentConfig::Docker(d) = &config {
-                images.insert((d.image.clone(), task.id.clone()));
-            }
             self.setup_for(task).map_err(|e| {
                 CliError::preflight(format!("environment.setup for task `{}`: {e}", task.id))
             })?;
+            if !distinct.iter().any(|(seen, _)| *seen == config) {
+                distinct.push((config, &task.id));
+            }
         }
-        if let DeploymentConfig::Host(h) = &self.settings.sandbox {
-            uniagent_envs::host::find_server_binary(h.server_binary.as_deref()).map_err(|e| {
-                CliError::preflight(format!(
-                    "{e}; build it with `cargo build --release -p uniagent-envs --features server --bin uniagent-sandbox` or set environment.sandbox.server_binary"
-                ))
+        for (config, task) in &distinct {
+            config.preflight().await.map_err(|e| {
+                CliError::preflight(format!("environment.sandbox (task `{task}`): {e}"))
             })?;
-        }
-        if !images.is_empty() {
-            check_images(&images).await?;
         }
         Ok(())
     }
-}
-
-#[cfg(feature = "docker")]
-async fn check_images(images: &BTreeSet<(String, String)>) -> Result<()> {
-    let docker = uniagent_envs::docker::engine().await.map_err(|e| {
-        CliError::preflight(format!("the docker sandbox needs a Docker daemon: {e}"))
-    })?;
-    let mut checked = BTreeSet::new();
-    for (image, task) in images {
-        if !checked.insert(image.clone()) {
-            continue;
-        }
-        if docker.inspect_image(image).await.is_err() {
-            return Err(CliError::preflight(format!(
-                "image `{image}` (task `{task}`) does not exist locally; build it or fix environment.sandbox.image"
-            )));
-        }
-    }
-    Ok(())
-}
-
-#[cfg(not(feature = "docker"))]
-async fn check_images(_images: &BTreeSet<(String, String)>) -> Result<()> {
-    Err(CliError::preflight(
-        "docker sandboxes need the `docker` feature of uniagent-cli",
-    ))
 }
 
 impl SandboxFactory for TemplatedSandboxes {

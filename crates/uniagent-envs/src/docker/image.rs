@@ -77,6 +77,19 @@ pub(crate) async fn payload_image(
     Ok(tag)
 }
 
+/// The preflight of a docker config: the daemon answers and the image is local (or `pull` is
+/// set, and the start will pull it).
+pub(crate) async fn preflight_image(config: &super::DockerConfig) -> Result<()> {
+    let docker = super::engine().await?;
+    if config.pull || image_exists(&docker, &config.image).await? {
+        return Ok(());
+    }
+    Err(Error::config(format!(
+        "docker image `{}` does not exist locally; build it (scripts/build-sandbox-image.sh) or set docker.pull = true",
+        config.image
+    )))
+}
+
 async fn image_exists(docker: &Docker, tag: &str) -> Result<bool> {
     super::engine::count_call();
     match docker.inspect_image(tag).await {

@@ -118,7 +118,7 @@ pub(crate) fn container_body(launch: &Launch<'_>) -> ContainerCreateBody {
             .map_or(1 << 30, |m| (m / 2).max(1 << 20));
         // Docker ignores a tmpfs `mode` on a path the image has (it copies the directory's
         // own), so a non-root user gets the work dir by ownership.
-        let owner = match config.user.as_deref().and_then(crate::config::numeric_user) {
+        let owner = match config.user.as_deref().and_then(super::numeric_user) {
             Some((uid, Some(gid))) => format!(",uid={uid},gid={gid}"),
             Some((uid, None)) => format!(",uid={uid}"),
             None => String::new(),

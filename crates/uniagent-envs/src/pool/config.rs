@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use uniagent_core::{duration_secs, Error, Result};
 
-use crate::config::{DeploymentConfig, DockerConfig};
+use crate::config::DockerConfig;
 
 /// Settings of one sandbox pool (one per node).
 ///
@@ -135,7 +135,7 @@ impl PoolConfig {
                     image.docker.image
                 )));
             }
-            DeploymentConfig::Docker(image.docker.clone()).validate()?;
+            crate::config::BackendConfig::validate(&image.docker)?;
         }
         if let Some(var) = &self.api_key_env {
             if std::env::var(var).map_or(true, |v| v.is_empty()) {
