@@ -247,7 +247,7 @@ impl Minter {
             exp: u64,
             kid: &'a str,
         }
-        // Serializing three plain fields cannot fail; an empty object would only be refused.
+        // Serializing three plain fields cannot fail; an empty payload would only be refused.
         let json = serde_json::to_vec(&Borrowed {
             aud,
             exp: exp_unix,
