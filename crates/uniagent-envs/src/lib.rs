@@ -40,6 +40,8 @@ pub mod remote;
 pub mod secret;
 #[cfg(feature = "server")]
 pub mod server;
+#[cfg(feature = "signed-token")]
+pub mod signed_token;
 pub mod telemetry;
 
 #[cfg(feature = "client")]

@@ -4,6 +4,7 @@
 //! UNIAGENT_SANDBOX_TOKEN=TOKEN uniagent-sandbox [--host 127.0.0.1] [--port 8000] [--metrics-addr HOST:PORT]
 //! uniagent-sandbox --auth-token-file FILE ...      # a file only its owner can read
 //! uniagent-sandbox --auth-token TOKEN ...          # as swerex-remote; visible in `ps`
+//! uniagent-sandbox --auth-public-key-file FILE [--sandbox-name NAME] ...
 //! ```
 //!
 //! Flags follow `swerex-remote` (`--host`, `--port`, `--auth-token`, `-v/--version`), except that
@@ -12,6 +13,11 @@
 //! inherit it) or a 0600 file. On start it prints one line, `uniagent-sandbox listening on
 //! http://HOST:PORT`, to stdout (with the real port when `--port 0` asked for a free one).
 //!
+//! With `--auth-public-key-file` the server holds no secret: it accepts per-sandbox tokens
+//! (`uniagent_envs::signed_token`) signed by one of the file's Ed25519 public keys, naming this
+//! sandbox (`--sandbox-name`, else `UNIAGENT_SANDBOX_NAME`, which Kubernetes' downward API sets)
+//! and not expired (docs/decisions/0008-k8s-sandboxes.md, "The auth token").
+//!
 //! `uniagent-sandbox --relay-mux 127.0.0.1:PORT` (hidden) is the in-container half of the
 //! docker backend's relay for `network: none`: it reads frames of many connections from stdin
 //! (`uniagent_envs::mux`), opens a TCP connection to the address for each (retrying while the
@@ -19,15 +25,20 @@
 //! ends. The host runs one through `docker exec` per sandbox, not one per connection.
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
 mod common;
 
 use clap::Parser;
 use common::listen::{announce, stop_signals, Listen};
 use uniagent_envs::server::{seconds, serve, ServerConfig, ServerLimits, ShellOptions};
+use uniagent_envs::signed_token::{PublicKeys, Verifier};
 
 /// The environment variable the token may come in.
 const TOKEN_ENV: &str = "UNIAGENT_SANDBOX_TOKEN";
+
+/// The environment variable that may name this sandbox for `--auth-public-key-file`.
+const NAME_ENV: &str = "UNIAGENT_SANDBOX_NAME";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -45,6 +56,15 @@ struct Args {
     /// Read the token from this file (it must not be readable by group or others).
     #[arg(long, value_name = "FILE", conflicts_with = "auth_token")]
     auth_token_file: Option<std::path::PathBuf>,
+    /// Accept instead per-sandbox tokens signed by a key of FILE (lines `KEY_ID
+    /// BASE64_PUBLIC_KEY`, `#` comments; docs/formats.md) that name this sandbox and have not
+    /// expired. The server then holds no secret.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["auth_token", "auth_token_file", "insecure_no_auth"])]
+    auth_public_key_file: Option<std::path::PathBuf>,
+    /// This sandbox's name, which signed tokens must name as their audience (default: the
+    /// environment variable UNIAGENT_SANDBOX_NAME).
+    #[arg(long, value_name = "NAME")]
+    sandbox_name: Option<String>,
     /// Serve without authentication when the token is empty (SWE-ReX's `--auth-token ""`).
     #[arg(long)]
     insecure_no_auth: bool,
@@ -85,7 +105,7 @@ struct Args {
     bash: String,
     /// Relay the multiplexed connections on stdin/stdout to this TCP address instead of
     /// serving (used by the docker backend).
-    #[arg(long, hide = true, value_name = "ADDR", conflicts_with_all = ["auth_token", "auth_token_file"])]
+    #[arg(long, hide = true, value_name = "ADDR", conflicts_with_all = ["auth_token", "auth_token_file", "auth_public_key_file"])]
     relay_mux: Option<String>,
     /// Serve Prometheus metrics on `GET /metrics` at HOST:PORT (port 0 picks a free one; the
     /// address is printed on stderr as `metrics on http://HOST:PORT/metrics`).
@@ -112,20 +132,60 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let token = match token_of(&args, env_token) {
-        Ok(token) => token,
+    let auth = match auth_of(&args, env_token) {
+        Ok(auth) => auth,
         Err(e) => {
             eprintln!("uniagent-sandbox: {e}");
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(args, token)) {
+    match runtime.block_on(run(args, auth)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("uniagent-sandbox: {e}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// How clients authenticate.
+enum Auth {
+    /// One shared token (empty only with `--insecure-no-auth`).
+    Token(String),
+    /// Signed per-sandbox tokens.
+    Signed(Arc<Verifier>),
+}
+
+/// Signed tokens with `--auth-public-key-file`, else the token of [`token_of`].
+fn auth_of(args: &Args, env_token: Option<String>) -> Result<Auth, String> {
+    let Some(path) = &args.auth_public_key_file else {
+        // Checked here: clap's `requires` lets it pass when the required flag conflicts with
+        // one that is present (`--auth-token`).
+        if args.sandbox_name.is_some() {
+            return Err("--sandbox-name is only for --auth-public-key-file".to_owned());
+        }
+        return token_of(args, env_token).map(Auth::Token);
+    };
+    if env_token.is_some() {
+        return Err(format!(
+            "{TOKEN_ENV} is set: a shared token and --auth-public-key-file exclude each other"
+        ));
+    }
+    let name = match &args.sandbox_name {
+        Some(name) => name.clone(),
+        None => std::env::var(NAME_ENV).map_err(|_| {
+            format!(
+                "--auth-public-key-file needs this sandbox's name: --sandbox-name or {NAME_ENV}"
+            )
+        })?,
+    };
+    if name.is_empty() {
+        return Err(format!(
+            "the sandbox name (--sandbox-name or {NAME_ENV}) is empty"
+        ));
+    }
+    let keys = PublicKeys::read(path).map_err(|e| e.to_string())?;
+    Ok(Auth::Signed(Arc::new(Verifier::new(name, keys))))
 }
 
 /// The token from `--auth-token`, `--auth-token-file` or the environment, in that order.
@@ -154,7 +214,7 @@ fn token_of(args: &Args, env_token: Option<String>) -> Result<String, String> {
     }
 }
 
-async fn run(args: Args, token: String) -> std::io::Result<()> {
+async fn run(args: Args, auth: Auth) -> std::io::Result<()> {
     let (mut term, mut interrupt) = stop_signals()?;
     let listener = args.listen.bind().await?;
     let _exporter = match &args.metrics_addr {
@@ -171,7 +231,19 @@ async fn run(args: Args, token: String) -> std::io::Result<()> {
         }
         None => None,
     };
-    let mut config = ServerConfig::new(token);
+    let mut config = match auth {
+        Auth::Token(token) => ServerConfig::new(token),
+        Auth::Signed(verifier) => {
+            eprintln!(
+                "uniagent-sandbox: accepting signed tokens for {:?} (keys: {})",
+                verifier.audience(),
+                verifier.keys().kids().collect::<Vec<_>>().join(", ")
+            );
+            let mut config = ServerConfig::new("");
+            config.signed_tokens = Some(verifier);
+            config
+        }
+    };
     config.insecure_no_auth = args.insecure_no_auth;
     config.shell = ShellOptions {
         bash: args.bash,

@@ -33,6 +33,8 @@ type InFlight = tokio::sync::watch::Sender<Option<StoredResponse>>;
 #[derive(Debug)]
 pub struct AppState {
     token: String,
+    /// Per-sandbox signed tokens, accepted besides `token`.
+    signed_tokens: Option<Arc<crate::signed_token::Verifier>>,
     /// Origin checks always; `Host` checks too when authentication is off (nothing else then
     /// stops a DNS-rebinding page from posting commands).
     site: SitePolicy,
@@ -51,7 +53,7 @@ pub struct AppState {
 pub fn router(config: ServerConfig) -> (Router, Arc<AppState>) {
     let staging_dir = config.shell.scratch_dir.join("uploads");
     let json_limit = DefaultBodyLimit::max(config.limits.max_body_bytes);
-    let site = if config.auth_token.is_empty() {
+    let site = if config.auth_token.is_empty() && config.signed_tokens.is_none() {
         SitePolicy::local()
     } else {
         SitePolicy::any_host()
@@ -59,6 +61,7 @@ pub fn router(config: ServerConfig) -> (Router, Arc<AppState>) {
     let state = Arc::new(AppState {
         site,
         token: config.auth_token,
+        signed_tokens: config.signed_tokens,
         max_output_bytes: config.shell.max_output_bytes,
         sessions: SessionManager::new(config.shell, config.limits.max_sessions),
         executes: Arc::new(Semaphore::new(config.limits.max_executes.max(1))),
@@ -102,6 +105,28 @@ fn detail(status: StatusCode, text: &str) -> Response {
     (status, Json(json!({ "detail": text }))).into_response()
 }
 
+/// Whether `given` is the static token (constant-time compare) or a signed token for this
+/// sandbox.
+fn authenticated(state: &AppState, given: &HeaderValue) -> bool {
+    if !state.token.is_empty() && bool::from(given.as_bytes().ct_eq(state.token.as_bytes())) {
+        return true;
+    }
+    let Some(verifier) = &state.signed_tokens else {
+        return false;
+    };
+    let Ok(token) = given.to_str() else {
+        tracing::debug!("signed token refused: not ASCII");
+        return false;
+    };
+    match verifier.verify(token) {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::debug!(error = %e, "signed token refused");
+            false
+        }
+    }
+}
+
 /// Authentication (constant-time), then the work itself in its own task (a client that
 /// disconnects cannot cancel a command half-way), deduplicated by `X-Request-ID`: a repeated ID
 /// gets the stored answer, and a repeat that arrives while the first is still running waits for
@@ -112,11 +137,11 @@ async fn guard(State(state): State<Arc<AppState>>, request: Request, next: Next)
         response.extensions_mut().insert(NotCacheable);
         return response;
     }
-    if !state.token.is_empty() {
+    if !state.token.is_empty() || state.signed_tokens.is_some() {
         match request.headers().get("x-api-key") {
             None => return unauthorized(true),
             Some(given) => {
-                if !bool::from(given.as_bytes().ct_eq(state.token.as_bytes())) {
+                if !authenticated(&state, given) {
                     return unauthorized(false);
                 }
             }

@@ -32,6 +32,9 @@ mod upload;
 mod validate;
 
 use std::future::Future;
+use std::sync::Arc;
+
+use crate::signed_token::Verifier;
 
 pub use app::{router, AppState};
 pub use errors::ServerError;
@@ -42,8 +45,13 @@ pub use unzip::UnzipLimits;
 /// Server settings.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// The `X-API-Key` value clients must send. Empty is refused unless `insecure_no_auth`.
+    /// The `X-API-Key` value clients must send. Empty is refused unless `insecure_no_auth` or
+    /// `signed_tokens` is set.
     pub auth_token: String,
+    /// Also accept, as `X-API-Key`, tokens this verifier accepts: per-sandbox signed tokens
+    /// naming this server ([`crate::signed_token`]). With an empty `auth_token` they are the
+    /// only credential.
+    pub signed_tokens: Option<Arc<Verifier>>,
     /// Serve without authentication when `auth_token` is empty (SWE-ReX's behaviour for an
     /// empty token); only `Host` and `Origin` checks then stand between a web page and a shell.
     pub insecure_no_auth: bool,
@@ -62,6 +70,7 @@ impl ServerConfig {
     pub fn new(auth_token: impl Into<String>) -> Self {
         Self {
             auth_token: auth_token.into(),
+            signed_tokens: None,
             insecure_no_auth: false,
             shell: ShellOptions::default(),
             replay_entries: 1024,
@@ -119,13 +128,13 @@ pub fn prepare_scratch_dir(dir: &std::path::Path) -> std::io::Result<std::path::
 ///
 /// HTTP/1.1 with at most `limits.max_connections` connections at once (further clients wait in
 /// the listen backlog) and `limits.header_timeout` to send a request's headers. An empty token
-/// is refused unless `insecure_no_auth` is set.
+/// is refused unless `signed_tokens` or `insecure_no_auth` is set.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     config: ServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    if config.auth_token.is_empty() && !config.insecure_no_auth {
+    if config.auth_token.is_empty() && config.signed_tokens.is_none() && !config.insecure_no_auth {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             "an empty auth token is refused; pass a token, or insecure_no_auth to serve without one",
