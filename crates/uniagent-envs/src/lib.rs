@@ -16,6 +16,7 @@ pub mod faas;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod host;
+pub mod k8s;
 #[cfg(any(feature = "pool", feature = "faas"))]
 pub mod leases;
 #[cfg(any(
