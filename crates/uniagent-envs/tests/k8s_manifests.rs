@@ -229,6 +229,67 @@ fn every_custom_object_validates_against_its_crd() {
     );
 }
 
+/// The objects the backend renders from its settings (`k8s::render`) are valid too: for the
+/// defaults, with egress rules, and for several images.
+#[cfg(feature = "k8s")]
+#[test]
+fn rendered_objects_validate_against_their_crds() {
+    use uniagent_envs::k8s::render::{claim, template_and_pool, ClaimLabels};
+    use uniagent_envs::k8s::{EgressRule, K8sConfig};
+
+    let crds = crds();
+    let base = K8sConfig {
+        carrier_image: "registry.example/uniagent-sandbox-carrier:0.1".into(),
+        ..K8sConfig::default()
+    };
+    let with_egress = K8sConfig {
+        egress: vec![
+            EgressRule {
+                cidr: "10.20.30.40/32".into(),
+                port: Some(443),
+            },
+            EgressRule {
+                cidr: "fd00::/8".into(),
+                port: None,
+            },
+        ],
+        cpus: 0.25,
+        warm: 0,
+        ..base.clone()
+    };
+    let mut checked = 0;
+    for (cfg, image) in [
+        (&base, "python:3.12-slim"),
+        (&with_egress, "ghcr.io/org/swe-bench:django__django-11099"),
+    ] {
+        let rendered = template_and_pool(cfg, image).unwrap();
+        let labels = ClaimLabels {
+            run_id: "run-1".into(),
+            rollout: Some("django__django-11099:0".into()),
+            owner: "worker-0.4242.1234567".into(),
+        };
+        let claim = claim(
+            cfg,
+            "ua-run-1-0123456789ab",
+            &rendered.name,
+            &labels,
+            1_900_000_000,
+        )
+        .unwrap();
+        for object in [
+            serde_json::to_value(&rendered.template).unwrap(),
+            serde_json::to_value(&rendered.pool).unwrap(),
+            serde_json::to_value(&claim).unwrap(),
+        ] {
+            let errors = custom_object_errors(&crds, &object).expect("a custom object");
+            assert!(errors.is_empty(), "{object:#}:\n{}", errors.join("\n"));
+            assert!(object.pointer("/spec/env").is_none());
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 6);
+}
+
 /// One example object of `kind`.
 fn example(kind: &str) -> Value {
     manifests()

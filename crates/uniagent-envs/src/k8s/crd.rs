@@ -27,7 +27,8 @@ pub const LABEL_LAUNCH_TYPE: &str = "agents.x-k8s.io/launch-type";
     kind = "SandboxTemplate",
     plural = "sandboxtemplates",
     namespaced,
-    schema = "disabled"
+    schema = "disabled",
+    derive = "PartialEq"
 )]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxTemplateSpec {
@@ -85,7 +86,8 @@ pub struct NetworkPolicySpec {
     plural = "sandboxwarmpools",
     namespaced,
     status = "SandboxWarmPoolStatus",
-    schema = "disabled"
+    schema = "disabled",
+    derive = "PartialEq"
 )]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxWarmPoolSpec {
@@ -132,7 +134,8 @@ pub struct NameRef {
     plural = "sandboxclaims",
     namespaced,
     status = "SandboxClaimStatus",
-    schema = "disabled"
+    schema = "disabled",
+    derive = "PartialEq"
 )]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxClaimSpec {
@@ -191,7 +194,8 @@ pub struct ClaimedSandbox {
     plural = "sandboxes",
     namespaced,
     status = "SandboxStatus",
-    schema = "disabled"
+    schema = "disabled",
+    derive = "PartialEq"
 )]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxSpec {

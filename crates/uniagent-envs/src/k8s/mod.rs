@@ -1,7 +1,13 @@
 //! The `k8s` backend: sandboxes on Kubernetes through the kubernetes-sigs agent-sandbox
 //! controller's claims (`SandboxClaim` on a `SandboxWarmPool` of a `SandboxTemplate`), driven
 //! with kube-rs (design: `docs/decisions/0008-k8s-sandboxes.md`).
+//!
+//! In place so far: the settings ([`K8sConfig`], parsed in every build), the agent-sandbox kinds
+//! ([`crd`]), the names of what the backend creates ([`names`]) and the objects themselves
+//! ([`render`]), checked against the vendored CRDs' schemas. The deployment is registered as
+//! `type: k8s` once it passes the conformance suite against the fake cluster.
 
+mod config;
 #[cfg(feature = "k8s")]
 pub mod crd;
 #[cfg(feature = "k8s-fake")]
@@ -9,3 +15,7 @@ pub mod crd;
 pub mod fake;
 #[cfg(feature = "k8s")]
 pub mod names;
+#[cfg(feature = "k8s")]
+pub mod render;
+
+pub use config::*;
