@@ -10,6 +10,8 @@
 mod config;
 #[cfg(feature = "k8s")]
 pub mod crd;
+#[cfg(feature = "k8s")]
+pub mod errors;
 #[cfg(feature = "k8s-fake")]
 #[doc(hidden)]
 pub mod fake;
@@ -17,5 +19,7 @@ pub mod fake;
 pub mod names;
 #[cfg(feature = "k8s")]
 pub mod render;
+#[cfg(feature = "k8s")]
+pub mod watch;
 
 pub use config::*;
