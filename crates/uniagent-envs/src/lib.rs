@@ -3,7 +3,7 @@
 
 #[cfg(any(feature = "host", feature = "docker"))]
 mod binaries;
-#[cfg(any(feature = "docker", feature = "faas"))]
+#[cfg(any(feature = "docker", feature = "faas", feature = "k8s"))]
 mod blocking;
 #[cfg(feature = "client")]
 pub mod client;
@@ -23,7 +23,8 @@ pub mod leases;
     feature = "host",
     feature = "remote",
     feature = "faas",
-    feature = "docker"
+    feature = "docker",
+    feature = "k8s"
 ))]
 mod lifecycle;
 #[cfg(any(

@@ -61,7 +61,12 @@ pub(crate) fn not_running(backend: &str, phase: Phase, operation: &str) -> Error
 /// Implements [`Deployment`](uniagent_core::Deployment) for a type with inherent
 /// `do_start`, `do_stop` and `runtime(operation) -> Result<RemoteRuntime>` methods: lifecycle
 /// calls go to the former, every protocol operation to the client the latter returns.
-#[cfg(any(feature = "host", feature = "remote", feature = "faas"))]
+#[cfg(any(
+    feature = "host",
+    feature = "remote",
+    feature = "faas",
+    feature = "k8s"
+))]
 macro_rules! impl_deployment_over_runtime {
     ($ty:ty, $backend:expr) => {
         #[async_trait::async_trait]
@@ -121,5 +126,10 @@ macro_rules! impl_deployment_over_runtime {
     };
 }
 
-#[cfg(any(feature = "host", feature = "remote", feature = "faas"))]
+#[cfg(any(
+    feature = "host",
+    feature = "remote",
+    feature = "faas",
+    feature = "k8s"
+))]
 pub(crate) use impl_deployment_over_runtime;

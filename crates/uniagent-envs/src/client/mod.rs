@@ -45,7 +45,7 @@ enum Probe {
 }
 
 /// Settings of a [`RemoteRuntime`].
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct RemoteRuntimeOptions {
     /// Name used in errors (`remote`, `host`...).
     pub backend: String,
@@ -59,6 +59,25 @@ pub struct RemoteRuntimeOptions {
     pub connect_timeout: Duration,
     /// Retries of connection failures.
     pub retry: RetryConfig,
+    /// Headers sent with every request, e.g. a router's `X-Sandbox-ID` and its
+    /// `Authorization` (values are redacted in `Debug`).
+    pub extra_headers: Vec<(String, String)>,
+}
+
+/// Header values are redacted: they may hold credentials, and options end up in logs.
+impl fmt::Debug for RemoteRuntimeOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let headers: Vec<&str> = self.extra_headers.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("RemoteRuntimeOptions")
+            .field("backend", &self.backend)
+            .field("request_timeout", &self.request_timeout)
+            .field("timeout_margin", &self.timeout_margin)
+            .field("alive_timeout", &self.alive_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("retry", &self.retry)
+            .field("extra_headers", &headers)
+            .finish()
+    }
 }
 
 impl Default for RemoteRuntimeOptions {
@@ -70,6 +89,7 @@ impl Default for RemoteRuntimeOptions {
             alive_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(10),
             retry: RetryConfig::default(),
+            extra_headers: Vec::new(),
         }
     }
 }
@@ -118,7 +138,20 @@ impl RemoteRuntime {
                 "sandbox URL must start with http:// or https://, got `{url}`"
             )));
         }
+        let mut headers = reqwest::header::HeaderMap::new();
+        for (name, value) in &options.extra_headers {
+            let bad = |what: &str| {
+                Error::invalid_input(format!("extra header `{name}`: invalid header {what}"))
+            };
+            let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| bad("name"))?;
+            let mut value =
+                reqwest::header::HeaderValue::from_str(value).map_err(|_| bad("value"))?;
+            value.set_sensitive(true);
+            headers.insert(name, value);
+        }
         let http = reqwest::Client::builder()
+            .default_headers(headers)
             .connect_timeout(options.connect_timeout)
             .tcp_keepalive(Duration::from_secs(15))
             .tcp_nodelay(true)

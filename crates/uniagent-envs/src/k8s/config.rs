@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use uniagent_core::{duration_secs, Error, Result, RetryConfig};
 
-use crate::config::{check_positive, check_url};
+use crate::config::{check_positive, check_url, BackendConfig};
 
 /// How the worker reaches a sandbox's server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -242,6 +242,32 @@ impl K8sConfig {
             ));
         }
         self.retry.validate()
+    }
+}
+
+impl BackendConfig for K8sConfig {
+    fn validate(&self) -> Result<()> {
+        self.check()
+    }
+
+    /// The image is a per-task template (`swe-{instance_id}`), as docker's.
+    fn per_task_fields(&mut self) -> Vec<(&'static str, &mut String)> {
+        vec![("image", &mut self.image)]
+    }
+}
+
+#[cfg(feature = "k8s")]
+#[async_trait::async_trait]
+impl crate::config::BackendBuilder for K8sConfig {
+    fn build(&self) -> Result<Box<dyn uniagent_core::Deployment>> {
+        Ok(Box::new(super::K8sDeployment::new(self.clone())?))
+    }
+
+    /// The signing key reads, the API server answers and the worker may list claims in the
+    /// namespace.
+    async fn preflight(&self) -> Result<()> {
+        super::K8sDeployment::new(self.clone())?;
+        super::preflight(self).await
     }
 }
 

@@ -7,9 +7,17 @@
 //! ([`render`]), checked against the vendored CRDs' schemas. The deployment is registered as
 //! `type: k8s` once it passes the conformance suite against the fake cluster.
 
+#[cfg(feature = "k8s")]
+mod claims;
+#[cfg(feature = "k8s")]
+pub mod client;
 mod config;
 #[cfg(feature = "k8s")]
 pub mod crd;
+#[cfg(feature = "k8s")]
+mod deployment;
+#[cfg(feature = "k8s")]
+mod ensure;
 #[cfg(feature = "k8s")]
 pub mod errors;
 #[cfg(feature = "k8s-fake")]
@@ -23,3 +31,23 @@ pub mod render;
 pub mod watch;
 
 pub use config::*;
+#[cfg(feature = "k8s")]
+pub use deployment::{K8sDeployment, K8sInfo};
+
+/// Connects and lists one claim of the namespace: the API server answers and the worker's Role
+/// lets it list claims there.
+#[cfg(feature = "k8s")]
+async fn preflight(cfg: &K8sConfig) -> uniagent_core::Result<()> {
+    let conn = client::connect(cfg).await?;
+    let api: kube::Api<crd::SandboxClaim> =
+        kube::Api::namespaced(conn.client.clone(), &cfg.namespace);
+    conn.call(
+        "list",
+        "sandboxclaims",
+        &cfg.namespace,
+        api.list_metadata(&kube::api::ListParams::default().limit(1)),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|(_, e)| e)
+}

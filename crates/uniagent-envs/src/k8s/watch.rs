@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
 use futures::StreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -18,7 +18,9 @@ use kube::runtime::WatchStreamExt;
 use kube::Api;
 use tokio::sync::watch;
 
+use super::client::Connection;
 use super::crd::SandboxClaim;
+use super::names::label_value;
 use super::render::LABEL_RUN_ID;
 
 /// The latest state of one claim.
@@ -85,6 +87,27 @@ impl ClaimWatch {
                 task,
             }),
         }
+    }
+
+    /// The watch of `run_label`'s claims in `namespace` on `conn`'s cluster: one per process,
+    /// started by the first sandbox and stopped when the last handle is dropped.
+    pub fn shared(conn: &Connection, namespace: &str, run_label: &str) -> Self {
+        static SHARED: OnceLock<Mutex<HashMap<String, Weak<Inner>>>> = OnceLock::new();
+        let key = format!("{}|{namespace}|{run_label}", conn.config.cluster_url);
+        let mut shared = SHARED
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(inner) = shared.get(&key).and_then(Weak::upgrade) {
+            return Self { inner };
+        }
+        shared.retain(|_, weak| weak.strong_count() > 0);
+        let watch = Self::start(
+            Api::namespaced(conn.client.clone(), namespace),
+            &label_value(run_label),
+        );
+        shared.insert(key, Arc::downgrade(&watch.inner));
+        watch
     }
 
     /// Registers `name` and returns the receiver of its states; register before creating the
