@@ -338,3 +338,43 @@ async fn is_alive_reports_an_unreachable_server_as_not_alive() {
     assert_eq!(err.kind(), ErrorKind::Timeout);
     assert!(RemoteRuntime::new("ftp://x", None, RemoteRuntimeOptions::default()).is_err());
 }
+
+#[tokio::test]
+async fn extra_headers_go_with_every_request_and_stay_out_of_debug_output() {
+    let (url, seen) = peer(vec![Reply::Answer {
+        delay_ms: 0,
+        status: 200,
+        body: OBSERVATION,
+    }])
+    .await;
+    let options = RemoteRuntimeOptions {
+        extra_headers: vec![
+            ("X-Sandbox-ID".into(), "sb-1".into()),
+            ("Authorization".into(), "Bearer router-secret".into()),
+        ],
+        ..RemoteRuntimeOptions::default()
+    };
+    let debug = format!("{options:?}");
+    assert!(
+        debug.contains("X-Sandbox-ID") && !debug.contains("router-secret"),
+        "{debug}"
+    );
+    let runtime = RemoteRuntime::new(&url, Some("secret".into()), options).unwrap();
+    runtime
+        .run_in_session(&Action::Bash(BashAction::new("s", "echo hi", Some(5.0))))
+        .await
+        .unwrap();
+    let seen = seen.lock().unwrap()[0].clone();
+    assert_eq!(seen.header("x-sandbox-id").as_deref(), Some("sb-1"));
+    assert_eq!(
+        seen.header("authorization").as_deref(),
+        Some("Bearer router-secret")
+    );
+    assert_eq!(seen.header("x-api-key").as_deref(), Some("secret"));
+    let bad = RemoteRuntimeOptions {
+        extra_headers: vec![("bad header".into(), "x".into())],
+        ..RemoteRuntimeOptions::default()
+    };
+    let err = RemoteRuntime::new(&url, None, bad).unwrap_err();
+    assert!(err.to_string().contains("bad header"), "{err}");
+}
