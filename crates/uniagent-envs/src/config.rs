@@ -145,6 +145,8 @@ register_backends! {
     Remote(RemoteConfig) = "remote",
     /// Sandboxes created and deleted by an HTTP control plane (feature `faas`).
     Faas(FaasConfig) = "faas",
+    /// Sandboxes claimed from agent-sandbox warm pools on Kubernetes (feature `k8s`).
+    K8s(crate::k8s::K8sConfig) = "k8s",
 }
 
 impl Default for DeploymentConfig {

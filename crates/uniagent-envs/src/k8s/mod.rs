@@ -2,10 +2,11 @@
 //! controller's claims (`SandboxClaim` on a `SandboxWarmPool` of a `SandboxTemplate`), driven
 //! with kube-rs (design: `docs/decisions/0008-k8s-sandboxes.md`).
 //!
-//! In place so far: the settings ([`K8sConfig`], parsed in every build), the agent-sandbox kinds
-//! ([`crd`]), the names of what the backend creates ([`names`]) and the objects themselves
-//! ([`render`]), checked against the vendored CRDs' schemas. The deployment is registered as
-//! `type: k8s` once it passes the conformance suite against the fake cluster.
+//! - [`K8sConfig`] (parsed in every build, `type: k8s`) and [`K8sDeployment`] (feature `k8s`);
+//! - [`crd`]: the agent-sandbox kinds; [`names`]: names and label values of what the backend
+//!   creates; [`render`]: the template, pool and claim objects;
+//! - [`watch`]: one watch of a run's claims per process; [`errors`]: what API answers mean;
+//! - `fake` (feature `k8s-fake`): a stand-in cluster for tests and benchmarks.
 
 #[cfg(feature = "k8s")]
 mod claims;
