@@ -4,6 +4,8 @@
 //! `uniagent-sandbox` processes, foreground deletion, `shutdownTime`, the router, every fault,
 //! and the `uniagent-k8s-fake` binary.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers fail by panicking
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};

@@ -430,9 +430,8 @@ fn apply_onto(old: &Value, applied: &Value) -> Value {
     map.retain(|k, _| matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind"));
     if let Some(fields) = applied.as_object() {
         for (k, v) in fields {
-            if !matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind") {
-                map.insert(k.clone(), v.clone());
-            } else if k == "status" {
+            // `status` too: `restrict` keeps it or takes it, by subresource.
+            if !matches!(k.as_str(), "metadata" | "apiVersion" | "kind") {
                 map.insert(k.clone(), v.clone());
             }
         }

@@ -715,7 +715,7 @@ impl ControllerHandle {
         let now = Instant::now();
         let claims = view.of(Resource::SandboxClaims);
         {
-            let live: HashSet<&str> = claims.iter().map(|c| uid_of(c)).collect();
+            let live: HashSet<&str> = claims.iter().map(uid_of).collect();
             lock(&self.shared.memory)
                 .first_seen
                 .retain(|uid, _| live.contains(uid.as_str()));

@@ -85,8 +85,8 @@ fn header_text<'a>(headers: &'a HeaderMap, name: &str) -> &'a str {
 }
 
 /// The routing headers, checked as the real router checks them (same 400 details).
-fn parse_headers(headers: &HeaderMap) -> Result<RouteTarget, Response> {
-    let bad = |text: &str| detail(StatusCode::BAD_REQUEST, text);
+fn parse_headers(headers: &HeaderMap) -> Result<RouteTarget, &'static str> {
+    let bad = |text: &'static str| text;
     let id = header_text(headers, "x-sandbox-id");
     if id.is_empty() {
         return Err(bad("X-Sandbox-ID header is required."));
@@ -168,7 +168,7 @@ async fn dial(addr: SocketAddr) -> std::io::Result<TcpStream> {
 async fn forward(State(state): State<RouterState>, request: Request) -> Response {
     let target = match parse_headers(request.headers()) {
         Ok(target) => target,
-        Err(response) => return response,
+        Err(text) => return detail(StatusCode::BAD_REQUEST, text),
     };
     let unreachable = || {
         detail(
