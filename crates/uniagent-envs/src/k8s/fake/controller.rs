@@ -239,10 +239,13 @@ impl ControllerHandle {
 
     /// One pass over everything.
     pub(crate) fn reconcile(&self) {
-        self.collect_garbage(&self.view());
-        self.run_pods(&self.view());
-        self.sync_sandboxes(&self.view());
-        self.sync_pools(&self.view());
+        // Two snapshots a pass: one for the garbage collector, the kubelet, sandboxes and pools,
+        // a fresh one for claims, so that a claim binds to the newest sandbox states.
+        let view = self.view();
+        self.collect_garbage(&view);
+        self.run_pods(&view);
+        self.sync_sandboxes(&view);
+        self.sync_pools(&view);
         self.sync_claims(&self.view());
     }
 
