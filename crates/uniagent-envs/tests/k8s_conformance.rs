@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 use uniagent_core::{Deployment, DeploymentExt, Error};
-use uniagent_envs::k8s::fake::{FakeCluster, FakeOptions, Forbidden, FAKE_KID};
+use uniagent_envs::k8s::fake::{
+    FakeCluster, FakeOptions, Forbidden, Resource, SandboxFault, FAKE_KID,
+};
 use uniagent_envs::k8s::{K8sConfig, K8sDeployment, Reach};
 use uniagent_envs::{conformance, DeploymentConfig};
 
@@ -27,13 +29,12 @@ async fn within<F: Future<Output = ()>>(name: &str, body: F) {
     }
 }
 
-async fn fake(warm: i32) -> FakeCluster {
+async fn fake() -> FakeCluster {
     let fake = FakeCluster::start(FakeOptions::default())
         .await
         .expect("the fake cluster starts (is uniagent-sandbox built?)");
     // The keys ConfigMap the rendered templates mount (and a pool the tests do not use).
     fake.create_warm_pool(NS, "keys-only", 0).await.unwrap();
-    let _ = warm;
     fake
 }
 
@@ -56,9 +57,12 @@ fn config(fake: &FakeCluster, warm: u32, run: &str) -> K8sConfig {
 
 fn claims(fake: &FakeCluster) -> Vec<Value> {
     fake.store()
-        .list("sandboxclaims", Some(NS))
-        .into_iter()
-        .collect()
+        .list(Resource::SandboxClaims, Some(NS), |_| true)
+        .0
+}
+
+fn claim(fake: &FakeCluster, name: &str) -> Option<Value> {
+    fake.store().get(Resource::SandboxClaims, NS, name)
 }
 
 async fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
@@ -72,7 +76,7 @@ async fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_conformance_suite_passes_by_pod_ip_and_through_the_router() {
     within("conformance", async {
-        let fake = fake(0).await;
+        let fake = fake().await;
         for reach in [Reach::PodIp, Reach::Router] {
             let cfg = K8sConfig {
                 reach,
@@ -99,23 +103,27 @@ async fn the_conformance_suite_passes_by_pod_ip_and_through_the_router() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_per_sandbox_labelled_and_deleted_on_stop_and_on_drop() {
     within("claims", async {
-        let fake = fake(0).await;
+        let fake = fake().await;
         let cfg = config(&fake, 2, "labels");
         let first = K8sDeployment::for_rollout(cfg.clone(), Some("task-1:0".into())).unwrap();
         first.start().await.unwrap();
         let info = first.info().await.unwrap();
         assert!(info.url.starts_with("http://127."), "{info:?}");
-        let claim = fake
-            .store()
-            .get("sandboxclaims", NS, &info.claim)
-            .expect("the claim exists");
-        assert_eq!(claim["metadata"]["labels"]["uniagent.dev/run-id"], "labels");
+        let object = claim(&fake, &info.claim).expect("the claim exists");
         assert_eq!(
-            claim["spec"]["lifecycle"]["shutdownPolicy"],
+            object["metadata"]["labels"]["uniagent.dev/run-id"],
+            "labels"
+        );
+        assert_eq!(
+            object["spec"]["lifecycle"]["shutdownPolicy"],
             "DeleteForeground"
         );
         assert_eq!(
-            first.sh("echo $((6*7))", Duration::from_secs(10)).await.unwrap().stdout,
+            first
+                .sh("echo $((6*7))", Duration::from_secs(10))
+                .await
+                .unwrap()
+                .stdout,
             "42\n"
         );
         // A second sandbox is another claim and another pod.
@@ -125,14 +133,13 @@ async fn a_claim_per_sandbox_labelled_and_deleted_on_stop_and_on_drop() {
         assert_ne!(other.claim, info.claim);
         assert_ne!(other.pod_ips, info.pod_ips);
         first.stop().await.unwrap();
-        assert!(fake.store().get("sandboxclaims", NS, &info.claim).is_none());
+        assert!(claim(&fake, &info.claim).is_none());
         assert!(first.sh("true", Duration::from_secs(5)).await.is_err());
         drop(second);
+        // The drop asked for the deletion before returning.
         assert!(
-            fake.store().get("sandboxclaims", NS, &other.claim).is_none()
-                || fake.store().get("sandboxclaims", NS, &other.claim).unwrap()["metadata"]
-                    ["deletionTimestamp"]
-                    .is_string(),
+            claim(&fake, &other.claim)
+                .is_none_or(|c| c["metadata"]["deletionTimestamp"].is_string()),
             "a dropped deployment deletes its claim"
         );
         wait_until("no claims left", || claims(&fake).is_empty()).await;
@@ -143,12 +150,15 @@ async fn a_claim_per_sandbox_labelled_and_deleted_on_stop_and_on_drop() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_start_deletes_its_claim_and_a_cold_start_works() {
     within("cancel", async {
-        let fake = fake(0).await;
+        let fake = fake().await;
         // warm 0: every claim is a cold start.
         let cold = K8sDeployment::new(config(&fake, 0, "cold")).unwrap();
         cold.start().await.unwrap();
         assert_eq!(
-            cold.sh("echo cold", Duration::from_secs(10)).await.unwrap().stdout,
+            cold.sh("echo cold", Duration::from_secs(10))
+                .await
+                .unwrap()
+                .stdout,
             "cold\n"
         );
         cold.stop().await.unwrap();
@@ -164,7 +174,7 @@ async fn a_cancelled_start_deletes_its_claim_and_a_cold_start_works() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_never_ready_times_out_naming_why_and_leaves_nothing() {
     within("never ready", async {
-        let fake = fake(0).await;
+        let fake = fake().await;
         fake.faults().set_claims_never_ready(true);
         let cfg = K8sConfig {
             start_timeout: Duration::from_secs(2),
@@ -182,7 +192,7 @@ async fn a_claim_never_ready_times_out_naming_why_and_leaves_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_and_compacted_watch_while_waiting_is_survived() {
     within("watch faults", async {
-        let fake = fake(0).await;
+        let fake = fake().await;
         let cfg = config(&fake, 0, "watch");
         let faults = fake.faults();
         let chaos = tokio::spawn(async move {
@@ -196,7 +206,11 @@ async fn a_dropped_and_compacted_watch_while_waiting_is_survived() {
         sandbox.start().await.unwrap();
         chaos.await.unwrap();
         assert_eq!(
-            sandbox.sh("echo ok", Duration::from_secs(10)).await.unwrap().stdout,
+            sandbox
+                .sh("echo ok", Duration::from_secs(10))
+                .await
+                .unwrap()
+                .stdout,
             "ok\n"
         );
         sandbox.stop().await.unwrap();
@@ -208,7 +222,7 @@ async fn a_dropped_and_compacted_watch_while_waiting_is_survived() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_dies_mid_command_is_a_typed_sandbox_error() {
     within("lost", async {
-        let fake = fake(0).await;
+        let fake = fake().await;
         let sandbox = K8sDeployment::new(config(&fake, 1, "lost")).unwrap();
         sandbox.start().await.unwrap();
         let err = sandbox
@@ -224,8 +238,8 @@ async fn a_server_that_dies_mid_command_is_a_typed_sandbox_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quota_rbac_and_api_failures_are_typed_and_retried_where_retryable() {
     within("api faults", async {
-        let fake = fake(0).await;
-        // Five 500s and 429s: retried with backoff, then the claim is made.
+        let fake = fake().await;
+        // Three 500s: retried with backoff, then the claim is made.
         fake.faults().fail_next(3, 500);
         let cfg = config(&fake, 1, "retry");
         let sandbox = K8sDeployment::new(cfg.clone()).unwrap();
@@ -249,9 +263,19 @@ async fn quota_rbac_and_api_failures_are_typed_and_retried_where_retryable() {
             start_timeout: Duration::from_secs(2),
             ..cfg.clone()
         };
-        let err = K8sDeployment::new(short).unwrap().start().await.unwrap_err();
+        let err = K8sDeployment::new(short)
+            .unwrap()
+            .start()
+            .await
+            .unwrap_err();
         assert!(
-            matches!(err, Error::Sandbox { retryable: true, .. }),
+            matches!(
+                err,
+                Error::Sandbox {
+                    retryable: true,
+                    ..
+                }
+            ),
             "{err:?}"
         );
         assert!(err.to_string().contains("quota_exceeded"), "{err}");
@@ -266,6 +290,55 @@ async fn quota_rbac_and_api_failures_are_typed_and_retried_where_retryable() {
         let (started, ()) = tokio::join!(sandbox.start(), restart);
         started.unwrap();
         sandbox.stop().await.unwrap();
+        wait_until("no claims left", || claims(&fake).is_empty()).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_pull_failures_and_unschedulable_pods_are_diagnosed_while_pending() {
+    within("pending diagnoses", async {
+        let fake = fake().await;
+        // Cold starts only, so every sandbox is made after the fault is set.
+        fake.faults().set_sandbox_fault(SandboxFault::ImagePull);
+        let err = K8sDeployment::new(config(&fake, 0, "pull"))
+            .unwrap()
+            .start()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Sandbox {
+                    retryable: false,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("image_pull_failed"), "{err}");
+        fake.faults().set_sandbox_fault(SandboxFault::Unschedulable);
+        let short = K8sConfig {
+            start_timeout: Duration::from_secs(7),
+            ..config(&fake, 0, "unschedulable")
+        };
+        let err = K8sDeployment::new(short)
+            .unwrap()
+            .start()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Sandbox {
+                    retryable: true,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("unschedulable"), "{err}");
+        fake.faults().set_sandbox_fault(SandboxFault::None);
         wait_until("no claims left", || claims(&fake).is_empty()).await;
     })
     .await;

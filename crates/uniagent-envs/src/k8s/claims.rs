@@ -15,7 +15,7 @@ use uniagent_core::{Error, Result};
 use super::client::Connection;
 use super::crd::{condition, ClaimedSandbox, Sandbox, SandboxClaim};
 use super::errors::{sandbox, timeout, Failure};
-use super::names::claim_name;
+use super::names::{claim_name, label_value};
 use super::render::{self, ClaimLabels};
 use super::watch::{ClaimState, ClaimWatch};
 use super::K8sConfig;
@@ -56,33 +56,49 @@ pub(super) async fn create(
     deadline: Instant,
 ) -> Result<Claim> {
     let api: Api<SandboxClaim> = Api::namespaced(conn.client.clone(), &cfg.namespace);
-    let mut attempt = 0u32;
     loop {
-        attempt += 1;
         let name = claim_name(&labels.run_id);
         // Registered first: the claim's first event may arrive before `create` answers.
         let states = claims.register(&name);
         let shutdown = unix_now() + cfg.claim_ttl.as_secs() as i64;
         let object = render::claim(cfg, &name, pool, labels, shutdown)?;
-        match conn
-            .call(
+        let post = PostParams::default();
+        let created = conn
+            .call_retrying(
                 "create",
                 "sandboxclaims",
                 &cfg.namespace,
-                api.create(&PostParams::default(), &object),
+                &cfg.retry,
+                deadline,
+                || api.create(&post, &object),
             )
-            .await
-        {
+            .await;
+        match created {
             Ok(_) => return Ok(Claim { name, states }),
-            Err((Failure::Conflict(_), _)) => claims.unregister(&name),
-            Err((failure, error)) => {
-                claims.unregister(&name);
-                let wait = cfg.retry.delay(attempt);
-                if !failure.retryable() || Instant::now() + wait >= deadline {
-                    return Err(error);
+            // A retried create whose first attempt went through finds its own claim; a clash
+            // with someone else's takes a new name.
+            Err((Failure::Conflict(_), _)) => {
+                let existing = conn
+                    .call("get", "sandboxclaims", &cfg.namespace, api.get_opt(&name))
+                    .await
+                    .ok()
+                    .flatten();
+                let owner = label_value(&labels.owner);
+                let ours = existing.is_some_and(|c| {
+                    c.metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(render::LABEL_OWNER))
+                        == Some(&owner)
+                });
+                if ours {
+                    return Ok(Claim { name, states });
                 }
-                tracing::debug!(%error, ?wait, "k8s: creating a claim failed; retrying");
-                tokio::time::sleep(wait).await;
+                claims.unregister(&name);
+            }
+            Err((_, error)) => {
+                claims.unregister(&name);
+                return Err(error);
             }
         }
     }
@@ -98,7 +114,9 @@ pub(super) async fn wait_ready(
 ) -> Result<(ClaimedSandbox, Arc<SandboxClaim>)> {
     let started = Instant::now();
     let mut next_diagnosis = started + DIAGNOSE_EVERY;
+    // The claim's own reason, and what the last diagnosis of its Sandbox and pod found.
     let mut diagnosis = String::from("the claim was not seen by the watch yet");
+    let mut found_pending: Option<String> = None;
     loop {
         let state = claim.states.borrow_and_update().clone();
         match state {
@@ -133,16 +151,23 @@ pub(super) async fn wait_ready(
             ClaimState::Unseen => {}
         }
         let now = Instant::now();
-        if now >= deadline && diagnosis.starts_with("pod not scheduled") {
+        if let Some(why) = found_pending
+            .as_deref()
+            .filter(|why| now >= deadline && why.starts_with("pod not scheduled"))
+        {
             return Err(sandbox(
-                format!("k8s unschedulable: claim `{}`: {diagnosis}", claim.name),
+                format!("k8s unschedulable: claim `{}`: {why}", claim.name),
                 true,
             ));
         }
         if now >= deadline {
+            let also = found_pending
+                .as_deref()
+                .map(|why| format!("; {why}"))
+                .unwrap_or_default();
             return Err(Error::Timeout {
                 operation: format!(
-                    "k8s claim `{}` becoming Ready (last: {diagnosis})",
+                    "k8s claim `{}` becoming Ready (last: {diagnosis}{also})",
                     claim.name
                 ),
                 after: deadline.saturating_duration_since(started),
@@ -151,9 +176,7 @@ pub(super) async fn wait_ready(
         if now >= next_diagnosis {
             next_diagnosis = now + DIAGNOSE_EVERY;
             let current = claim.states.borrow().clone();
-            if let Some(found) = diagnose(conn, cfg, &current).await? {
-                diagnosis = found;
-            }
+            found_pending = diagnose(conn, cfg, &current).await?;
         }
         let wake = deadline.min(next_diagnosis);
         // A closed channel (the watch stopped) leaves only the deadline to wait for.

@@ -58,6 +58,40 @@ impl Connection {
     }
 }
 
+impl Connection {
+    /// As [`call`](Self::call), with retryable failures (quota, 429, 5xx, unreachable, a
+    /// request deadline) retried with `retry`'s backoff until `deadline`.
+    pub async fn call_retrying<T, F, Fut>(
+        &self,
+        verb: &str,
+        resource: &str,
+        namespace: &str,
+        retry: &uniagent_core::RetryConfig,
+        deadline: tokio::time::Instant,
+        mut call: F,
+    ) -> std::result::Result<T, (Failure, Error)>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = std::result::Result<T, kube::Error>>,
+    {
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            match self.call(verb, resource, namespace, call()).await {
+                Err((failure, error)) if failure.retryable() => {
+                    let wait = retry.delay(attempt);
+                    if tokio::time::Instant::now() + wait >= deadline {
+                        return Err((failure, error));
+                    }
+                    tracing::debug!(%error, ?wait, "k8s: retrying {verb} {resource}");
+                    tokio::time::sleep(wait).await;
+                }
+                done => return done,
+            }
+        }
+    }
+}
+
 /// The shared connection of `cfg` (by `api_url`, `kubeconfig`, `context`).
 pub async fn connect(cfg: &K8sConfig) -> Result<Connection> {
     static CONNECTIONS: OnceLock<Mutex<HashMap<String, Connection>>> = OnceLock::new();

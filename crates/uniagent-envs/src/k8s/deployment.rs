@@ -159,7 +159,7 @@ impl K8sDeployment {
         let deadline = Instant::now() + cfg.start_timeout;
         let conn = connect(cfg).await?;
         let watch = ClaimWatch::shared(&conn, &cfg.namespace, &self.labels.run_id);
-        let pool = pool_for(&conn, cfg, &cfg.image).await?;
+        let pool = pool_for(&conn, cfg, &cfg.image, deadline).await?;
         let mut claim = claims::create(&conn, cfg, &watch, &pool, &self.labels, deadline).await?;
         // From here on the claim is ours: a failure or a cancelled start deletes it.
         let mut guard = DeleteOnDrop(Some(Doomed {

@@ -19,7 +19,12 @@ pub(super) const FIELD_MANAGER: &str = "uniagent";
 
 /// The warm pool a claim for `image` names: with `manage_templates`, the template and pool are
 /// applied first (once per process and name); otherwise the configured `template`.
-pub(super) async fn pool_for(conn: &Connection, cfg: &K8sConfig, image: &str) -> Result<String> {
+pub(super) async fn pool_for(
+    conn: &Connection,
+    cfg: &K8sConfig,
+    image: &str,
+    deadline: tokio::time::Instant,
+) -> Result<String> {
     if !cfg.manage_templates {
         return Ok(cfg.template.clone().unwrap_or_default());
     }
@@ -38,21 +43,27 @@ pub(super) async fn pool_for(conn: &Connection, cfg: &K8sConfig, image: &str) ->
         return Ok(rendered.name);
     }
     let params = PatchParams::apply(FIELD_MANAGER).force();
+    let template_patch = Patch::Apply(&rendered.template);
+    let pool_patch = Patch::Apply(&rendered.pool);
     let templates: Api<SandboxTemplate> = Api::namespaced(conn.client.clone(), &cfg.namespace);
-    conn.call(
+    conn.call_retrying(
         "apply",
         "sandboxtemplates",
         &cfg.namespace,
-        templates.patch(&rendered.name, &params, &Patch::Apply(&rendered.template)),
+        &cfg.retry,
+        deadline,
+        || templates.patch(&rendered.name, &params, &template_patch),
     )
     .await
     .map_err(|(_, e)| e)?;
     let pools: Api<SandboxWarmPool> = Api::namespaced(conn.client.clone(), &cfg.namespace);
-    conn.call(
+    conn.call_retrying(
         "apply",
         "sandboxwarmpools",
         &cfg.namespace,
-        pools.patch(&rendered.name, &params, &Patch::Apply(&rendered.pool)),
+        &cfg.retry,
+        deadline,
+        || pools.patch(&rendered.name, &params, &pool_patch),
     )
     .await
     .map_err(|(_, e)| e)?;
