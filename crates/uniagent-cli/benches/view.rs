@@ -23,7 +23,7 @@ fn line(i: usize) -> String {
     json!({
         "id": format!("task-{}:{}", i % 1000, i / 1000), "task_id": format!("task-{}", i % 1000),
         "sample": i / 1000, "exit_reason": "finished",
-        "reward": {"score": (i % 2) as f64, "success": i % 2 == 0},
+        "reward": {"score": (i % 2) as f64, "success": i.is_multiple_of(2)},
         "timings": {"total": 1.0}, "counts": {"turns": 2},
         "messages": [{"role": "user", "content": format!("Find the value of key-{i}")},
                      {"role": "assistant", "content": "cat data.txt"},

@@ -77,6 +77,9 @@ macro_rules! register_backends {
         /// let err = parse::<DeploymentConfig>("type: docker\nimgae: debian\n", ConfigFormat::Yaml).unwrap_err();
         /// assert!(err.to_string().contains("imgae"));
         /// ```
+        // Settings are built once per sandbox and passed by reference: the size of the largest
+        // backend's (k8s) costs nothing worth a box, which the serde-tagged variants would see.
+        #[allow(clippy::large_enum_variant)]
         #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
         #[serde(tag = "type")]
         pub enum DeploymentConfig {

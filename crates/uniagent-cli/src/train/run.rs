@@ -162,7 +162,7 @@ fn progress_printer(every: u64) -> RolloutProgress {
         if let ProgressEvent::Finished { success, .. } = event {
             let n = done.fetch_add(1, Ordering::Relaxed) + 1;
             let s = solved.fetch_add(u64::from(*success), Ordering::Relaxed) + u64::from(*success);
-            if n % every == 0 {
+            if n.is_multiple_of(every) {
                 eprintln!(
                     "[{:>6.1}s] {n} rollouts finished, {s} solved",
                     started.elapsed().as_secs_f64()

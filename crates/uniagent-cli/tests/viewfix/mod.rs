@@ -40,7 +40,7 @@ pub fn trajectory(i: usize, tasks: usize, solved: bool) -> Value {
         "counts": {"turns": 2, "tool_calls": 1, "tool_timeouts": 0, "format_errors": 0, "sampled_tokens": 3},
         "timings": {"sandbox_start": 0.1, "model": 0.5, "tools": 0.2, "reward": 0.05, "sandbox_stop": 0.05, "total": 1.0},
         "step": i / 1000,
-        "phase": if i % 2 == 0 { "rl" } else { "eval" },
+        "phase": if i.is_multiple_of(2) { "rl" } else { "eval" },
         "messages": [
             {"role": "system", "content": "You are a file lookup agent."},
             {"role": "user", "content": format!("Find the value of key-{i}")},

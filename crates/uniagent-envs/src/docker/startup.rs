@@ -179,7 +179,7 @@ async fn wait_until_alive(
             }
         }
         probes += 1;
-        if probes % 10 == 0 {
+        if probes.is_multiple_of(10) {
             if let Some(why) = container_stopped(docker, id).await {
                 return Err(sandbox_error(format!(
                     "the sandbox server stopped during startup: {why}"

@@ -139,7 +139,7 @@ fn recorded_exit_code_is_nonzero(content: &str) -> Result<bool, RewardError> {
 /// The zero digit of a non-ASCII decimal digit block (each block starts at a code point
 /// ending in 0 in every Unicode script the harness is likely to meet).
 fn is_unicode_zero(c: char) -> bool {
-    !c.is_ascii() && (c as u32) % 16 == 0 && c.is_numeric()
+    !c.is_ascii() && (c as u32).is_multiple_of(16) && c.is_numeric()
 }
 
 /// The four groups of tests a task lists.

@@ -129,20 +129,22 @@ impl Qwen2Config {
         if self.vocab_size == 0 || self.hidden_size == 0 || self.num_hidden_layers == 0 {
             return bad("vocab_size, hidden_size and num_hidden_layers must be > 0".into());
         }
-        if self.num_attention_heads == 0 || self.hidden_size % self.num_attention_heads != 0 {
+        if self.num_attention_heads == 0
+            || !self.hidden_size.is_multiple_of(self.num_attention_heads)
+        {
             return bad(format!(
                 "hidden_size {} is not a multiple of num_attention_heads {}",
                 self.hidden_size, self.num_attention_heads
             ));
         }
-        if self.head_dim() % 2 != 0 {
+        if !self.head_dim().is_multiple_of(2) {
             return bad(format!(
                 "head dim {} must be even for RoPE",
                 self.head_dim()
             ));
         }
         let kv = self.kv_heads();
-        if kv == 0 || self.num_attention_heads % kv != 0 {
+        if kv == 0 || !self.num_attention_heads.is_multiple_of(kv) {
             return bad(format!(
                 "num_attention_heads {} is not a multiple of num_key_value_heads {kv}",
                 self.num_attention_heads
