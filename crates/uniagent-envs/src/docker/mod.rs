@@ -1,6 +1,6 @@
 //! [`DockerDeployment`]: one local container per sandbox, started through the Docker Engine API
 //! (bollard), with the `uniagent-sandbox` server copied in and every operation delegated to the
-//! [`RemoteRuntime`] client.
+//! [`RemoteRuntime`](crate::client::RemoteRuntime) client.
 //!
 //! # Lifecycle
 //! `start` sweeps leftovers of crashed runs (once per process), waits for a slot of the start
@@ -39,7 +39,7 @@
 //!
 //! # Errors
 //! A command killed by the kernel's OOM killer, a server that died, and a sandbox that outlived
-//! its lifetime are reported as [`Error::Sandbox`] naming the cause, not as a plain exit code.
+//! its lifetime are reported as [`Error::Sandbox`](uniagent_core::Error::Sandbox) naming the cause, not as a plain exit code.
 
 mod config;
 #[cfg(feature = "docker")]

@@ -6,10 +6,10 @@
 //! `start` asks every pool for its capacity and requests a lease from the least loaded one,
 //! moving on to the next when a pool is full, down or does not serve the image; when all
 //! refuse, it waits and tries again as [`FaasConfig::retry`] allows, then fails with a
-//! retryable [`Error::Sandbox`]. While the sandbox runs, a background task renews the lease
+//! retryable [`Error::Sandbox`](uniagent_core::Error::Sandbox). While the sandbox runs, a background task renews the lease
 //! every third of [`FaasConfig::lease_ttl`]; when the pool says the lease is gone, or no
 //! renewal got through before it expired, every further operation fails with a
-//! non-retryable [`Error::Sandbox`] naming why. `stop` and dropping the deployment release the
+//! non-retryable [`Error::Sandbox`](uniagent_core::Error::Sandbox) naming why. `stop` and dropping the deployment release the
 //! lease (the pool removes the container); a process killed without either leaves a lease
 //! that expires within its TTL.
 //!

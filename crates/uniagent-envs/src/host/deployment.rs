@@ -71,7 +71,7 @@ pub struct HostInfo {
     pub pid: u32,
     /// The server's working directory.
     pub work_dir: PathBuf,
-    /// The value of [`INSTANCE_ENV`] inherited by every process of this deployment.
+    /// The value of [`INSTANCE_ENV`](super::INSTANCE_ENV) inherited by every process of this deployment.
     pub instance_id: String,
 }
 
