@@ -407,10 +407,28 @@ impl ControllerHandle {
             .config
             .work_dir
             .join(format!("pod-{}-{name}.log", namespace_of(pod)));
+        // Each pod has a file system of its own: its root is a directory of the fake's, and the
+        // container's `workingDir` a path under it (created, as a container runtime does), so
+        // sandboxes share no files through relative paths.
+        let pod_root = self
+            .config
+            .work_dir
+            .join(format!("pod-{}-{name}", namespace_of(pod)));
+        let working_dir = match pod["spec"]["containers"][0]["workingDir"].as_str() {
+            Some(dir) => pod_root.join(dir.trim_start_matches('/')),
+            None => pod_root,
+        };
         let (mut child, pid) = self
             .shared
             .processes
-            .spawn(&self.config.server_binary, ip, &name, &key_file, &log)
+            .spawn(
+                &self.config.server_binary,
+                ip,
+                &name,
+                &key_file,
+                &log,
+                &working_dir,
+            )
             .map_err(|e| format!("cannot start {}: {e}", self.config.server_binary.display()))?;
         if let Some(rt) = lock(&self.shared.runtimes).get_mut(&key) {
             rt.pid = Some(pid);

@@ -37,8 +37,8 @@ impl Processes {
         }
     }
 
-    /// Starts `uniagent-sandbox` for pod `name` on `ip`:[`SANDBOX_PORT`], accepting tokens
-    /// signed by a key of `key_file` and naming `name`; stderr goes to `log`.
+    /// Starts `uniagent-sandbox` for pod `name` on `ip`:[`SANDBOX_PORT`] in `working_dir`,
+    /// accepting tokens signed by a key of `key_file` and naming `name`; stderr goes to `log`.
     pub(crate) fn spawn(
         &self,
         binary: &Path,
@@ -46,10 +46,14 @@ impl Processes {
         name: &str,
         key_file: &Path,
         log: &Path,
+        working_dir: &Path,
     ) -> std::io::Result<(Child, i32)> {
         let instance = format!("{}-{name}", self.fake_id);
         let stderr = std::fs::File::create(log)?;
+        // As a container runtime does, a missing working directory is created.
+        std::fs::create_dir_all(working_dir)?;
         let child = Command::new(binary)
+            .current_dir(working_dir)
             .arg("--host")
             .arg(ip.to_string())
             .arg("--port")
