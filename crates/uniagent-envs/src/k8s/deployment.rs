@@ -67,6 +67,7 @@ struct Held {
     renewer: tokio::task::JoinHandle<()>,
     /// The run's shared watch (kept alive while this sandbox runs).
     watch: ClaimWatch,
+    timings: StartTimings,
 }
 
 /// Where a running sandbox is, for inspection and tests.
@@ -80,6 +81,21 @@ pub struct K8sInfo {
     pub pod_ips: Vec<String>,
     /// The URL the server is reached at.
     pub url: String,
+    /// Where the start's time went.
+    pub timings: StartTimings,
+}
+
+/// Where a start's time went, step by step.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct StartTimings {
+    /// Connecting and applying the template and pool (nothing after the first start).
+    pub ensure: Duration,
+    /// Creating the claim (the API request).
+    pub create: Duration,
+    /// From the created claim to its Ready event: the cluster's part (controller, watch).
+    pub ready: Duration,
+    /// Minting the token, building the client and the first `is_alive`.
+    pub probe: Duration,
 }
 
 impl K8sDeployment {
@@ -120,6 +136,7 @@ impl K8sDeployment {
                 sandbox: held.sandbox.name.clone(),
                 pod_ips: held.sandbox.pod_ips.clone(),
                 url: held.runtime.url().to_owned(),
+                timings: held.timings,
             }),
             State::Idle(_) => None,
         }
@@ -156,11 +173,14 @@ impl K8sDeployment {
             State::Idle(_) => {}
         }
         let cfg = &self.config;
-        let deadline = Instant::now() + cfg.start_timeout;
+        let began = Instant::now();
+        let deadline = began + cfg.start_timeout;
         let conn = connect(cfg).await?;
         let watch = ClaimWatch::shared(&conn, &cfg.namespace, &self.labels.run_id);
         let pool = pool_for(&conn, cfg, &cfg.image, deadline).await?;
+        let ensured = Instant::now();
         let mut claim = claims::create(&conn, cfg, &watch, &pool, &self.labels, deadline).await?;
+        let created = Instant::now();
         // From here on the claim is ours: a failure or a cancelled start deletes it.
         let mut guard = DeleteOnDrop(Some(Doomed {
             conn: conn.clone(),
@@ -169,6 +189,7 @@ impl K8sDeployment {
         }));
         let started = async {
             let (found, _) = claims::wait_ready(&conn, cfg, &mut claim, deadline).await?;
+            let ready = Instant::now();
             if cfg.on_cold_start == OnColdStart::Fail
                 && cfg.warm > 0
                 && cold(&conn, cfg, &found).await
@@ -183,10 +204,10 @@ impl K8sDeployment {
             }
             let runtime = self.runtime_for(&found)?;
             runtime.wait_until_alive(cfg.probe_timeout).await?;
-            Ok((found, runtime))
+            Ok((found, runtime, ready))
         }
         .await;
-        let (found, runtime) = match started {
+        let (found, runtime, ready) = match started {
             Ok(ok) => ok,
             Err(error) => {
                 guard.0 = None;
@@ -203,6 +224,12 @@ impl K8sDeployment {
             lost.clone(),
         ));
         guard.0 = None;
+        let timings = StartTimings {
+            ensure: ensured - began,
+            create: created - ensured,
+            ready: ready - created,
+            probe: ready.elapsed(),
+        };
         *state = State::Running(Box::new(Held {
             conn,
             claim,
@@ -211,6 +238,7 @@ impl K8sDeployment {
             lost,
             renewer,
             watch,
+            timings,
         }));
         Ok(())
     }

@@ -33,7 +33,7 @@ pub mod watch;
 
 pub use config::*;
 #[cfg(feature = "k8s")]
-pub use deployment::{K8sDeployment, K8sInfo};
+pub use deployment::{K8sDeployment, K8sInfo, StartTimings};
 
 /// Connects and lists one claim of the namespace: the API server answers and the worker's Role
 /// lets it list claims there.
