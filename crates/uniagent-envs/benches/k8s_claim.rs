@@ -15,6 +15,8 @@
 //! floor, a fresh client's `is_alive` plus `execute("true")` on a running sandbox; the ratio
 //! ours / floor is what the backend adds on top of reaching a server at all.
 
+#![allow(clippy::expect_used)] // a bench: a failed step ends it with its message
+
 use std::time::{Duration, Instant};
 
 use uniagent_core::sandbox::Command;
