@@ -214,23 +214,7 @@ pub(super) fn lost(state: &ClaimState) -> Option<String> {
 /// Deletes the claim in the foreground and waits for it to be gone, up to `delete_timeout`
 /// (after which `shutdownTime` and the reaper remain).
 pub(super) async fn delete(conn: &Connection, cfg: &K8sConfig, claim: &mut Claim) -> Result<()> {
-    let api: Api<SandboxClaim> = Api::namespaced(conn.client.clone(), &cfg.namespace);
-    let params = DeleteParams {
-        propagation_policy: Some(PropagationPolicy::Foreground),
-        ..DeleteParams::default()
-    };
-    match conn
-        .call(
-            "delete",
-            "sandboxclaims",
-            &cfg.namespace,
-            api.delete(&claim.name, &params),
-        )
-        .await
-    {
-        Ok(_) | Err((Failure::NotFound(_), _)) => {}
-        Err((_, error)) => return Err(error),
-    }
+    delete_now(conn, &cfg.namespace, &claim.name).await?;
     let deadline = Instant::now() + cfg.delete_timeout;
     loop {
         if matches!(*claim.states.borrow_and_update(), ClaimState::Deleted) {
@@ -243,7 +227,8 @@ pub(super) async fn delete(conn: &Connection, cfg: &K8sConfig, claim: &mut Claim
     }
 }
 
-/// Deletes a claim by name without waiting (drops and cancelled starts).
+/// Deletes a claim by name in the foreground without waiting for it to be gone (also for drops
+/// and cancelled starts).
 pub(super) async fn delete_now(conn: &Connection, namespace: &str, name: &str) -> Result<()> {
     let api: Api<SandboxClaim> = Api::namespaced(conn.client.clone(), namespace);
     let params = DeleteParams {
