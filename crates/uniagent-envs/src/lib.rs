@@ -36,6 +36,7 @@ mod lifecycle;
 pub mod models;
 #[cfg(any(feature = "docker", feature = "server"))]
 pub mod mux;
+pub mod owner;
 #[cfg(feature = "pool")]
 pub mod pool;
 pub mod remote;

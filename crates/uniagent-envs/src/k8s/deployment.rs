@@ -116,7 +116,7 @@ impl K8sDeployment {
             Error::config(format!("k8s.signing_key_file `{}`: {e}", path.display()))
         })?;
         let labels = ClaimLabels {
-            run_id: run_id(config.run_id.as_deref()),
+            run_id: crate::owner::run_id(config.run_id.as_deref()),
             rollout,
             owner: owner(),
         };
@@ -419,28 +419,10 @@ async fn cold(conn: &Connection, cfg: &K8sConfig, found: &ClaimedSandbox) -> boo
     }
 }
 
-/// The run id: configured, else `$UNIAGENT_RUN_ID`, else one random id per process.
-fn run_id(configured: Option<&str>) -> String {
-    static PROCESS_RUN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    if let Some(id) = configured.filter(|s| !s.is_empty()) {
-        return id.to_owned();
-    }
-    if let Ok(id) = std::env::var("UNIAGENT_RUN_ID") {
-        if !id.is_empty() {
-            return id;
-        }
-    }
-    PROCESS_RUN
-        .get_or_init(|| format!("run-{:016x}", fastrand::u64(..)))
-        .clone()
-}
-
-/// `host.pid`: the process that owns a claim.
+/// The owning process as a label value: `host.pid.start-ticks` (docker's owner, with dots).
 fn owner() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .or_else(|_| std::env::var("HOSTNAME"))
-        .unwrap_or_default();
-    format!("{}.{}", host.trim(), std::process::id())
+    let me = crate::owner::Owner::current();
+    format!("{}.{}.{}", me.host, me.pid, me.start_ticks)
 }
 
 impl_deployment_over_runtime!(K8sDeployment, BACKEND);
