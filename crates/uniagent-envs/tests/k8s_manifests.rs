@@ -266,7 +266,11 @@ fn rendered_objects_validate_against_their_crds() {
         let labels = ClaimLabels {
             run_id: "run-1".into(),
             rollout: Some("django__django-11099:0".into()),
-            owner: "worker-0.4242.1234567".into(),
+            owner: uniagent_envs::owner::Owner {
+                host: "worker-0".into(),
+                pid: 4242,
+                start_ticks: 1234567,
+            },
         };
         let claim = claim(
             cfg,

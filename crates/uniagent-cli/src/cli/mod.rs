@@ -4,6 +4,8 @@
 mod export;
 mod gateway;
 mod grade;
+#[cfg(feature = "k8s")]
+mod k8s;
 pub mod metrics;
 mod parse_log;
 mod replay;
@@ -61,6 +63,10 @@ pub enum Command {
     /// Report output directories: tasks, rollouts, strict success, policy vs infrastructure
     /// failures, cost per success; for training runs the curve and the held-out gain.
     Report(report::ReportArgs),
+    /// Housekeeping of the `k8s` sandbox backend's claims: `reap --run ID`, `reap --stale`,
+    /// `list`.
+    #[cfg(feature = "k8s")]
+    K8s(k8s::K8sArgs),
 }
 
 /// Parses the process arguments and runs; returns the exit code.
@@ -93,6 +99,8 @@ pub fn main_with(
         Command::Export(args) => export::main(args),
         Command::Report(args) => report::main(args),
         Command::Serve(args) => serve::main(args, registry),
+        #[cfg(feature = "k8s")]
+        Command::K8s(args) => k8s::main(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

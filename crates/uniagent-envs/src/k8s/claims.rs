@@ -15,7 +15,7 @@ use uniagent_core::{Error, Result};
 use super::client::Connection;
 use super::crd::{condition, ClaimedSandbox, Sandbox, SandboxClaim};
 use super::errors::{sandbox, timeout, Failure};
-use super::names::{claim_name, label_value};
+use super::names::claim_name;
 use super::render::{self, ClaimLabels};
 use super::watch::{ClaimState, ClaimWatch};
 use super::K8sConfig;
@@ -83,7 +83,7 @@ pub(super) async fn create(
                     .await
                     .ok()
                     .flatten();
-                let owner = label_value(&labels.owner);
+                let owner = labels.owner_label();
                 let ours = existing.is_some_and(|c| {
                     c.metadata
                         .labels

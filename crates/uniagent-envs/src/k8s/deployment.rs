@@ -118,7 +118,7 @@ impl K8sDeployment {
         let labels = ClaimLabels {
             run_id: crate::owner::run_id(config.run_id.as_deref()),
             rollout,
-            owner: owner(),
+            owner: crate::owner::Owner::current(),
         };
         Ok(Self {
             config,
@@ -176,6 +176,7 @@ impl K8sDeployment {
         let began = Instant::now();
         let deadline = began + cfg.start_timeout;
         let conn = connect(cfg).await?;
+        super::reaper::reap_stale_once(&conn, &cfg.namespace).await;
         let watch = ClaimWatch::shared(&conn, &cfg.namespace, &self.labels.run_id);
         let pool = pool_for(&conn, cfg, &cfg.image, deadline).await?;
         let ensured = Instant::now();
@@ -417,12 +418,6 @@ async fn cold(conn: &Connection, cfg: &K8sConfig, found: &ClaimedSandbox) -> boo
             .is_some_and(|t| t == "cold"),
         _ => false,
     }
-}
-
-/// The owning process as a label value: `host.pid.start-ticks` (docker's owner, with dots).
-fn owner() -> String {
-    let me = crate::owner::Owner::current();
-    format!("{}.{}.{}", me.host, me.pid, me.start_ticks)
 }
 
 impl_deployment_over_runtime!(K8sDeployment, BACKEND);

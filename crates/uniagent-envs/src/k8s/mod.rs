@@ -6,6 +6,7 @@
 //! - [`crd`]: the agent-sandbox kinds; [`names`]: names and label values of what the backend
 //!   creates; [`render`]: the template, pool and claim objects;
 //! - [`watch`]: one watch of a run's claims per process; [`errors`]: what API answers mean;
+//! - [`reaper`]: deleting a run's claims, and those of crashed workers (swept at start-up);
 //! - `fake` (feature `k8s-fake`): a stand-in cluster for tests and benchmarks.
 
 #[cfg(feature = "k8s")]
@@ -26,6 +27,8 @@ pub mod errors;
 pub mod fake;
 #[cfg(feature = "k8s")]
 pub mod names;
+#[cfg(feature = "k8s")]
+pub mod reaper;
 #[cfg(feature = "k8s")]
 pub mod render;
 #[cfg(feature = "k8s")]

@@ -31,6 +31,7 @@ use super::crd::{
 };
 use super::names::{label_value, template_name};
 use super::K8sConfig;
+use crate::owner::Owner;
 
 /// The port the server listens on in every sandbox.
 pub const SERVER_PORT: u16 = 8000;
@@ -42,8 +43,12 @@ const KEYS_DIR: &str = "/etc/uniagent/keys";
 pub const LABEL_RUN_ID: &str = "uniagent.dev/run-id";
 /// Label: the rollout a claim serves.
 pub const LABEL_ROLLOUT: &str = "uniagent.dev/rollout";
-/// Label: the process that created a claim (host, pid, start ticks).
+/// Label: the process that created a claim (host, pid, start ticks; hashed when too long for a
+/// label value).
 pub const LABEL_OWNER: &str = "uniagent.dev/owner";
+/// Annotation: the creating process as `host:pid:start-ticks`, never hashed (the reaper reads
+/// it to tell whether the owner is gone).
+pub const ANNOTATION_OWNER: &str = "uniagent.dev/owner";
 
 /// The template and warm pool of one image, sharing one name.
 #[derive(Debug, Clone, PartialEq)]
@@ -116,12 +121,16 @@ pub fn claim(
     if let Some(rollout) = &labels.rollout {
         all.insert(LABEL_ROLLOUT.into(), label_value(rollout));
     }
-    all.insert(LABEL_OWNER.into(), label_value(&labels.owner));
+    all.insert(LABEL_OWNER.into(), labels.owner_label());
     Ok(SandboxClaim {
         metadata: ObjectMeta {
             name: Some(name.into()),
             namespace: Some(cfg.namespace.clone()),
             labels: Some(all),
+            annotations: Some(BTreeMap::from([(
+                ANNOTATION_OWNER.to_owned(),
+                labels.owner.label(),
+            )])),
             ..ObjectMeta::default()
         },
         spec: SandboxClaimSpec {
@@ -143,8 +152,16 @@ pub struct ClaimLabels {
     pub run_id: String,
     /// The rollout, when known.
     pub rollout: Option<String>,
-    /// The owning process: `host.pid.start-ticks`.
-    pub owner: String,
+    /// The owning process: labelled `host.pid.start-ticks`, annotated `host:pid:start-ticks`.
+    pub owner: Owner,
+}
+
+impl ClaimLabels {
+    /// The value of the [`LABEL_OWNER`] label.
+    pub fn owner_label(&self) -> String {
+        let o = &self.owner;
+        label_value(&format!("{}.{}.{}", o.host, o.pid, o.start_ticks))
+    }
 }
 
 /// `secs` since the epoch as RFC 3339 in UTC (`2026-12-06T10:00:00Z`).
@@ -396,7 +413,11 @@ mod tests {
         let labels = ClaimLabels {
             run_id: "run/1".into(),
             rollout: Some("task-1:0".into()),
-            owner: "host.42.1000".into(),
+            owner: Owner {
+                host: "host".into(),
+                pid: 42,
+                start_ticks: 1000,
+            },
         };
         let claim = claim(
             &cfg,
