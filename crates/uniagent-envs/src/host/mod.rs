@@ -22,5 +22,6 @@ pub use config::*;
 pub use deployment::{HostDeployment, HostInfo};
 #[cfg(feature = "host")]
 pub use process::{
-    kill_marked_processes, marked_processes, sweep_orphaned_instances, INSTANCE_ENV, OWNER_ENV,
+    kill_marked_processes, kill_processes_marked_any, marked_processes, sweep_orphaned_instances,
+    INSTANCE_ENV, OWNER_ENV,
 };

@@ -10,6 +10,7 @@
 //!    marker and whatever still carries it is killed. A process started with a replaced
 //!    environment (`execute` with `env`) that also left the group escapes both nets.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -221,11 +222,17 @@ impl Drop for ServerProcess {
 /// A process in the middle of `execve` briefly shows an empty environment, so one empty sweep
 /// is not proof: the sweep ends only after two empty ones a few milliseconds apart.
 pub fn kill_marked_processes(var: &str, value: &str) -> usize {
-    let needle = format!("{var}={value}");
+    kill_processes_marked_any(var, &HashSet::from([value.to_owned()]))
+}
+
+/// As [`kill_marked_processes`] for every value of `values` at once: one walk over `/proc` per
+/// sweep, however many values (a fake cluster ending a thousand pods sweeps once, not a
+/// thousand times).
+pub fn kill_processes_marked_any(var: &str, values: &HashSet<String>) -> usize {
     let mut killed = 0;
     let mut empty_sweeps = 0;
     for _ in 0..20 {
-        let found = marked_processes(&needle);
+        let found = processes_marked_any(var, values);
         if found.is_empty() {
             empty_sweeps += 1;
             if empty_sweeps == 2 {
@@ -246,10 +253,19 @@ pub fn kill_marked_processes(var: &str, value: &str) -> usize {
 
 /// Live processes (not zombies) whose environment holds `needle` as one `KEY=value` entry.
 pub fn marked_processes(needle: &str) -> Vec<Pid> {
+    match needle.split_once('=') {
+        Some((var, value)) => processes_marked_any(var, &HashSet::from([value.to_owned()])),
+        None => Vec::new(),
+    }
+}
+
+/// Live processes (not zombies) whose environment sets `var` to one of `values`.
+fn processes_marked_any(var: &str, values: &HashSet<String>) -> Vec<Pid> {
     let own = std::process::id();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
+    let prefix = format!("{var}=");
     entries
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&pid| pid != own)
@@ -259,7 +275,8 @@ pub fn marked_processes(needle: &str) -> Vec<Pid> {
             };
             environ
                 .split(|&b| b == 0)
-                .any(|entry| entry == needle.as_bytes())
+                .filter_map(|entry| entry.strip_prefix(prefix.as_bytes()))
+                .any(|value| std::str::from_utf8(value).is_ok_and(|v| values.contains(v)))
                 && !is_zombie(pid)
         })
         .filter_map(|pid| i32::try_from(pid).ok().map(Pid::from_raw))

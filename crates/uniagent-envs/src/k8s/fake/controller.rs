@@ -141,12 +141,50 @@ fn pod_condition(kind: &str, status: bool, reason: Option<&str>, message: Option
     c
 }
 
-/// A snapshot split by kind, with lookups by (namespace, name).
+/// A snapshot split by kind, indexed by (namespace, name), by controller and by owner, so that
+/// a pass stays linear in the number of objects (a thousand claims are a few thousand objects).
 struct View {
     by_kind: HashMap<Resource, Vec<Value>>,
+    by_name: HashMap<(Resource, String, String), usize>,
+    /// Objects by the uid of their controller owner reference.
+    by_controller: HashMap<String, Vec<(Resource, usize)>>,
+    /// Objects by the uid of each of their owner references.
+    by_owner: HashMap<String, Vec<(Resource, usize)>>,
 }
 
 impl View {
+    fn new(objects: Vec<(Resource, Value)>) -> Self {
+        let mut view = View {
+            by_kind: HashMap::new(),
+            by_name: HashMap::new(),
+            by_controller: HashMap::new(),
+            by_owner: HashMap::new(),
+        };
+        for (resource, object) in objects {
+            let list = view.by_kind.entry(resource).or_default();
+            let at = list.len();
+            view.by_name.insert(
+                (
+                    resource,
+                    namespace_of(&object).to_owned(),
+                    name_of(&object).to_owned(),
+                ),
+                at,
+            );
+            if let Some(uid) = controller_uid(&object) {
+                view.by_controller
+                    .entry(uid.to_owned())
+                    .or_default()
+                    .push((resource, at));
+            }
+            for uid in owners(&object) {
+                view.by_owner.entry(uid).or_default().push((resource, at));
+            }
+            list.push(object);
+        }
+        view
+    }
+
     fn of(&self, resource: Resource) -> &[Value] {
         self.by_kind
             .get(&resource)
@@ -154,10 +192,36 @@ impl View {
             .unwrap_or(&[])
     }
 
+    fn at(&self, (resource, at): (Resource, usize)) -> (Resource, &Value) {
+        (resource, &self.of(resource)[at])
+    }
+
     fn find(&self, resource: Resource, namespace: &str, name: &str) -> Option<&Value> {
-        self.of(resource)
-            .iter()
-            .find(|o| namespace_of(o) == namespace && name_of(o) == name)
+        let key = (resource, namespace.to_owned(), name.to_owned());
+        self.by_name.get(&key).map(|&at| &self.of(resource)[at])
+    }
+
+    /// The objects of kind `resource` whose controller is `uid`.
+    fn controlled_by<'v>(
+        &'v self,
+        uid: &str,
+        resource: Resource,
+    ) -> impl Iterator<Item = &'v Value> + 'v {
+        self.by_controller
+            .get(uid)
+            .into_iter()
+            .flatten()
+            .filter(move |(r, _)| *r == resource)
+            .map(|&found| self.at(found).1)
+    }
+
+    /// Every object with an owner reference to `uid`.
+    fn dependents<'v>(&'v self, uid: &str) -> impl Iterator<Item = (Resource, &'v Value)> + 'v {
+        self.by_owner
+            .get(uid)
+            .into_iter()
+            .flatten()
+            .map(|&found| self.at(found))
     }
 }
 
@@ -230,11 +294,7 @@ impl ControllerHandle {
 
     fn view(&self) -> View {
         let (objects, _) = self.store.snapshot();
-        let mut by_kind: HashMap<Resource, Vec<Value>> = HashMap::new();
-        for (resource, object) in objects {
-            by_kind.entry(resource).or_default().push(object);
-        }
-        View { by_kind }
+        View::new(objects)
     }
 
     /// One pass over everything.
@@ -294,11 +354,7 @@ impl ControllerHandle {
             {
                 continue;
             }
-            let uid = uid_of(object);
-            let dependents: Vec<&(Resource, &Value)> = all
-                .iter()
-                .filter(|(_, o)| owners(o).iter().any(|u| u == uid))
-                .collect();
+            let dependents: Vec<(Resource, &Value)> = view.dependents(uid_of(object)).collect();
             if dependents.is_empty() {
                 let _ = self.store.remove_finalizer(
                     *resource,
@@ -310,7 +366,7 @@ impl ControllerHandle {
                 for (dep_resource, dep) in dependents {
                     if !deleting(dep) {
                         let _ = self.store.delete(
-                            *dep_resource,
+                            dep_resource,
                             namespace_of(dep),
                             name_of(dep),
                             Propagation::Foreground,
@@ -440,8 +496,7 @@ impl ControllerHandle {
                 Ok(status) => status.code().unwrap_or(137),
                 Err(_) => -1,
             };
-            let cleanup = shared.clone();
-            let _ = tokio::task::spawn_blocking(move || cleanup.processes.exited(pid)).await;
+            shared.processes.exited(pid);
             if let Some(rt) = lock(&shared.runtimes).get_mut(&wait_key) {
                 if rt.pid == Some(pid) {
                     rt.exit_code = Some(code);
@@ -623,8 +678,8 @@ impl ControllerHandle {
                 .unwrap_or("");
             let template = view.find(Resource::SandboxTemplates, namespace, template_name);
             let mut warm: Vec<&Value> = Vec::new();
-            for sandbox in view.of(Resource::Sandboxes) {
-                if controller_uid(sandbox) != Some(uid) || deleting(sandbox) {
+            for sandbox in view.controlled_by(uid, Resource::Sandboxes) {
+                if deleting(sandbox) {
                     continue;
                 }
                 if condition_true(&sandbox["status"]["conditions"], "Finished") {
@@ -758,10 +813,7 @@ impl ControllerHandle {
                 .as_str()
                 .and_then(parse_time)
                 .is_some_and(|t| Timestamp::now() >= t);
-            let owned = view
-                .of(Resource::Sandboxes)
-                .iter()
-                .find(|s| controller_uid(s) == Some(uid));
+            let owned = view.controlled_by(uid, Resource::Sandboxes).next();
             if expired {
                 if lifecycle["shutdownPolicy"] == "DeleteForeground" {
                     let _ = self.store.delete(
@@ -877,11 +929,8 @@ impl ControllerHandle {
         }
         let pool_uid = uid_of(pool);
         let candidates: Vec<&Value> = view
-            .of(Resource::Sandboxes)
-            .iter()
-            .filter(|s| {
-                controller_uid(s) == Some(pool_uid) && !deleting(s) && !adopted.contains(uid_of(s))
-            })
+            .controlled_by(pool_uid, Resource::Sandboxes)
+            .filter(|s| !deleting(s) && !adopted.contains(uid_of(s)))
             .collect();
         if !env_given {
             let ready = candidates

@@ -2,17 +2,17 @@
 //! group and carrying two environment markers, so that killing one pod, or the whole fake, also
 //! reaches shells and jobs the server started in groups and sessions of their own.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::process::Stdio;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 
-use crate::host::{kill_marked_processes, INSTANCE_ENV};
+use crate::host::{kill_marked_processes, kill_processes_marked_any, INSTANCE_ENV};
 
 use super::util::{lock, random_suffix};
 
@@ -27,6 +27,48 @@ pub const SANDBOX_PORT: u16 = 8000;
 pub(crate) struct Processes {
     fake_id: String,
     running: Mutex<HashMap<i32, String>>,
+    strays: Arc<Strays>,
+}
+
+/// Pods whose stray processes (children that left the server's group) are still to be killed,
+/// swept together by one thread: a walk over `/proc` per batch, not per pod, and none on the
+/// reconcile loop.
+#[derive(Debug, Default)]
+struct Strays {
+    /// Instance markers waiting for a sweep, and whether a sweeper thread runs.
+    queue: Mutex<(HashSet<String>, bool)>,
+}
+
+impl Strays {
+    fn sweep_later(self: &Arc<Self>, instance: String) {
+        let mut queue = lock(&self.queue);
+        queue.0.insert(instance);
+        if queue.1 {
+            return;
+        }
+        queue.1 = true;
+        let me = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("k8s-fake-strays".into())
+            .spawn(move || loop {
+                let batch = {
+                    let mut queue = lock(&me.queue);
+                    if queue.0.is_empty() {
+                        queue.1 = false;
+                        return;
+                    }
+                    std::mem::take(&mut queue.0)
+                };
+                kill_processes_marked_any(INSTANCE_ENV, &batch);
+            });
+        if spawned.is_err() {
+            // No thread: sweep here rather than leave strays.
+            queue.1 = false;
+            let batch = std::mem::take(&mut queue.0);
+            drop(queue);
+            kill_processes_marked_any(INSTANCE_ENV, &batch);
+        }
+    }
 }
 
 impl Processes {
@@ -34,6 +76,7 @@ impl Processes {
         Processes {
             fake_id: format!("{}-{}", std::process::id(), random_suffix(10)),
             running: Mutex::new(HashMap::new()),
+            strays: Arc::default(),
         }
     }
 
@@ -81,12 +124,12 @@ impl Processes {
         Ok((child, pid))
     }
 
-    /// Kills the process group of `pid` and everything carrying its marker.
+    /// Kills the process group of `pid` now, and everything else carrying its marker soon.
     pub(crate) fn kill(&self, pid: i32) {
         let instance = lock(&self.running).get(&pid).cloned();
         if let Some(instance) = instance {
             let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
-            kill_marked_processes(INSTANCE_ENV, &instance);
+            self.strays.sweep_later(instance);
         }
     }
 
@@ -94,7 +137,7 @@ impl Processes {
     pub(crate) fn exited(&self, pid: i32) {
         if let Some(instance) = lock(&self.running).remove(&pid) {
             // Children that left the group outlive their server otherwise.
-            kill_marked_processes(INSTANCE_ENV, &instance);
+            self.strays.sweep_later(instance);
         }
     }
 
