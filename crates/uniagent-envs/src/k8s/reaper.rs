@@ -1,7 +1,7 @@
 //! Deleting the claims nobody will delete any more: every claim of a run (`uniagent k8s reap
 //! --run`), and the claims of crashed workers (their owner process on this host is gone, or their
-//! `shutdownTime` passed without the controller ending them), which every process sweeps once per
-//! namespace before its first claim.
+//! `shutdownTime` passed a minute ago without the controller ending them), which every process
+//! sweeps once per namespace before its first claim.
 //!
 //! A worker on another host is never judged gone from here: its claims end at their
 //! `shutdownTime`, which only a live owner renews.
@@ -21,6 +21,9 @@ use super::render::{ANNOTATION_OWNER, LABEL_OWNER, LABEL_ROLLOUT, LABEL_RUN_ID};
 use super::K8sConfig;
 use crate::owner::Owner;
 
+/// How long past its `shutdownTime` a claim is left to the controller before a sweep deletes
+/// it (the controller may be down).
+pub const SHUTDOWN_GRACE_SECS: i64 = 60;
 /// Claims listed per request.
 const PAGE: u32 = 500;
 /// Deletions in flight at once.
@@ -47,10 +50,12 @@ pub struct ManagedClaim {
 
 impl ManagedClaim {
     /// Whether nobody will delete it any more: its owner on this host is gone, or its
-    /// `shutdownTime` is before `now_unix`.
+    /// `shutdownTime` passed more than [`SHUTDOWN_GRACE_SECS`] before `now_unix`.
     pub fn is_stale(&self, now_unix: i64) -> bool {
         self.owner.as_ref().is_some_and(Owner::is_gone_here)
-            || self.shutdown_unix.is_some_and(|t| t < now_unix)
+            || self
+                .shutdown_unix
+                .is_some_and(|t| t + SHUTDOWN_GRACE_SECS < now_unix)
     }
 
     fn of(claim: SandboxClaim) -> Option<Self> {
@@ -258,7 +263,11 @@ mod tests {
             ready: true,
         };
         assert!(!claim(Some(me.clone()), Some(200)).is_stale(100));
-        assert!(claim(Some(me.clone()), Some(50)).is_stale(100));
+        assert!(
+            !claim(Some(me.clone()), Some(50)).is_stale(100),
+            "the controller's minute"
+        );
+        assert!(claim(Some(me.clone()), Some(30)).is_stale(100));
         let dead = Owner {
             start_ticks: me.start_ticks + 1,
             ..me.clone()

@@ -261,9 +261,15 @@ impl ControllerHandle {
                 let Some(controller) = me.upgrade() else {
                     return;
                 };
-                controller.reconcile();
                 let shared = controller.shared.clone();
-                drop(controller);
+                // Off the async workers: a pass over thousands of objects would otherwise stall
+                // the API server's and the clients' tasks sharing them.
+                if tokio::task::spawn_blocking(move || controller.reconcile())
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
                 tokio::select! {
                     _ = changed.notified() => {}
                     _ = shared.wake.notified() => {}
