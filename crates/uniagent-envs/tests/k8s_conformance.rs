@@ -74,17 +74,34 @@ async fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_conformance_suite_passes_by_pod_ip_and_through_the_router() {
+async fn the_conformance_suite_passes_by_pod_ip_through_the_router_and_a_port_forward() {
     within("conformance", async {
         let fake = fake().await;
-        for reach in [Reach::PodIp, Reach::Router] {
+        let mut reaches = vec![Reach::PodIp, Reach::Router];
+        if cfg!(feature = "k8s-port-forward") {
+            reaches.push(Reach::PortForward);
+        }
+        for reach in reaches {
             let cfg = K8sConfig {
                 reach,
                 router_url: Some(fake.router_url()),
                 ..config(&fake, 1, &format!("conf-{reach:?}").to_lowercase())
             };
             let sandbox = DeploymentConfig::from(cfg).build().unwrap();
+            fake.faults().reset_counters();
             let report = conformance::run_all(sandbox.as_ref()).await;
+            let forwarded = fake
+                .faults()
+                .request_counts()
+                .get(&("create".to_owned(), "pods/portforward".to_owned()))
+                .copied()
+                .unwrap_or(0);
+            // Every connection of a port-forwarded sandbox went through the API server.
+            assert_eq!(
+                forwarded > 0,
+                reach == Reach::PortForward,
+                "{reach:?}: {forwarded}"
+            );
             println!("{reach:?}: {}", report.summary());
             assert!(report.is_success(), "{reach:?}: {}", report.summary());
             assert_eq!(

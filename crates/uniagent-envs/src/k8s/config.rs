@@ -20,6 +20,10 @@ pub enum Reach {
     /// Through the agent-sandbox router at `router_url` (`X-Sandbox-ID`, `X-Sandbox-Namespace`,
     /// `X-Sandbox-Port` headers): the worker runs outside the cluster.
     Router,
+    /// Through the API server's pod port-forward, one local listener per sandbox (as `kubectl
+    /// port-forward`): for development against a cluster without a router; every connection
+    /// goes through the API server.
+    PortForward,
 }
 
 /// What a claim served by a cold start (no warm sandbox was ready) does.

@@ -16,6 +16,8 @@ use super::client::{connect, Connection};
 use super::crd::{ClaimedSandbox, SandboxClaim};
 use super::ensure::pool_for;
 use super::errors::{sandbox, Failure, BACKEND};
+#[cfg(feature = "k8s-port-forward")]
+use super::forward::PortForward;
 use super::render::{rfc3339, ClaimLabels, SERVER_PORT};
 use super::watch::ClaimWatch;
 use super::{K8sConfig, OnColdStart, Reach};
@@ -67,6 +69,8 @@ struct Held {
     renewer: tokio::task::JoinHandle<()>,
     /// The run's shared watch (kept alive while this sandbox runs).
     watch: ClaimWatch,
+    /// The local port-forward (`reach: port_forward`), closed with the sandbox.
+    _forward: Option<PortForward>,
     timings: StartTimings,
 }
 
@@ -108,6 +112,9 @@ impl K8sDeployment {
     /// As [`new`](Self::new), labelling the claim with the rollout it serves.
     pub fn for_rollout(config: K8sConfig, rollout: Option<String>) -> Result<Self> {
         config.check()?;
+        if config.reach == Reach::PortForward && !cfg!(feature = "k8s-port-forward") {
+            return Err(port_forward_missing());
+        }
         let path = config.signing_key_file.clone().unwrap_or_default();
         let text = std::fs::read_to_string(&path).map_err(|e| {
             Error::config(format!("k8s.signing_key_file `{}`: {e}", path.display()))
@@ -203,12 +210,21 @@ impl K8sDeployment {
                     true,
                 ));
             }
-            let runtime = self.runtime_for(&found)?;
+            #[cfg(feature = "k8s-port-forward")]
+            let forward = match cfg.reach {
+                Reach::PortForward => {
+                    Some(PortForward::start(&conn, &cfg.namespace, &found.name).await?)
+                }
+                _ => None,
+            };
+            #[cfg(not(feature = "k8s-port-forward"))]
+            let forward = None::<PortForward>;
+            let runtime = self.runtime_for(&found, forward.as_ref())?;
             runtime.wait_until_alive(cfg.probe_timeout).await?;
-            Ok((found, runtime, ready))
+            Ok((found, runtime, ready, forward))
         }
         .await;
-        let (found, runtime, ready) = match started {
+        let (found, runtime, ready, forward) = match started {
             Ok(ok) => ok,
             Err(error) => {
                 guard.0 = None;
@@ -239,12 +255,17 @@ impl K8sDeployment {
             lost,
             renewer,
             watch,
+            _forward: forward,
             timings,
         }));
         Ok(())
     }
 
-    fn runtime_for(&self, found: &ClaimedSandbox) -> Result<RemoteRuntime> {
+    fn runtime_for(
+        &self,
+        found: &ClaimedSandbox,
+        forward: Option<&PortForward>,
+    ) -> Result<RemoteRuntime> {
         let cfg = &self.config;
         let exp = claims::unix_now().max(0) as u64 + cfg.max_lifetime.as_secs();
         let token = self.minter.mint(&found.name, exp, &cfg.key_id);
@@ -285,6 +306,10 @@ impl K8sDeployment {
                 }
                 cfg.router_url.clone().unwrap_or_default()
             }
+            Reach::PortForward => match forward {
+                Some(forward) => forward.url(),
+                None => return Err(port_forward_missing()),
+            },
         };
         RemoteRuntime::new(&url, Some(token), options)
     }
@@ -420,4 +445,40 @@ async fn cold(conn: &Connection, cfg: &K8sConfig, found: &ClaimedSandbox) -> boo
     }
 }
 
+/// A build without the port-forward: nothing to forward with.
+#[cfg(not(feature = "k8s-port-forward"))]
+#[derive(Debug)]
+enum PortForward {}
+
+#[cfg(not(feature = "k8s-port-forward"))]
+impl PortForward {
+    fn url(&self) -> String {
+        match *self {}
+    }
+}
+
+fn port_forward_missing() -> Error {
+    Error::config(
+        "k8s.reach: port_forward needs uniagent built with the `k8s-port-forward` feature",
+    )
+}
+
 impl_deployment_over_runtime!(K8sDeployment, BACKEND);
+
+#[cfg(all(test, not(feature = "k8s-port-forward")))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_forward_is_refused_without_its_feature() {
+        let error = K8sDeployment::new(K8sConfig {
+            image: "python:3.12-slim".into(),
+            carrier_image: "carrier:1".into(),
+            signing_key_file: Some("/nonexistent/key".into()),
+            reach: Reach::PortForward,
+            ..K8sConfig::default()
+        })
+        .unwrap_err();
+        assert!(error.to_string().contains("k8s-port-forward"), "{error}");
+    }
+}

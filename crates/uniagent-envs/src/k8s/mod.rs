@@ -25,6 +25,8 @@ pub mod errors;
 #[cfg(feature = "k8s-fake")]
 #[doc(hidden)]
 pub mod fake;
+#[cfg(feature = "k8s-port-forward")]
+mod forward;
 #[cfg(feature = "k8s")]
 pub mod names;
 #[cfg(feature = "k8s")]

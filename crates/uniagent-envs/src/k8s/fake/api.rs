@@ -62,6 +62,10 @@ pub(crate) fn router(state: ApiState) -> Router {
         .route("/_fake/controller/stop", post(fake_controller_stop))
         .route("/_fake/controller/start", post(fake_controller_start))
         .route("/_fake/counters", get(fake_counters))
+        .route(
+            "/api/v1/namespaces/{namespace}/pods/{name}/portforward",
+            get(super::portforward::portforward),
+        )
         .fallback(handle)
         .with_state(state)
 }

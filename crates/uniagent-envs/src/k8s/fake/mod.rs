@@ -40,6 +40,9 @@
 //! version older than the kept history answered with HTTP 200 and an `ERROR` event carrying a
 //! 410 `Expired` Status (the only form on which kube's watcher re-lists). Errors are `Status`
 //! objects; 429 carries `Retry-After`.
+//! The pods' `portforward` subresource is served over WebSocket (`v4.channel.k8s.io`, one port
+//! per request) to the pod's address, as `kubectl port-forward` and kube's `Api::portforward`
+//! use it.
 //!
 //! # What is simplified
 //! - Apply patches are read as JSON (kube sends JSON) and applied as create-or-replace: the
@@ -61,6 +64,7 @@
 mod api;
 mod controller;
 mod faults;
+mod portforward;
 mod process;
 mod router;
 mod selector;
