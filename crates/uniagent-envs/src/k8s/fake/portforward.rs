@@ -111,10 +111,11 @@ async fn forward(mut socket: WebSocket, ip: IpAddr, port: u16) {
     let to_pod_loop = async {
         while let Some(Ok(message)) = stream.next().await {
             match message {
-                Message::Binary(bytes) if bytes.first() == Some(&DATA) => {
-                    if to_pod.write_all(&bytes[1..]).await.is_err() {
-                        return;
-                    }
+                Message::Binary(bytes)
+                    if bytes.first() == Some(&DATA)
+                        && to_pod.write_all(&bytes[1..]).await.is_err() =>
+                {
+                    return
                 }
                 Message::Close(_) => return,
                 _ => {}
