@@ -44,11 +44,7 @@ async fn run_with_k8s_sandboxes_scores_as_with_the_host_backend() {
         );
         write(dir.path(), "run.yaml", &run_config(&fake, &server.base_url));
         let run_dir = dir.path().to_path_buf();
-        let out = tokio::task::spawn_blocking(move || {
-            common::run_in(&run_dir, &["run", "run.yaml", "--out", "out", "--quiet"])
-        })
-        .await
-        .unwrap();
+        let out = uniagent_in(&run_dir, &["run", "run.yaml", "--out", "out", "--quiet"]).await;
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         let summary: Value =
             serde_json::from_slice(&std::fs::read(dir.path().join("out/summary.json")).unwrap())
@@ -98,6 +94,18 @@ fn run_config(fake: &FakeCluster, base_url: &str) -> String {
         "loop: {max_turns: 3}".to_owned(),
     ]
     .join("\n")
+}
+
+/// Runs `uniagent args...` in `dir` off the async workers and returns its output.
+async fn uniagent_in(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let dir = dir.to_path_buf();
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        common::run_in(&dir, &args)
+    })
+    .await
+    .unwrap()
 }
 
 /// The number of claims in the namespace.
@@ -167,17 +175,11 @@ async fn a_killed_runs_claims_are_deleted_by_reap_run() {
         killed_run(&fake, dir.path(), "killed-run").await;
         let api = fake.api_url();
         let run_dir = dir.path().to_path_buf();
-        let listed = tokio::task::spawn_blocking({
-            let (run_dir, api) = (run_dir.clone(), api.clone());
-            move || {
-                common::run_in(
-                    &run_dir,
-                    &["k8s", "list", "--config", "run.yaml", "--api-url", &api],
-                )
-            }
-        })
-        .await
-        .unwrap();
+        let listed = uniagent_in(
+            &run_dir,
+            &["k8s", "list", "--config", "run.yaml", "--api-url", &api],
+        )
+        .await;
         assert_eq!(listed.status.code(), Some(0), "{}", stderr(&listed));
         let text = String::from_utf8_lossy(&listed.stdout).to_string();
         assert_eq!(text.lines().count(), 2, "{text}");
@@ -186,23 +188,20 @@ async fn a_killed_runs_claims_are_deleted_by_reap_run() {
             "{text}"
         );
         // Another run's claims are not touched by `reap --run`.
-        let out = tokio::task::spawn_blocking(move || {
-            common::run_in(
-                &run_dir,
-                &[
-                    "k8s",
-                    "reap",
-                    "--run",
-                    "other-run",
-                    "--namespace",
-                    NS,
-                    "--api-url",
-                    &api,
-                ],
-            )
-        })
-        .await
-        .unwrap();
+        let out = uniagent_in(
+            &run_dir,
+            &[
+                "k8s",
+                "reap",
+                "--run",
+                "other-run",
+                "--namespace",
+                NS,
+                "--api-url",
+                &api,
+            ],
+        )
+        .await;
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         assert!(out.stdout.is_empty());
         assert_eq!(claims(&fake), 2);
@@ -214,24 +213,20 @@ async fn a_killed_runs_claims_are_deleted_by_reap_run() {
             .iter()
             .map(|c| c["status"]["sandbox"]["name"].as_str().unwrap().to_owned())
             .collect();
-        let (run_dir, api) = (dir.path().to_path_buf(), fake.api_url());
-        let out = tokio::task::spawn_blocking(move || {
-            common::run_in(
-                &run_dir,
-                &[
-                    "k8s",
-                    "reap",
-                    "--run",
-                    "killed-run",
-                    "--namespace",
-                    NS,
-                    "--api-url",
-                    &api,
-                ],
-            )
-        })
-        .await
-        .unwrap();
+        let out = uniagent_in(
+            &run_dir,
+            &[
+                "k8s",
+                "reap",
+                "--run",
+                "killed-run",
+                "--namespace",
+                NS,
+                "--api-url",
+                &api,
+            ],
+        )
+        .await;
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         let text = String::from_utf8_lossy(&out.stdout).to_string();
         assert_eq!(text.lines().count(), 2, "{text}");
@@ -272,11 +267,7 @@ async fn the_next_run_sweeps_a_killed_runs_claims_at_start_up() {
         let server = ChatServer::start(responder).await;
         write(dir.path(), "run.yaml", &run_config(&fake, &server.base_url));
         let run_dir = dir.path().to_path_buf();
-        let out = tokio::task::spawn_blocking(move || {
-            common::run_in(&run_dir, &["run", "run.yaml", "--out", "out2", "--quiet"])
-        })
-        .await
-        .unwrap();
+        let out = uniagent_in(&run_dir, &["run", "run.yaml", "--out", "out2", "--quiet"]).await;
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         until("the crashed run's claims to be swept", || {
             claims(&fake) == 0
