@@ -68,7 +68,28 @@ impl Owner {
     /// assert_eq!(Owner::parse(&owner.label()), Some(owner));
     /// ```
     pub fn parse(label: &str) -> Option<Self> {
-        let mut parts = label.rsplitn(3, ':');
+        Self::parse_separated(label, ':')
+    }
+
+    /// Parses `host.pid.start-ticks` ([`dotted`](Self::dotted), the k8s owner label).
+    ///
+    /// ```
+    /// use uniagent_envs::owner::Owner;
+    /// let owner = Owner::parse_dotted("worker-0.ns.4242.99").unwrap();
+    /// assert_eq!((owner.host.as_str(), owner.pid, owner.start_ticks), ("worker-0.ns", 4242, 99));
+    /// assert_eq!(Owner::parse_dotted(&owner.dotted()), Some(owner));
+    /// ```
+    pub fn parse_dotted(label: &str) -> Option<Self> {
+        Self::parse_separated(label, '.')
+    }
+
+    /// `host.pid.start-ticks`: the owner in the characters a Kubernetes label value allows.
+    pub fn dotted(&self) -> String {
+        format!("{}.{}.{}", self.host, self.pid, self.start_ticks)
+    }
+
+    fn parse_separated(label: &str, separator: char) -> Option<Self> {
+        let mut parts = label.rsplitn(3, separator);
         let start_ticks = parts.next()?.parse().ok()?;
         let pid = parts.next()?.parse().ok()?;
         let host = parts.next()?.to_owned();

@@ -66,7 +66,7 @@ impl ManagedClaim {
             .as_ref()
             .and_then(|a| a.get(ANNOTATION_OWNER))
             .and_then(|o| Owner::parse(o))
-            .or_else(|| labels.get(LABEL_OWNER).and_then(|o| owner_from_label(o)));
+            .or_else(|| labels.get(LABEL_OWNER).and_then(|o| Owner::parse_dotted(o)));
         let shutdown_unix = claim
             .spec
             .lifecycle
@@ -89,18 +89,6 @@ impl ManagedClaim {
             ready,
         })
     }
-}
-
-/// An owner label `host.pid.start-ticks` (claims made before the annotation existed).
-fn owner_from_label(label: &str) -> Option<Owner> {
-    let mut parts = label.rsplitn(3, '.');
-    let start_ticks = parts.next()?.parse().ok()?;
-    let pid = parts.next()?.parse().ok()?;
-    Some(Owner {
-        host: parts.next()?.to_owned(),
-        pid,
-        start_ticks,
-    })
 }
 
 /// What a reap deleted.
@@ -239,16 +227,6 @@ async fn delete_all(conn: &Connection, namespace: &str, names: Vec<String>) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn owner_labels_parse_with_dots_in_the_host() {
-        let owner = owner_from_label("worker-0.ns.svc.4242.99").unwrap();
-        assert_eq!(
-            (owner.host.as_str(), owner.pid, owner.start_ticks),
-            ("worker-0.ns.svc", 4242, 99)
-        );
-        assert!(owner_from_label("h-0123abcd").is_none());
-    }
 
     #[test]
     fn stale_means_owner_gone_here_or_shutdown_passed() {

@@ -159,8 +159,7 @@ pub struct ClaimLabels {
 impl ClaimLabels {
     /// The value of the [`LABEL_OWNER`] label.
     pub fn owner_label(&self) -> String {
-        let o = &self.owner;
-        label_value(&format!("{}.{}.{}", o.host, o.pid, o.start_ticks))
+        label_value(&self.owner.dotted())
     }
 }
 
