@@ -1,8 +1,9 @@
 //! `uniagent run` on the swe-mini dataset in Docker, against an OpenAI-compatible test server:
 //! a model that replays each task's gold patch through the editor tool and submits solves
-//! every task; a model that submits at once solves none. Skips (saying so) only when no
-//! Docker daemon answers; with one, the task images must exist
-//! (scripts/setup/50-swe-mini-images.sh).
+//! every task; a model that submits at once solves none. The same run with `sandbox: {type:
+//! k8s}` against the stand-in cluster running its pods as Docker containers of the task images
+//! gives the same results. Skips (saying so) only when no Docker daemon answers; with one, the
+//! task images must exist (scripts/setup/50-swe-mini-images.sh).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -71,7 +72,13 @@ fn dataset() -> Vec<Value> {
 
 /// Replays the gold patch of the task whose issue the prompt holds, then submits.
 fn gold_replayer() -> common::Responder {
-    let by_issue: HashMap<String, Vec<Value>> = dataset()
+    replayer(dataset())
+}
+
+/// Replays the gold patch of the task whose issue the prompt holds when it is one of `gold`,
+/// then submits (at once for any other task).
+fn replayer(gold: Vec<Value>) -> common::Responder {
+    let by_issue: HashMap<String, Vec<Value>> = gold
         .into_iter()
         .map(|t| {
             (
@@ -129,11 +136,23 @@ async fn run_swe_with(
         return None;
     }
     let server = ChatServer::start(responder).await;
-    let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "swe.yaml", &config(&server.base_url));
-    let path = dir.path().to_path_buf();
     let run_id = format!("test-swe-{}-{:x}", std::process::id(), fastrand::u32(..));
-    let id = run_id.clone();
+    let (summary, lines) = run_uniagent(&config(&server.base_url), &run_id).await;
+    let docker = uniagent_envs::docker::engine().await.unwrap();
+    let left = uniagent_envs::docker::list_managed(&docker, Some(&run_id))
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "containers left behind: {}", left.len());
+    let requests = server.requests.lock().unwrap().clone();
+    Some((summary, lines, requests))
+}
+
+/// Runs `uniagent run` on `config` as run `run_id`; the summary and the trajectories.
+async fn run_uniagent(config: &str, run_id: &str) -> (Value, Vec<Value>) {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "swe.yaml", config);
+    let path = dir.path().to_path_buf();
+    let id = run_id.to_owned();
     let out = tokio::task::spawn_blocking(move || {
         common::uniagent()
             .current_dir(&path)
@@ -145,11 +164,6 @@ async fn run_swe_with(
     .await
     .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let docker = uniagent_envs::docker::engine().await.unwrap();
-    let left = uniagent_envs::docker::list_managed(&docker, Some(&run_id))
-        .await
-        .unwrap();
-    assert!(left.is_empty(), "containers left behind: {}", left.len());
     let summary: Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("out/summary.json")).unwrap())
             .unwrap();
@@ -158,8 +172,7 @@ async fn run_swe_with(
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let requests = server.requests.lock().unwrap().clone();
-    Some((summary, lines, requests))
+    (summary, lines)
 }
 
 #[test]
@@ -272,4 +285,125 @@ fn r2e_gym_rows_are_scored_by_their_hidden_tests() {
     for l in &lines {
         assert_eq!(l["reward"]["details"]["comparison"]["matches"], true, "{l}");
     }
+}
+
+/// Per task: whether it succeeded, the grader's verdict, how the rollout ended and its patch.
+fn outcomes(lines: &[Value]) -> std::collections::BTreeMap<String, Value> {
+    lines
+        .iter()
+        .map(|l| {
+            (
+                l["task_id"].as_str().unwrap().to_owned(),
+                json!([
+                    l["reward"]["success"],
+                    l["reward"]["details"]["verdict"],
+                    l["exit_reason"],
+                    l["signal"]["patch"],
+                ]),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn k8s_sandboxes_score_as_docker_sandboxes_do() {
+    use uniagent_envs::k8s::fake::{FakeCluster, FakeOptions, PodRunner, Resource, FAKE_KID};
+    const NS: &str = "swe-mini";
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let body = async {
+        if common::skip_without_docker() {
+            return;
+        }
+        // Three tasks: two replay their gold patch, one submits nothing.
+        let tasks: Vec<Value> = dataset().into_iter().take(3).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let jsonl: String = tasks.iter().map(|t| format!("{t}\n")).collect();
+        write(dir.path(), "tasks.jsonl", &jsonl);
+        let server = ChatServer::start(replayer(tasks[..2].to_vec())).await;
+        let docker_config = config_for(
+            &server.base_url,
+            dir.path().join("tasks.jsonl").to_str().unwrap(),
+            "swe-bench",
+            "uniagent-swe-mini:{instance_id}",
+        );
+        let run_id = format!(
+            "test-swe-k8s-{}-{:x}",
+            std::process::id(),
+            fastrand::u32(..)
+        );
+        let (docker_summary, docker_lines) = run_uniagent(&docker_config, &run_id).await;
+
+        let fake = FakeCluster::start(FakeOptions {
+            pods: PodRunner::Docker,
+            ..FakeOptions::default()
+        })
+        .await
+        .unwrap();
+        // The keys ConfigMap the backend's templates mount.
+        fake.create_warm_pool(NS, "keys-only", 0).await.unwrap();
+        let k8s_sandbox = [
+            "    type: k8s".to_owned(),
+            format!("    namespace: {NS}"),
+            "    carrier_image: carrier:1".to_owned(),
+            "    warm: 0".to_owned(),
+            format!("    api_url: {}", fake.api_url()),
+            format!(
+                "    signing_key_file: {}",
+                fake.signing_key_file().display()
+            ),
+            format!("    key_id: {FAKE_KID}"),
+        ]
+        .join("\n");
+        let k8s_config = docker_config.replace("    type: docker", &k8s_sandbox);
+        let (k8s_summary, k8s_lines) = run_uniagent(&k8s_config, &run_id).await;
+
+        assert_eq!(docker_summary["rollouts"], 3, "{docker_summary}");
+        let solved = docker_lines
+            .iter()
+            .filter(|l| l["reward"]["success"] == true)
+            .count();
+        assert_eq!(solved, 2, "{docker_lines:?}");
+        assert_eq!(k8s_summary["rollouts"], 3, "{k8s_summary}");
+        assert_eq!(
+            k8s_summary["success_rate"], docker_summary["success_rate"],
+            "{k8s_summary}"
+        );
+        // Task by task: the same verdicts, and byte for byte the same patches.
+        assert_eq!(outcomes(&k8s_lines), outcomes(&docker_lines));
+        // Each rollout and each grading ran in a pod's container of its own.
+        assert!(
+            fake.pod_containers_started() >= 5,
+            "{}",
+            fake.pod_containers_started()
+        );
+        // Every claim was deleted, and with it every pod's container.
+        let (claims, _) = fake
+            .store()
+            .list(Resource::SandboxClaims, Some(NS), |_| true);
+        assert!(claims.is_empty(), "{claims:?}");
+        let docker = uniagent_envs::docker::engine().await.unwrap();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let left = uniagent_envs::docker::list_managed(&docker, Some(&fake.container_run_id()))
+                .await
+                .unwrap();
+            if left.is_empty() {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "pod containers left: {left:?}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    };
+    rt.block_on(async {
+        tokio::time::timeout(std::time::Duration::from_secs(600), body)
+            .await
+            .expect("both runs finish within 10 minutes")
+    });
 }

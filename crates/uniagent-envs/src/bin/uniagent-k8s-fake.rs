@@ -7,6 +7,7 @@
 //!                   [--warm-pool NAMESPACE/NAME=REPLICAS]... [--adopt-delay-ms 0]
 //!                   [--cold-delay-ms 300] [--bookmark-interval-ms 5000]
 //!                   [--server-binary PATH] [--key-file FILE] [--loopback-octet R]
+//!                   [--pods processes|docker]
 //! ```
 //!
 //! stdout gets three lines: `listening on http://HOST:PORT` (the API server),
@@ -21,7 +22,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use uniagent_envs::k8s::fake::{FakeCluster, FakeOptions};
+use uniagent_envs::k8s::fake::{FakeCluster, FakeOptions, PodRunner};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -64,6 +65,16 @@ struct Args {
     /// The `R` of the sandboxes' addresses `127.R.x.y` (2..=254).
     #[arg(long, value_parser = clap::value_parser!(u8).range(2..=254))]
     loopback_octet: Option<u8>,
+    /// What runs each pod: a `uniagent-sandbox` process, or a Docker container of the pod's
+    /// image (needs a build with the `docker` feature and a Docker daemon).
+    #[arg(long, value_enum, default_value_t = Pods::Processes)]
+    pods: Pods,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Pods {
+    Processes,
+    Docker,
 }
 
 fn parse_pool(text: &str) -> Option<(String, String, u32)> {
@@ -131,6 +142,10 @@ async fn run(
         server_binary: args.server_binary,
         key_file: args.key_file,
         loopback_octet: args.loopback_octet,
+        pods: match args.pods {
+            Pods::Processes => PodRunner::Processes,
+            Pods::Docker => PodRunner::Docker,
+        },
     };
     let fake = FakeCluster::start(options).await?;
     for (namespace, name, replicas) in &pools {

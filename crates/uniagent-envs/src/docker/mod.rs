@@ -51,7 +51,7 @@ mod guard;
 #[cfg(feature = "docker")]
 mod image;
 #[cfg(feature = "docker")]
-mod labels;
+pub(crate) mod labels;
 #[cfg(feature = "docker")]
 mod payload;
 #[cfg(feature = "docker")]

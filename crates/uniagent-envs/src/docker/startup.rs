@@ -104,7 +104,11 @@ const KEPT_OUTPUT: usize = 2048;
 /// connection, and each connection costs a `docker exec`. Under load a probe times out before
 /// its exec even starts, the next probe adds another exec, and a few dozen starting sandboxes
 /// keep the daemon too busy for any of them to start. Following the log is one request.
-async fn wait_until_listening(docker: &Docker, id: &str, timeout: Duration) -> Result<()> {
+pub(crate) async fn wait_until_listening(
+    docker: &Docker,
+    id: &str,
+    timeout: Duration,
+) -> Result<()> {
     let options = bollard::query_parameters::LogsOptionsBuilder::new()
         .follow(true)
         .stdout(true)

@@ -52,9 +52,12 @@
 //! - A list with `resourceVersionMatch=Exact` is served only at the current version (else 410);
 //!   `continue` tokens do not expire; pages after the first reflect current objects.
 //! - No authentication, admission, defaulting, schema validation, discovery, or TLS.
-//! - Pods: no scheduling, images, probes or restarts; `Unschedulable` and `ErrImagePull` exist
-//!   only as injected faults. Readiness is the process accepting TCP on its address (the
-//!   template's `tcpSocket` probe). A cold start is Ready no sooner than `cold_delay` after its
+//! - Pods: no scheduling, probes or restarts. By default ([`PodRunner::Processes`]) no images
+//!   either: `Unschedulable` and `ErrImagePull` exist only as injected faults, and readiness is
+//!   the process accepting TCP on its address (the template's `tcpSocket` probe). With
+//!   [`PodRunner::Docker`] a pod is a container of its image (`ErrImagePull` when the image is
+//!   missing), ready once its server prints that it listens; only the carrier's copy runs as
+//!   an init container, and only `emptyDir` and ConfigMap volumes are mounted. A cold start is Ready no sooner than `cold_delay` after its
 //!   pod is made. The key file comes from the ConfigMap the container's
 //!   `--auth-public-key-file` resolves to through its volume mounts, else the fake's own.
 //! - Warm pools ignore `updateStrategy` (a changed template does not replace warm sandboxes);
@@ -62,6 +65,8 @@
 //! - The generated signing key comes from a non-cryptographic generator: test use only.
 
 mod api;
+#[cfg(feature = "docker")]
+mod containers;
 mod controller;
 mod faults;
 mod portforward;
@@ -119,6 +124,9 @@ pub enum FakeError {
     /// A wait ran out.
     #[error("k8s fake: timed out waiting for {0}")]
     Timeout(String),
+    /// The options ask for something this build lacks.
+    #[error("k8s fake: {0}")]
+    Unsupported(String),
 }
 
 impl From<ApiError> for FakeError {
@@ -150,6 +158,22 @@ pub struct FakeOptions {
     /// The second octet `R` of the sandboxes' addresses `127.R.x.y` (default: picked per fake,
     /// so that fakes in one process, or in processes started together, do not clash).
     pub loopback_octet: Option<u8>,
+    /// What runs the pods (default: [`PodRunner::Processes`]).
+    pub pods: PodRunner,
+}
+
+/// What the fake kubelet runs each pod as.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PodRunner {
+    /// A `uniagent-sandbox` process on the host, on the pod's loopback address, in a folder of
+    /// its own: fast, no images; the pod's image only names its template.
+    #[default]
+    Processes,
+    /// A Docker container of the pod's image (feature `docker`), with the server the init
+    /// container installs and the ConfigMap's keys copied in, its limits applied and its ports
+    /// published on the pod's loopback address: the pod's own file system and tools, as on a
+    /// node. A missing image is the pod's `ErrImagePull`.
+    Docker,
 }
 
 impl Default for FakeOptions {
@@ -164,6 +188,7 @@ impl Default for FakeOptions {
             server_binary: None,
             key_file: None,
             loopback_octet: None,
+            pods: PodRunner::Processes,
         }
     }
 }
@@ -177,6 +202,11 @@ fn pick_octet() -> u8 {
         .wrapping_add(n.wrapping_mul(11));
     // 2..=254: 127.0.x.y and 127.1.x.y stay free for everything else.
     u8::try_from(2 + spread % 253).unwrap_or(2)
+}
+
+/// The docker backend's run id label of the pod containers of the fake with id `fake_id`.
+fn container_run_id(fake_id: &str) -> String {
+    format!("k8s-fake-{fake_id}")
 }
 
 /// A running fake cluster: API server, controller and router. Dropping it stops all three and
@@ -199,6 +229,11 @@ pub struct FakeCluster {
 impl FakeCluster {
     /// Starts the API server, the router and the controller.
     pub async fn start(options: FakeOptions) -> Result<FakeCluster, FakeError> {
+        if options.pods == PodRunner::Docker && !cfg!(feature = "docker") {
+            return Err(FakeError::Unsupported(
+                "pods in Docker need the `docker` feature of uniagent-envs".into(),
+            ));
+        }
         let server_binary = crate::host::find_server_binary(options.server_binary.as_deref())
             .map_err(|e| FakeError::Binary(e.to_string()))?;
         let dir = tempfile::Builder::new()
@@ -227,6 +262,7 @@ impl FakeCluster {
                 default_key_file: key_file.clone(),
                 work_dir: dir.path().to_path_buf(),
                 loopback_octet,
+                pods: options.pods,
             },
             store.clone(),
             fault_state.clone(),
@@ -324,7 +360,19 @@ impl FakeCluster {
         self.loopback_octet
     }
 
-    /// How many sandbox processes are running.
+    /// The run id (label `dev.uniagent.run-id`) every pod container of this fake carries
+    /// ([`PodRunner::Docker`]): `uniagent cleanup --run-id` removes them; tests list them with
+    /// `uniagent_envs::docker::list_managed`.
+    pub fn container_run_id(&self) -> String {
+        self.controller.container_run_id()
+    }
+
+    /// How many pod containers this fake started so far ([`PodRunner::Docker`]; 0 otherwise).
+    pub fn pod_containers_started(&self) -> u64 {
+        self.controller.containers_started()
+    }
+
+    /// How many sandbox processes (or pod containers) are running.
     pub fn running_sandboxes(&self) -> usize {
         self.controller.process_count()
     }

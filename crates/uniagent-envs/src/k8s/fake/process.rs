@@ -80,6 +80,11 @@ impl Processes {
         }
     }
 
+    /// The id every process (and container) of this fake is marked with.
+    pub(crate) fn fake_id(&self) -> &str {
+        &self.fake_id
+    }
+
     /// Starts `uniagent-sandbox` for pod `name` on `ip`:[`SANDBOX_PORT`] in `working_dir`,
     /// accepting tokens signed by a key of `key_file` and naming `name`; stderr goes to `log`.
     pub(crate) fn spawn(

@@ -1,5 +1,5 @@
-//! The kubelet: each pod a `uniagent-sandbox` process on its own loopback address, and the
-//! pods' status.
+//! The kubelet: each pod a `uniagent-sandbox` process on its own loopback address (or a Docker
+//! container of the pod's image, [`PodRunner::Docker`]), and the pods' status.
 
 use super::*;
 
@@ -9,6 +9,12 @@ pub(super) struct PodRuntime {
     pub(super) ip: Option<Ipv4Addr>,
     pub(super) fault: SandboxFault,
     pub(super) pid: Option<i32>,
+    /// The pod's container ([`PodRunner::Docker`]), once created.
+    pub(super) container: Option<String>,
+    /// A container is being created (deleting the pod waits for it, then removes it).
+    pub(super) creating: bool,
+    /// The pod's process or container is being stopped.
+    pub(super) stopping: bool,
     pub(super) ready_not_before: Instant,
     pub(super) listening: bool,
     pub(super) exit_code: Option<i32>,
@@ -46,6 +52,25 @@ pub(super) fn container_name(pod: &Value) -> (String, String) {
             .unwrap_or("uniagent-sandbox")
             .to_string(),
     )
+}
+
+impl PodRuntime {
+    /// Whether the pod's process or container was started.
+    fn started(&self) -> bool {
+        self.pid.is_some() || self.container.is_some()
+    }
+}
+
+/// What the kubelet does with a pod being deleted.
+enum Stop {
+    /// Nothing runs: the pod can go.
+    Done,
+    /// Kill this process (again, until it is reaped).
+    Kill(i32),
+    /// Remove this container.
+    Remove(String),
+    /// A removal or a creation is under way.
+    Wait,
 }
 
 /// What the kubelet reports for a pod.
@@ -91,7 +116,7 @@ pub(super) fn pod_status(pod: &Value, rt: &PodRuntime) -> Value {
             json!({"terminated": {"exitCode": code, "reason": if code == 0 { "Completed" } else { "Error" }}}),
             false,
         )
-    } else if Instant::now() < rt.ready_not_before || rt.pid.is_none() {
+    } else if Instant::now() < rt.ready_not_before || !rt.started() {
         (
             "Pending",
             json!({"waiting": {"reason": "ContainerCreating"}}),
@@ -283,8 +308,8 @@ impl ControllerHandle {
             .iter()
             .map(|p| (namespace_of(p).to_string(), name_of(p).to_string()))
             .collect();
-        // Processes whose pod vanished.
-        let orphaned: Vec<i32> = {
+        // Processes and containers whose pod vanished.
+        let orphaned: Vec<PodRuntime> = {
             let mut runtimes = lock(&self.shared.runtimes);
             let gone: Vec<(String, String)> = runtimes
                 .keys()
@@ -292,32 +317,48 @@ impl ControllerHandle {
                 .cloned()
                 .collect();
             gone.into_iter()
-                .filter_map(|k| {
-                    runtimes
-                        .remove(&k)
-                        .and_then(|rt| rt.pid.filter(|_| rt.exit_code.is_none()))
-                })
+                .filter_map(|k| runtimes.remove(&k))
+                .filter(|rt| rt.exit_code.is_none())
                 .collect()
         };
-        for pid in orphaned {
-            self.shared.processes.kill(pid);
+        for rt in orphaned {
+            if let Some(pid) = rt.pid {
+                self.shared.processes.kill(pid);
+            }
+            // A container still being created is removed by its creator, which finds its pod
+            // gone.
+            if let Some(id) = rt.container {
+                self.remove_container(None, id);
+            }
         }
         for pod in pods {
             let key = (namespace_of(pod).to_string(), name_of(pod).to_string());
             if deleting(pod) {
-                let (pid, done) = match lock(&self.shared.runtimes).get(&key) {
-                    Some(rt) => (
-                        rt.pid.filter(|_| rt.exit_code.is_none()),
-                        rt.pid.is_none() || rt.exit_code.is_some(),
-                    ),
-                    None => (None, true),
+                let stop = match lock(&self.shared.runtimes).get_mut(&key) {
+                    None => Stop::Done,
+                    Some(rt) if rt.exit_code.is_some() => Stop::Done,
+                    Some(rt) if rt.creating => {
+                        rt.stopping = true;
+                        Stop::Wait
+                    }
+                    Some(rt) => match (rt.pid, rt.container.clone()) {
+                        (Some(pid), _) => Stop::Kill(pid),
+                        (None, Some(_)) if rt.stopping => Stop::Wait,
+                        (None, Some(id)) => {
+                            rt.stopping = true;
+                            Stop::Remove(id)
+                        }
+                        (None, None) => Stop::Done,
+                    },
                 };
-                if let Some(pid) = pid {
-                    self.shared.processes.kill(pid);
-                }
-                if done {
-                    lock(&self.shared.runtimes).remove(&key);
-                    self.store.remove_now(Resource::Pods, &key.0, &key.1);
+                match stop {
+                    Stop::Done => {
+                        lock(&self.shared.runtimes).remove(&key);
+                        self.store.remove_now(Resource::Pods, &key.0, &key.1);
+                    }
+                    Stop::Kill(pid) => self.shared.processes.kill(pid),
+                    Stop::Remove(id) => self.remove_container(Some(key), id),
+                    Stop::Wait => {}
                 }
                 continue;
             }
@@ -333,6 +374,9 @@ impl ControllerHandle {
                     ip,
                     fault,
                     pid: None,
+                    container: None,
+                    creating: false,
+                    stopping: false,
                     ready_not_before: Instant::now() + delay,
                     listening: false,
                     exit_code: None,
@@ -341,7 +385,11 @@ impl ControllerHandle {
                 };
                 lock(&self.shared.runtimes).insert(key.clone(), rt);
                 if let (SandboxFault::None, Some(ip)) = (fault, ip) {
-                    if let Err(e) = self.spawn_process(key.clone(), ip, pod) {
+                    let started = match self.config.pods {
+                        PodRunner::Processes => self.spawn_process(key.clone(), ip, pod).map(drop),
+                        PodRunner::Docker => self.spawn_container(key.clone(), ip, pod),
+                    };
+                    if let Err(e) = started {
                         if let Some(slot) = lock(&self.shared.runtimes).get_mut(&key) {
                             slot.spawn_error = Some(e);
                         }

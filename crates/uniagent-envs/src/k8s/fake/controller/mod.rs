@@ -14,6 +14,8 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+#[cfg(feature = "docker")]
+use super::containers::Containers;
 use super::faults::{FaultState, SandboxFault};
 use super::process::{Processes, SANDBOX_PORT};
 use super::store::{
@@ -23,8 +25,10 @@ use super::store::{
 use super::util::{
     condition, condition_true, find_condition, keep_transition_times, lock, now_rfc3339, parse_time,
 };
+use super::PodRunner;
 
 mod claims;
+mod containers;
 mod gc;
 mod kubelet;
 mod pools;
@@ -62,6 +66,7 @@ pub(crate) struct ControllerConfig {
     pub(crate) default_key_file: PathBuf,
     pub(crate) work_dir: PathBuf,
     pub(crate) loopback_octet: u8,
+    pub(crate) pods: PodRunner,
 }
 
 #[derive(Debug, Default)]
@@ -80,6 +85,8 @@ pub(crate) struct Shared {
     memory: Mutex<Memory>,
     wake: Notify,
     pub(crate) processes: Processes,
+    #[cfg(feature = "docker")]
+    pub(crate) containers: Containers,
 }
 
 /// The controller: its settings, the store it reconciles, and its loop (stoppable, as a crash).
@@ -155,6 +162,7 @@ impl ControllerHandle {
         store: Arc<Store>,
         faults: Arc<FaultState>,
     ) -> Self {
+        let processes = Processes::new();
         ControllerHandle {
             config,
             store,
@@ -166,7 +174,9 @@ impl ControllerHandle {
                     ..Memory::default()
                 }),
                 wake: Notify::new(),
-                processes: Processes::new(),
+                #[cfg(feature = "docker")]
+                containers: Containers::new(super::container_run_id(processes.fake_id())),
+                processes,
             }),
             task: Mutex::new(None),
         }
@@ -216,10 +226,12 @@ impl ControllerHandle {
         lock(&self.task).is_some()
     }
 
-    /// Stops the loop and kills every sandbox process.
+    /// Stops the loop and kills every sandbox process (and removes every container).
     pub(crate) fn shutdown(&self) {
         self.stop();
         self.shared.processes.kill_all();
+        #[cfg(feature = "docker")]
+        self.shared.containers.remove_all();
     }
 
     fn view(&self) -> View {
@@ -251,8 +263,25 @@ impl ControllerHandle {
             });
     }
 
-    /// How many sandbox processes run.
+    /// The run id (docker backend label) of this fake's pod containers.
+    pub(crate) fn container_run_id(&self) -> String {
+        super::container_run_id(self.shared.processes.fake_id())
+    }
+
+    /// How many pod containers were started ([`PodRunner::Docker`]).
+    pub(crate) fn containers_started(&self) -> u64 {
+        #[cfg(feature = "docker")]
+        return self.shared.containers.started();
+        #[cfg(not(feature = "docker"))]
+        0
+    }
+
+    /// How many sandbox processes (or containers) run.
     pub(crate) fn process_count(&self) -> usize {
-        self.shared.processes.count()
+        #[cfg(feature = "docker")]
+        let containers = self.shared.containers.count();
+        #[cfg(not(feature = "docker"))]
+        let containers = 0;
+        self.shared.processes.count() + containers
     }
 }
