@@ -83,6 +83,13 @@ pub enum GatewayError {
         /// What is wrong with it.
         message: String,
     },
+    /// `previous_response_id` names no response this session stored (never made, made with
+    /// `store: false`, evicted, or made before a restart).
+    #[error("previous response `{id}` not found in this session (responses are kept per session, in memory, for those made with `store: true`)")]
+    PreviousResponseNotFound {
+        /// The id asked for.
+        id: String,
+    },
     /// A bug in the gateway (500).
     #[error("internal error: {message}")]
     Internal {
@@ -124,7 +131,8 @@ impl GatewayError {
             Self::InvalidRequest { .. }
             | Self::InvalidSession { .. }
             | Self::ContextLength { .. }
-            | Self::Template { .. } => StatusCode::BAD_REQUEST,
+            | Self::Template { .. }
+            | Self::PreviousResponseNotFound { .. } => StatusCode::BAD_REQUEST,
             Self::SessionNotFound { .. } => StatusCode::NOT_FOUND,
             Self::SessionEnded { .. } => StatusCode::CONFLICT,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -148,6 +156,7 @@ impl GatewayError {
             Self::Model { .. } => "model_error",
             Self::Recording { .. } => "recording_error",
             Self::Journal { .. } => "journal_error",
+            Self::PreviousResponseNotFound { .. } => "previous_response_not_found",
             Self::Internal { .. } => "internal_error",
         }
     }

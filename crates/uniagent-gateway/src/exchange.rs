@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::cassette::Placed;
 use crate::error::GatewayError;
 use crate::gateway::Gateway;
-use crate::wire::{anthropic, openai};
+use crate::wire::{anthropic, openai, responses};
 
 /// The completion route a request came in on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -19,6 +19,8 @@ pub enum Route {
     ChatCompletions,
     /// `POST /sessions/{session}/v1/messages` (Anthropic).
     Messages,
+    /// `POST /sessions/{session}/v1/responses` (the OpenAI Responses API).
+    Responses,
 }
 
 impl Route {
@@ -27,13 +29,14 @@ impl Route {
         match self {
             Self::ChatCompletions => "chatcmpl",
             Self::Messages => "msg",
+            Self::Responses => "resp",
         }
     }
 
     /// The route's error body.
     pub(crate) fn error_body(self, e: &GatewayError) -> Value {
         match self {
-            Self::ChatCompletions => openai::error_body(e),
+            Self::ChatCompletions | Self::Responses => openai::error_body(e),
             Self::Messages => anthropic::error_body(e),
         }
     }
@@ -96,7 +99,11 @@ impl Reply {
 /// How the route shapes its answer.
 enum Shape {
     OpenAi(openai::OpenAiOptions),
-    Anthropic { stream: bool },
+    Anthropic {
+        stream: bool,
+    },
+    /// The conversation to store under the response's id (`store: true`).
+    Responses(responses::ResponsesOptions, Vec<uniagent_core::Message>),
 }
 
 impl Gateway {
@@ -136,6 +143,16 @@ impl Gateway {
             Route::Messages => {
                 anthropic::parse_request(body).map(|(r, stream)| (r, Shape::Anthropic { stream }))
             }
+            Route::Responses => match responses::parse_request(body) {
+                Ok(parsed) => self
+                    .previous_response(session_id, parsed.options.previous_response_id.as_deref())
+                    .await
+                    .map(|history| {
+                        let (req, conversation, options) = parsed.into_turn(&history);
+                        (req, Shape::Responses(options, conversation))
+                    }),
+                Err(e) => Err(e),
+            },
         };
         let (req, shape) = match parsed {
             Ok(p) => p,
@@ -146,41 +163,74 @@ impl Gateway {
             }
         };
         let model = self.config().model_name.clone();
-        self.complete_recorded(session_id, route, body, req, |answer| {
-            let stamp = stamp.unwrap_or_else(|| self.fresh_stamp(route, session_id));
-            let body = match &shape {
-                Shape::OpenAi(o) if o.stream => ReplyBody::Events(
-                    openai::chunks(answer, &stamp.id, &model, stamp.created, o)
-                        .into_iter()
-                        .map(|data| SseEvent { event: None, data })
-                        .collect(),
-                ),
-                Shape::OpenAi(o) => ReplyBody::Json(openai::response(
-                    answer,
-                    &stamp.id,
-                    &model,
-                    stamp.created,
-                    o.logprobs,
-                )),
-                Shape::Anthropic { stream: true } => ReplyBody::Events(
-                    anthropic::events(answer, &stamp.id, &model)
-                        .into_iter()
-                        .map(|(name, data)| SseEvent {
-                            event: Some(name.to_owned()),
-                            data: data.to_string(),
-                        })
-                        .collect(),
-                ),
-                Shape::Anthropic { stream: false } => {
-                    ReplyBody::Json(anthropic::response(answer, &stamp.id, &model))
+        // The answered conversation a Responses answer is stored as.
+        let mut answered = None;
+        let (reply, placed) = self
+            .complete_recorded(session_id, route, body, req, |answer| {
+                let stamp = stamp.unwrap_or_else(|| self.fresh_stamp(route, session_id));
+                let body = match &shape {
+                    Shape::OpenAi(o) if o.stream => ReplyBody::Events(
+                        openai::chunks(answer, &stamp.id, &model, stamp.created, o)
+                            .into_iter()
+                            .map(|data| SseEvent { event: None, data })
+                            .collect(),
+                    ),
+                    Shape::OpenAi(o) => ReplyBody::Json(openai::response(
+                        answer,
+                        &stamp.id,
+                        &model,
+                        stamp.created,
+                        o.logprobs,
+                    )),
+                    Shape::Anthropic { stream: true } => ReplyBody::Events(
+                        anthropic::events(answer, &stamp.id, &model)
+                            .into_iter()
+                            .map(|(name, data)| SseEvent {
+                                event: Some(name.to_owned()),
+                                data: data.to_string(),
+                            })
+                            .collect(),
+                    ),
+                    Shape::Anthropic { stream: false } => {
+                        ReplyBody::Json(anthropic::response(answer, &stamp.id, &model))
+                    }
+                    Shape::Responses(o, conversation) => {
+                        if o.store {
+                            let mut conversation = conversation.clone();
+                            conversation.push(answer.message.clone());
+                            answered = Some((stamp.id.clone(), conversation));
+                        }
+                        if o.stream {
+                            ReplyBody::Events(
+                                responses::events(answer, &stamp.id, &model, stamp.created, o)
+                                    .into_iter()
+                                    .map(|(name, data)| SseEvent {
+                                        event: Some(name),
+                                        data: data.to_string(),
+                                    })
+                                    .collect(),
+                            )
+                        } else {
+                            ReplyBody::Json(responses::response(
+                                answer,
+                                &stamp.id,
+                                &model,
+                                stamp.created,
+                                o,
+                            ))
+                        }
+                    }
+                };
+                Reply {
+                    status: StatusCode::OK,
+                    body,
+                    stamp: Some(stamp),
                 }
-            };
-            Reply {
-                status: StatusCode::OK,
-                body,
-                stamp: Some(stamp),
-            }
-        })
-        .await
+            })
+            .await;
+        if let Some((id, conversation)) = answered {
+            self.store_response(session_id, id, conversation).await;
+        }
+        (reply, placed)
     }
 }

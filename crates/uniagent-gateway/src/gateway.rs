@@ -245,6 +245,36 @@ impl Gateway {
         (reply, placed)
     }
 
+    /// The stored conversation of Responses API answer `id` in session `session_id` (none
+    /// asked: empty).
+    pub(crate) async fn previous_response(
+        &self,
+        session_id: &str,
+        id: Option<&str>,
+    ) -> Result<Arc<Vec<Message>>> {
+        let Some(id) = id else {
+            return Ok(Arc::default());
+        };
+        let handle = self.session(session_id)?;
+        let session = handle.lock().await;
+        session
+            .responses
+            .get(id)
+            .ok_or_else(|| GatewayError::PreviousResponseNotFound { id: id.to_owned() })
+    }
+
+    /// Keeps `conversation` as Responses API answer `id` of session `session_id`.
+    pub(crate) async fn store_response(
+        &self,
+        session_id: &str,
+        id: String,
+        conversation: Vec<Message>,
+    ) {
+        if let Ok(handle) = self.session(session_id) {
+            handle.lock().await.responses.insert(id, conversation);
+        }
+    }
+
     /// Records a request rejected before it reached a chain (with cassettes on, and a UTF-8
     /// body): a replay must reject it the same way.
     pub(crate) async fn record_rejected(

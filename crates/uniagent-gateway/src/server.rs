@@ -82,6 +82,10 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
                     post(model_route(Route::ChatCompletions)),
                 )
                 .route(
+                    "/sessions/{session}/v1/responses",
+                    post(model_route(Route::Responses)),
+                )
+                .route(
                     "/sessions/{session}/v1/messages",
                     post(model_route(Route::Messages)),
                 )
@@ -165,7 +169,7 @@ fn read_body(state: &AppState, body: BodyRead) -> std::result::Result<Bytes, Gat
     })
 }
 
-/// The handler of one model route (`/v1/chat/completions` or `/v1/messages`).
+/// The handler of one model route (`/v1/chat/completions`, `/v1/responses` or `/v1/messages`).
 fn model_route(
     route: Route,
 ) -> impl Fn(State<Arc<AppState>>, Path<String>, BodyRead) -> BoxFuture<'static, Response> + Clone {

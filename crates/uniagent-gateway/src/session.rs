@@ -22,6 +22,44 @@ pub struct Session {
     /// Ended: its record is written. A request that got the session before it ended and ran
     /// after is refused (its turn would be in no record).
     pub(crate) ended: bool,
+    /// Responses API answers kept for `previous_response_id`.
+    pub(crate) responses: StoredResponses,
+}
+
+/// The Responses API answers of one session kept for `previous_response_id`: each the
+/// conversation it answered (without `instructions`) and its answer. The newest
+/// [`STORED_RESPONSES`] are kept, in memory only.
+#[derive(Debug, Default)]
+pub(crate) struct StoredResponses {
+    order: std::collections::VecDeque<String>,
+    by_id: std::collections::HashMap<String, std::sync::Arc<Vec<Message>>>,
+}
+
+/// How many responses a session keeps (older ones are dropped first): a client chaining by
+/// `previous_response_id` needs only the latest, one replaying branches a few.
+pub(crate) const STORED_RESPONSES: usize = 256;
+
+impl StoredResponses {
+    /// The conversation of response `id`.
+    pub(crate) fn get(&self, id: &str) -> Option<std::sync::Arc<Vec<Message>>> {
+        self.by_id.get(id).cloned()
+    }
+
+    /// Keeps `conversation` as response `id`, dropping the oldest beyond the limit.
+    pub(crate) fn insert(&mut self, id: String, conversation: Vec<Message>) {
+        if self
+            .by_id
+            .insert(id.clone(), std::sync::Arc::new(conversation))
+            .is_none()
+        {
+            self.order.push_back(id);
+        }
+        while self.order.len() > STORED_RESPONSES {
+            if let Some(old) = self.order.pop_front() {
+                self.by_id.remove(&old);
+            }
+        }
+    }
 }
 
 /// Where a request's generation runs. An extension works on the chain's own cache, in
