@@ -67,6 +67,13 @@ pub enum RewardError {
         /// What went wrong.
         message: String,
     },
+    /// A Harbor verifier gave no reward: it ran past its timeout, wrote no reward file or a
+    /// malformed one (an infrastructure failure of the task, not a score of 0).
+    #[error("the task's verifier gave no reward: {message}")]
+    VerifierFailed {
+        /// What happened.
+        message: String,
+    },
     /// The sandbox itself failed (unreachable, died, protocol error).
     #[error(transparent)]
     Sandbox(#[from] uniagent_core::Error),
@@ -82,7 +89,7 @@ impl RewardError {
             | Self::ParserFailed { .. } => ErrorKind::InvalidInput,
             Self::UnsupportedParser { .. } => ErrorKind::NotSupported,
             Self::NoSandbox | Self::BadConfig { .. } => ErrorKind::Config,
-            Self::SetupFailed { .. } => ErrorKind::CommandFailed,
+            Self::SetupFailed { .. } | Self::VerifierFailed { .. } => ErrorKind::CommandFailed,
             Self::Sandbox(e) => e.kind(),
         }
     }

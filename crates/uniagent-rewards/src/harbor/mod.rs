@@ -1,0 +1,23 @@
+//! Harbor tasks (the Terminal-Bench 2 format): a directory with `task.toml`, `instruction.md`,
+//! `environment/Dockerfile`, `tests/test.sh` and optionally `solution/solve.sh`.
+//!
+//! [`HarborTask::load`] reads and checks one; [`HarborVerifier`] is its reward: `test.sh` run in
+//! the agent's sandbox, scored by `/logs/verifier/reward.json` or `reward.txt`
+//! ([`rewards_from_files`]). What uniagent does not run (multi-step tasks, separate verifier
+//! environments, compose environments, Windows) is refused at load with a typed error.
+
+mod config;
+mod reward_file;
+mod task;
+mod verifier;
+
+pub use config::{
+    resolve_env, AgentSection, EnvironmentSection, PackageInfo, SolutionSection, TaskConfig,
+    VerifierMode, VerifierSection,
+};
+pub use reward_file::{
+    primary_score, rewards_from_files, RewardFileError, REWARD_DIR, REWARD_JSON, REWARD_KEY,
+    REWARD_TXT,
+};
+pub use task::{strip_canary, HarborTask, HarborTaskError};
+pub use verifier::{HarborVerifier, HARBOR_DIR_FIELD, TEST_OUTPUT};

@@ -1,0 +1,294 @@
+//! A Harbor task directory, loaded and checked: what uniagent can run of it, and a typed error
+//! naming the file for what it cannot.
+
+use std::path::{Path, PathBuf};
+
+use super::config::{TaskConfig, VerifierMode};
+
+/// Why a task directory cannot be run.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HarborTaskError {
+    /// A file the format requires is missing or unreadable.
+    #[error("{}: {message}", path.display())]
+    Missing {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// `task.toml` does not parse or holds a bad value.
+    #[error("{}: {message}", path.display())]
+    BadConfig {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A valid task using a part of the format uniagent does not run (yet).
+    #[error("{}: {what} is not supported by uniagent", dir.display())]
+    Unsupported {
+        /// The task directory.
+        dir: PathBuf,
+        /// The feature.
+        what: String,
+    },
+}
+
+/// A loaded task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HarborTask {
+    /// The task's directory.
+    pub dir: PathBuf,
+    /// Its name: `[task].name`, else the directory's name.
+    pub name: String,
+    /// What the agent is told: `instruction.md` without its leading canary lines.
+    pub instruction: String,
+    /// `task.toml`.
+    pub config: TaskConfig,
+}
+
+impl HarborTask {
+    /// Loads and checks the task in `dir`.
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let err = uniagent_rewards::harbor::HarborTask::load(dir.path()).unwrap_err();
+    /// assert!(err.to_string().contains("task.toml"));
+    /// ```
+    pub fn load(dir: &Path) -> Result<Self, HarborTaskError> {
+        let config_path = dir.join("task.toml");
+        let text = read(&config_path)?;
+        let config: TaskConfig = toml::from_str(&text).map_err(|e| HarborTaskError::BadConfig {
+            path: config_path.clone(),
+            message: e.to_string(),
+        })?;
+        let unsupported = |what: &str| HarborTaskError::Unsupported {
+            dir: dir.to_path_buf(),
+            what: what.to_owned(),
+        };
+        if config.steps.is_some() {
+            return Err(unsupported("a multi-step task ([[steps]])"));
+        }
+        if !config.environment.os.eq_ignore_ascii_case("linux") {
+            return Err(unsupported(&format!(
+                "[environment] os = {:?}",
+                config.environment.os
+            )));
+        }
+        let bad = |message: String| HarborTaskError::BadConfig {
+            path: config_path.clone(),
+            message,
+        };
+        config.environment.memory_mib().map_err(bad)?;
+        config.environment.storage_mib().map_err(bad)?;
+        for (name, value) in [
+            ("[verifier] timeout_sec", Some(config.verifier.timeout_sec)),
+            (
+                "[environment] build_timeout_sec",
+                Some(config.environment.build_timeout_sec),
+            ),
+            ("[agent] timeout_sec", config.agent.timeout_sec),
+        ] {
+            if let Some(v) = value.filter(|v| !(v.is_finite() && *v > 0.0)) {
+                return Err(bad(format!("{name} = {v}: must be a positive number")));
+            }
+        }
+        match (
+            config.verifier.environment_mode,
+            &config.verifier.environment,
+        ) {
+            (Some(VerifierMode::Shared), Some(_)) => {
+                return Err(bad(
+                    "[verifier] environment_mode = \"shared\" with a [verifier.environment]".into(),
+                ))
+            }
+            (Some(VerifierMode::Separate), _) | (None, Some(_)) => {
+                return Err(unsupported("a separate verifier environment"))
+            }
+            _ => {}
+        }
+        let environment = dir.join("environment");
+        if config.environment.docker_image.is_none() && !environment.join("Dockerfile").is_file() {
+            return Err(if environment.join("docker-compose.yaml").is_file() {
+                unsupported("a docker-compose environment")
+            } else {
+                HarborTaskError::Missing {
+                    path: environment.join("Dockerfile"),
+                    message: "missing (or set [environment] docker_image)".into(),
+                }
+            });
+        }
+        let test = dir.join("tests/test.sh");
+        if !test.is_file() {
+            return Err(HarborTaskError::Missing {
+                path: test,
+                message: "missing: the verifier runs it".into(),
+            });
+        }
+        let instruction_path = dir.join("instruction.md");
+        let instruction = strip_canary(&read(&instruction_path)?);
+        if instruction.trim().is_empty() {
+            return Err(HarborTaskError::Missing {
+                path: instruction_path,
+                message: "empty: the agent would be told nothing".into(),
+            });
+        }
+        let name = match &config.task {
+            Some(task) if !task.name.is_empty() => task.name.clone(),
+            _ => dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        };
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            name,
+            instruction,
+            config,
+        })
+    }
+
+    /// The build context of the task's image (`environment/`).
+    pub fn environment_dir(&self) -> PathBuf {
+        self.dir.join("environment")
+    }
+
+    /// The directory uploaded to `/tests` for the verifier.
+    pub fn tests_dir(&self) -> PathBuf {
+        self.dir.join("tests")
+    }
+
+    /// `solution/solve.sh`, when the task has an oracle.
+    pub fn solution_script(&self) -> Option<PathBuf> {
+        let path = self.dir.join("solution/solve.sh");
+        path.is_file().then_some(path)
+    }
+}
+
+fn read(path: &Path) -> Result<String, HarborTaskError> {
+    std::fs::read_to_string(path).map_err(|e| HarborTaskError::Missing {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
+}
+
+/// `text` without its leading canary lines (an HTML or `#` comment mentioning "canary") and
+/// the blank lines after them.
+pub fn strip_canary(text: &str) -> String {
+    let mut lines = text.split_inclusive('\n').peekable();
+    let mut stripped = false;
+    while let Some(line) = lines.peek() {
+        let t = line.trim();
+        let comment = t.starts_with('#') || (t.starts_with("<!--") && t.ends_with("-->"));
+        if comment && t.to_ascii_lowercase().contains("canary") {
+            stripped = true;
+            lines.next();
+        } else if stripped && t.is_empty() {
+            lines.next();
+        } else {
+            break;
+        }
+    }
+    lines.collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (path, text) in files {
+            let path = dir.path().join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        dir
+    }
+
+    const MINIMAL: [(&str, &str); 4] = [
+        ("task.toml", "[verifier]\ntimeout_sec = 30.0\n"),
+        (
+            "instruction.md",
+            "<!-- canary GUID 1234 -->\n\nCreate hello.txt.\n",
+        ),
+        ("environment/Dockerfile", "FROM base\nWORKDIR /app\n"),
+        (
+            "tests/test.sh",
+            "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n",
+        ),
+    ];
+
+    #[test]
+    fn a_minimal_task_loads_without_its_canary() {
+        let dir = task(&MINIMAL);
+        let t = HarborTask::load(dir.path()).unwrap();
+        assert_eq!(t.instruction, "Create hello.txt.\n");
+        assert_eq!(t.config.verifier.timeout_sec, 30.0);
+        assert_eq!(t.solution_script(), None);
+        assert_eq!(
+            t.name,
+            dir.path().file_name().unwrap().to_string_lossy().as_ref()
+        );
+    }
+
+    #[test]
+    fn each_missing_or_unsupported_part_is_named() {
+        // (file dropped, file put instead, what the error names)
+        type Case<'a> = (&'a str, Option<(&'a str, &'a str)>, &'a str);
+        let cases: [Case<'_>; 6] = [
+            ("tests/test.sh", None, "tests/test.sh"),
+            (
+                "instruction.md",
+                Some(("instruction.md", "<!-- canary -->\n")),
+                "empty",
+            ),
+            ("environment/Dockerfile", None, "environment/Dockerfile"),
+            (
+                "task.toml",
+                Some(("task.toml", "[[steps]]\nname = \"a\"\n")),
+                "multi-step",
+            ),
+            (
+                "task.toml",
+                Some(("task.toml", "[verifier]\nenvironment_mode = \"separate\"\n")),
+                "separate verifier",
+            ),
+            (
+                "task.toml",
+                Some(("task.toml", "[agent]\ntimeout_sec = -1.0\n")),
+                "positive",
+            ),
+        ];
+        for (drop, replace, needle) in cases {
+            let mut files: Vec<(&str, &str)> = MINIMAL
+                .iter()
+                .copied()
+                .filter(|(p, _)| *p != drop)
+                .collect();
+            files.extend(replace);
+            let dir = task(&files);
+            let err = HarborTask::load(dir.path()).unwrap_err().to_string();
+            assert!(err.contains(needle), "{drop}: {err}");
+        }
+        // A prebuilt image needs no Dockerfile.
+        let mut files: Vec<(&str, &str)> = MINIMAL
+            .iter()
+            .copied()
+            .filter(|(p, _)| *p != "environment/Dockerfile" && *p != "task.toml")
+            .collect();
+        files.push(("task.toml", "[environment]\ndocker_image = \"img:1\"\n"));
+        assert!(HarborTask::load(task(&files).path()).is_ok());
+    }
+
+    #[test]
+    fn only_leading_canary_comments_go() {
+        assert_eq!(
+            strip_canary("# Canary: abc\n\n\nDo it.\n# canary"),
+            "Do it.\n# canary"
+        );
+        assert_eq!(strip_canary("# Title\nDo it."), "# Title\nDo it.");
+        assert_eq!(strip_canary("Do it."), "Do it.");
+    }
+}
