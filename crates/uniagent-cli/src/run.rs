@@ -143,9 +143,10 @@ pub fn config_tasks(
     environment: &dyn Environment,
     limit: Option<usize>,
 ) -> Result<Option<Vec<Task>>> {
-    let tasks = match (&run.tasks.path, &run.tasks.generate) {
-        (Some(_), _) => load_tasks(&run.tasks, limit)?,
-        (None, Some(spec)) => {
+    let from_files = run.tasks.path.is_some() || run.tasks.harbor.is_some();
+    let tasks = match (from_files, &run.tasks.generate) {
+        (true, _) => load_tasks(&run.tasks, limit)?,
+        (false, Some(spec)) => {
             let mut tasks = environment
                 .generate_tasks(spec)
                 .map_err(|m| doc.error_at(&["tasks".into(), "generate".into()], m))?;
@@ -154,7 +155,7 @@ pub fn config_tasks(
             }
             tasks
         }
-        (None, None) => return Ok(None),
+        (false, None) => return Ok(None),
     };
     check_tasks(environment, &tasks)?;
     Ok(Some(tasks))

@@ -441,7 +441,7 @@ mod tests {
     }
 
     #[test]
-    fn per_task_fields_are_the_images_of_docker_and_faas() {
+    fn per_task_fields_are_the_images_and_dockers_work_dir() {
         let mut keys = Vec::new();
         for mut cfg in samples() {
             let backend = cfg.backend();
@@ -453,7 +453,7 @@ mod tests {
                 assert!(d.image.ends_with("-{id}"), "{d:?}");
             }
         }
-        assert_eq!(keys, ["docker.image", "faas.image"]);
+        assert_eq!(keys, ["docker.image", "docker.work_dir", "faas.image"]);
     }
 
     #[cfg(feature = "host")]

@@ -4,7 +4,7 @@
 //! takes — tools, reward, a [`SandboxFactory`], adjustments of the [`LoopConfig`] — so the same
 //! environment serves `run` and the training pipeline's rollouts. Environments are found by
 //! the config's `environment.type` in an [`EnvironmentRegistry`]; the built-ins are
-//! `file-lookup`, `command`, `search-qa` and `swe`, and users register their own.
+//! `file-lookup`, `command`, `search-qa`, `swe` and `harbor`, and users register their own.
 //!
 //! # Adding an environment
 //!
@@ -61,6 +61,7 @@
 
 mod command;
 mod file_lookup;
+mod harbor;
 mod sandbox;
 mod search_qa;
 mod swe;
@@ -78,6 +79,7 @@ use uniagent_core::{RewardSpec, Task, Tool};
 
 pub use command::CommandEnvironment;
 pub use file_lookup::{FileLookup, FileQuestion};
+pub use harbor::HarborEnvironment;
 pub use sandbox::{fill_template, SandboxSettings, TaskSetup, TemplatedSandboxes};
 pub use search_qa::SearchQa;
 pub use swe::Swe;
@@ -245,6 +247,9 @@ impl EnvironmentRegistry {
         });
         r.register("swe", |s: &EnvironmentSettings<'_>| {
             Ok(Box::new(Swe::from_settings(s)?) as Box<dyn Environment>)
+        });
+        r.register("harbor", |s: &EnvironmentSettings<'_>| {
+            Ok(Box::new(HarborEnvironment::from_settings(s)?) as Box<dyn Environment>)
         });
         r
     }

@@ -155,7 +155,7 @@ impl BackendConfig for DockerConfig {
 
     /// The image is a per-task template (`swe-{instance_id}`).
     fn per_task_fields(&mut self) -> Vec<(&'static str, &mut String)> {
-        vec![("image", &mut self.image)]
+        vec![("image", &mut self.image), ("work_dir", &mut self.work_dir)]
     }
 }
 

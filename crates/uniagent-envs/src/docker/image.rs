@@ -90,7 +90,7 @@ pub(crate) async fn preflight_image(config: &super::DockerConfig) -> Result<()> 
     )))
 }
 
-async fn image_exists(docker: &Docker, tag: &str) -> Result<bool> {
+pub(crate) async fn image_exists(docker: &Docker, tag: &str) -> Result<bool> {
     super::engine::count_call();
     match docker.inspect_image(tag).await {
         Ok(_) => Ok(true),

@@ -1,0 +1,142 @@
+//! `uniagent run` on `datasets/harbor-mini` (Harbor task directories) in Docker: the images are
+//! built from each task's `environment/` by the run's preflight, and the task's verifier scores
+//! each rollout in the agent's container. A model that does what Harbor's oracle does (writes
+//! `solution/solve.sh` to `/solution` and runs it) solves all 8 tasks, with the multi-key
+//! rewards kept in the details; a model that finishes at once solves none (a real 0, not an
+//! error). Skips (saying so) only when no Docker daemon answers; with one, the base image must
+//! exist (scripts/setup/40-docker-image.sh).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{assistant_turns, first_user_text, repo_root, stderr, tool_call, write, ChatServer};
+use serde_json::{json, Value};
+
+fn dataset() -> std::path::PathBuf {
+    repo_root().join("datasets/harbor-mini")
+}
+
+/// (instruction, solve.sh) of every task.
+fn solutions() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dataset()).unwrap() {
+        let dir = entry.unwrap().path();
+        if !dir.join("task.toml").is_file() {
+            continue;
+        }
+        out.push((
+            std::fs::read_to_string(dir.join("instruction.md")).unwrap(),
+            std::fs::read_to_string(dir.join("solution/solve.sh")).unwrap(),
+        ));
+    }
+    out
+}
+
+/// Harbor's oracle through the tools: `solve.sh` written to `/solution`, run, then `finish`.
+fn oracle() -> common::Responder {
+    let solutions = solutions();
+    Arc::new(move |body: &Value| {
+        let prompt = first_user_text(body);
+        let solve = solutions
+            .iter()
+            .find(|(instruction, _)| prompt.contains(instruction.trim()))
+            .map(|(_, s)| s.clone())
+            .unwrap_or_default();
+        match assistant_turns(body) {
+            0 => tool_call(
+                "c0",
+                "str_replace_editor",
+                json!({"command": "create", "path": "/solution/solve.sh", "file_text": solve}),
+            ),
+            1 => tool_call(
+                "c1",
+                "execute_bash",
+                json!({"command": "bash /solution/solve.sh > /tmp/oracle.txt 2>&1; echo exit=$?"}),
+            ),
+            _ => tool_call("c2", "finish", json!({"answer": "done"})),
+        }
+    })
+}
+
+fn config(url: &str) -> String {
+    format!(
+        "tasks:\n  harbor: {}\n\
+environment:\n  type: harbor\n\
+model:\n  type: openai\n  http: {{endpoints: [\"{url}\"], model: oracle, timeout: 60}}\n\
+loop:\n  max_turns: 6\n  tool_timeout: 60\n\
+runner:\n  max_concurrent_rollouts: 4\n",
+        dataset().display()
+    )
+}
+
+async fn run(responder: common::Responder) -> Option<(Value, Vec<Value>)> {
+    if common::skip_without_docker() {
+        return None;
+    }
+    let server = ChatServer::start(responder).await;
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "harbor.yaml", &config(&server.base_url));
+    let path = dir.path().to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        common::uniagent()
+            .current_dir(&path)
+            .args(["run", "harbor.yaml", "--out", "out", "--quiet"])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let summary: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("out/summary.json")).unwrap())
+            .unwrap();
+    let lines = std::fs::read_to_string(dir.path().join("out/trajectories.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    Some((summary, lines))
+}
+
+#[test]
+fn the_oracle_solves_every_harbor_mini_task_and_an_empty_agent_none() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let body = async {
+            let Some((summary, lines)) = run(oracle()).await else {
+                return;
+            };
+            assert_eq!(summary["rollouts"], 8, "{summary}");
+            for l in &lines {
+                assert_eq!(l["reward"]["success"], true, "{}: {l}", l["task_id"]);
+            }
+            // The multi-key rewards are kept whole.
+            let sales = lines
+                .iter()
+                .find(|l| l["task_id"] == "sales-report")
+                .unwrap();
+            assert_eq!(
+                sales["reward"]["details"]["rewards"],
+                json!({"reward": 1.0, "total": 1.0, "by_region": 1.0})
+            );
+            let empty: common::Responder =
+                Arc::new(|_: &Value| tool_call("c0", "finish", json!({"answer": "nothing"})));
+            let (summary, lines) = run(empty).await.unwrap();
+            assert_eq!(summary["success_rate"], 0.0, "{summary}");
+            for l in &lines {
+                assert_eq!(l["reward"]["score"], 0.0, "{}: {l}", l["task_id"]);
+                assert!(l["reward"]["details"]["rewards"].is_object(), "{l}");
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(900), body)
+            .await
+            .expect("both runs finish within 15 minutes")
+    });
+}

@@ -1,0 +1,2 @@
+from .averages import mean
+from .middle import median

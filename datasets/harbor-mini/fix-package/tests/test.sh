@@ -1,0 +1,7 @@
+#!/bin/bash
+cd /app
+if PYTHONPATH=/app python3 /tests/check.py; then
+    echo 1 > /logs/verifier/reward.txt
+else
+    echo 0 > /logs/verifier/reward.txt
+fi

@@ -1,0 +1,4 @@
+#!/bin/bash
+cd /app/repo
+git checkout -q main
+git merge -q --no-edit feature
