@@ -140,3 +140,56 @@ fn the_oracle_solves_every_harbor_mini_task_and_an_empty_agent_none() {
             .expect("both runs finish within 15 minutes")
     });
 }
+
+#[test]
+fn uniagent_oracle_passes_harbor_mini_and_names_a_broken_task() {
+    if common::skip_without_docker() {
+        return;
+    }
+    let out = common::uniagent()
+        .args(["oracle", "--harbor"])
+        .arg(dataset())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("ok ")).count(),
+        8,
+        "{text}"
+    );
+    // A copy of a task whose solution does nothing: broken, exit 1, and the results say why.
+    let dir = tempfile::tempdir().unwrap();
+    let task = dir.path().join("lazy-hello");
+    let copy = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(dataset().join("hello-file"))
+        .arg(&task)
+        .status()
+        .unwrap();
+    assert!(copy.success());
+    std::fs::write(
+        task.join("solution/solve.sh"),
+        "#!/bin/bash\necho nothing to do\n",
+    )
+    .unwrap();
+    let results = dir.path().join("oracle.json");
+    let out = common::uniagent()
+        .args(["oracle", "--harbor"])
+        .arg(&task)
+        .arg("--out")
+        .arg(&results)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(text.trim(), "broken lazy-hello: scored 0.0", "{text}");
+    assert!(
+        stderr(&out).contains("1 of 1 tasks are broken"),
+        "{}",
+        stderr(&out)
+    );
+    let results: Value = serde_json::from_slice(&std::fs::read(&results).unwrap()).unwrap();
+    assert_eq!(results[0]["oracle"]["output"], "nothing to do\n");
+    assert_eq!(results[0]["rewards"]["reward"], 0.0);
+}

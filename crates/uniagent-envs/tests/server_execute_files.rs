@@ -12,6 +12,32 @@ use serde_json::json;
 use server_common::{class_path, file_form, message, pid_alive, TestServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_process_with_its_own_output_does_not_hold_the_answer() {
+    // A daemon started with its output elsewhere (as a task's `solve.sh` starts a worker) must
+    // not keep the command's output open: the answer comes when the shell exits, not at the
+    // timeout. Both output modes.
+    let s = TestServer::start().await;
+    for merged in [true, false] {
+        let (status, body) = s
+            .post(
+                "/execute",
+                json!({"command": "sleep 60 > /dev/null 2>&1 < /dev/null & echo $! > bg.pid; echo started",
+                       "shell": true, "timeout": 30, "merge_output_streams": merged}),
+            )
+            .await;
+        assert_eq!(status, 200, "merged={merged}: {body}");
+        assert_eq!(body["exit_code"], 0, "merged={merged}: {body}");
+        assert_eq!(body["stdout"], "started\n", "merged={merged}: {body}");
+        let _ = s
+            .post(
+                "/execute",
+                json!({"command": "kill $(cat bg.pid)", "shell": true}),
+            )
+            .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn execute_matches_subprocess_run() {
     let s = TestServer::start().await;
     let ex = |body: serde_json::Value| s.post("/execute", body);

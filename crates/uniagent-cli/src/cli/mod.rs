@@ -7,6 +7,7 @@ mod grade;
 #[cfg(feature = "k8s")]
 mod k8s;
 pub mod metrics;
+mod oracle;
 mod parse_log;
 mod replay;
 mod report;
@@ -44,6 +45,9 @@ pub enum Command {
     Train(train::TrainArgs),
     /// Grade model patches like the SWE-bench harness: each in a fresh sandbox of its task.
     Grade(grade::GradeArgs),
+    /// Check Harbor tasks: run each one's `solution/solve.sh` in a fresh sandbox, then its
+    /// verifier; a task whose oracle does not score 1 is broken (exit 1).
+    Oracle(oracle::OracleArgs),
     /// Print the test statuses a `swebench` log parser yields for a log, as JSON.
     ParseLog(parse_log::ParseLogArgs),
     /// Serve the web viewer over output directories (runs, trajectories, tokens, curves).
@@ -92,6 +96,7 @@ pub fn main_with(
         Command::Run(args) => run::main(args, registry),
         Command::Train(args) => train::main(args, registry),
         Command::Grade(args) => grade::main(args),
+        Command::Oracle(args) => oracle::main(args),
         Command::ParseLog(args) => parse_log::main(args),
         Command::View(args) => view::main(args),
         Command::Gateway(args) => gateway::main(args),

@@ -60,7 +60,7 @@ fn default_sandbox() -> DeploymentConfig {
 }
 
 /// The `harbor` environment.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct HarborEnvironment {
     settings: HarborSettings,
 }

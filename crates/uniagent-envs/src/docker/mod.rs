@@ -41,6 +41,7 @@
 //! A command killed by the kernel's OOM killer, a server that died, and a sandbox that outlived
 //! its lifetime are reported as [`Error::Sandbox`](uniagent_core::Error::Sandbox) naming the cause, not as a plain exit code.
 
+#[cfg(feature = "docker")]
 mod build;
 mod config;
 #[cfg(feature = "docker")]
@@ -66,6 +67,7 @@ pub(crate) mod startup;
 #[cfg(feature = "docker")]
 mod watch;
 
+#[cfg(feature = "docker")]
 pub use build::{base_images, build_context};
 pub use config::*;
 #[cfg(feature = "docker")]

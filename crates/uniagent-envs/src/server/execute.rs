@@ -57,7 +57,10 @@ pub async fn execute(
         cmd.current_dir(cwd);
     }
     let (merged_reader, merged_writer) = if command.merge_output_streams {
-        let (r, w) = nix::unistd::pipe()
+        // Close-on-exec: the child gets the write end as its stdout and stderr only. Without it
+        // the original descriptors stay open in the child too, every background process it
+        // starts inherits them, and the output never reaches end-of-file until the timeout.
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
             .map_err(|e| ServerError::os_error(&std::io::Error::from(e), "pipe"))?;
         (Some(r), Some(w))
     } else {

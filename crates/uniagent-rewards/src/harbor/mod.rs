@@ -3,10 +3,11 @@
 //!
 //! [`HarborTask::load`] reads and checks one; [`HarborVerifier`] is its reward: `test.sh` run in
 //! the agent's sandbox, scored by `/logs/verifier/reward.json` or `reward.txt`
-//! ([`rewards_from_files`]). What uniagent does not run (multi-step tasks, separate verifier
+//! ([`rewards_from_files`]); [`run_solution`] runs its `solution/solve.sh` as Harbor's oracle. What uniagent does not run (multi-step tasks, separate verifier
 //! environments, compose environments, Windows) is refused at load with a typed error.
 
 mod config;
+mod oracle;
 mod reward_file;
 mod task;
 mod verifier;
@@ -15,6 +16,7 @@ pub use config::{
     resolve_env, AgentSection, EnvironmentSection, PackageInfo, SolutionSection, TaskConfig,
     VerifierMode, VerifierSection,
 };
+pub use oracle::{run_solution, OracleRun, DEFAULT_ORACLE_TIMEOUT, ORACLE_OUTPUT};
 pub use reward_file::{
     primary_score, rewards_from_files, RewardFileError, REWARD_DIR, REWARD_JSON, REWARD_KEY,
     REWARD_TXT,

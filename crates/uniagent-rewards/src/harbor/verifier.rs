@@ -142,7 +142,7 @@ impl HarborVerifier {
 crate::spec::forward_reward_spec!(HarborVerifier, "harbor");
 
 /// `export K='v'; ...` for `env`, values read through `${VAR}` from this host.
-fn exports(env: &BTreeMap<String, String>) -> Result<String, RewardError> {
+pub(super) fn exports(env: &BTreeMap<String, String>) -> Result<String, RewardError> {
     let lookup = |name: &str| std::env::var(name).ok();
     env.iter()
         .map(|(k, v)| {
@@ -161,7 +161,7 @@ fn exports(env: &BTreeMap<String, String>) -> Result<String, RewardError> {
         .collect()
 }
 
-async fn expect_success(
+pub(super) async fn expect_success(
     deployment: &Arc<dyn Deployment>,
     step: &str,
     script: &str,
@@ -178,7 +178,7 @@ async fn expect_success(
 }
 
 /// Uploads every file under `dir` to the same relative path under `target`.
-async fn upload_dir(
+pub(super) async fn upload_dir(
     deployment: &Arc<dyn Deployment>,
     dir: &Path,
     target: &str,
@@ -215,7 +215,7 @@ async fn upload_dir(
 }
 
 /// The text of `path` in the sandbox, `None` when it does not exist.
-async fn read_optional(
+pub(super) async fn read_optional(
     deployment: &Arc<dyn Deployment>,
     path: &str,
 ) -> Result<Option<String>, RewardError> {
