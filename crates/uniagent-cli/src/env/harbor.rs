@@ -16,7 +16,7 @@ use uniagent_tools::{ExecuteBash, Finish, StrReplaceEditor};
 use super::{
     Environment, EnvironmentParts, EnvironmentSettings, SandboxSettings, TemplatedSandboxes,
 };
-use crate::error::{CliError, Result};
+use crate::error::Result;
 
 /// Settings of `harbor`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -146,7 +146,10 @@ async fn build_images(tasks: &[Task]) -> Result<()> {
             uniagent_envs::docker::build_context(&context, image, Duration::from_secs_f64(timeout))
                 .await
                 .map_err(|e| {
-                    CliError::preflight(format!("building the image of task `{}`: {e}", task.id))
+                    crate::error::CliError::preflight(format!(
+                        "building the image of task `{}`: {e}",
+                        task.id
+                    ))
                 })?;
         if built {
             eprintln!("built image {image} for task `{}`", task.id);
