@@ -29,10 +29,11 @@ pub use crate::remote::RemoteConfig;
 ///
 /// let mut docker = DockerConfig { image: "swe-{instance_id}:latest".into(), ..DockerConfig::default() };
 /// assert!(docker.validate().is_ok());
-/// // The image is a per-task template, filled in for each task by the caller.
+/// // The image (and the working directory) are per-task templates, filled in for each task
+/// // by the caller.
 /// let fields = docker.per_task_fields();
-/// assert_eq!(fields.len(), 1);
-/// assert_eq!(fields[0].0, "image");
+/// assert_eq!(fields.len(), 2);
+/// assert_eq!((fields[0].0, fields[1].0), ("image", "work_dir"));
 /// ```
 pub trait BackendConfig: std::fmt::Debug + Send + Sync {
     /// Checks that the values are in range (whether or not the backend is compiled in). Errors
