@@ -8,10 +8,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use uniagent_core::{Task, Tool};
+use uniagent_core::Task;
 use uniagent_envs::DeploymentConfig;
 use uniagent_rewards::harbor::{HarborVerifier, HARBOR_DIR_FIELD};
-use uniagent_tools::{ExecuteBash, Finish, StrReplaceEditor};
 
 use super::{
     Environment, EnvironmentParts, EnvironmentSettings, SandboxSettings, TemplatedSandboxes,
@@ -97,14 +96,7 @@ impl Environment for HarborEnvironment {
     }
 
     fn parts(&self) -> Result<EnvironmentParts> {
-        let mut tools: Vec<Arc<dyn Tool>> = vec![Arc::new(ExecuteBash {
-            timeout: self.settings.bash_timeout,
-            ..ExecuteBash::default()
-        })];
-        if self.settings.editor {
-            tools.push(Arc::new(StrReplaceEditor::default()));
-        }
-        tools.push(Arc::new(Finish));
+        let tools = super::shell_tools(self.settings.bash_timeout, self.settings.editor);
         Ok(EnvironmentParts {
             tools,
             reward: Some(Arc::new(self.settings.verifier.clone())),

@@ -114,6 +114,20 @@ impl Debug for EnvironmentParts {
     }
 }
 
+/// The tools of a shell task: `execute_bash` with `bash_timeout`, the file editor when
+/// `editor`, and `finish` (the `command` and `harbor` environments).
+pub(crate) fn shell_tools(bash_timeout: std::time::Duration, editor: bool) -> Vec<Arc<dyn Tool>> {
+    let mut tools: Vec<Arc<dyn Tool>> = vec![Arc::new(uniagent_tools::ExecuteBash {
+        timeout: bash_timeout,
+        ..uniagent_tools::ExecuteBash::default()
+    })];
+    if editor {
+        tools.push(Arc::new(uniagent_tools::StrReplaceEditor::default()));
+    }
+    tools.push(Arc::new(uniagent_tools::Finish));
+    tools
+}
+
 /// A family of tasks with their sandbox, tools and reward.
 #[async_trait]
 pub trait Environment: Send + Sync + Debug {

@@ -5,7 +5,7 @@
 use serde_json::{json, Map, Value};
 use uniagent_core::{Message, SamplingParams, ToolCall, ToolSpec};
 
-use super::openai::check_range;
+use super::openai::temperature_and_top_p;
 use crate::error::{GatewayError, Result};
 use crate::turn::{Finish, ToolChoice, TurnAnswer, TurnRequest};
 
@@ -80,23 +80,7 @@ pub fn parse_request(body: &[u8]) -> Result<(TurnRequest, bool)> {
             _ => return Err(invalid(format!("unsupported `tool_choice` {c}"))),
         },
     };
-    let mut sampling = SamplingParams::default();
-    if let Some(t) = obj.get("temperature").filter(|v| !v.is_null()) {
-        let t = t
-            .as_f64()
-            .ok_or_else(|| invalid("`temperature` must be a number"))?;
-        check_range("temperature", t, 0.0, 1.0)?;
-        sampling.temperature = t;
-    }
-    if let Some(p) = obj.get("top_p").filter(|v| !v.is_null()) {
-        let p = p
-            .as_f64()
-            .ok_or_else(|| invalid("`top_p` must be a number"))?;
-        if !(p > 0.0 && p <= 1.0) {
-            return Err(invalid(format!("`top_p` must be in (0, 1], got {p}")));
-        }
-        sampling.top_p = p;
-    }
+    let mut sampling = temperature_and_top_p(obj, 1.0)?;
     if let Some(k) = obj.get("top_k").filter(|v| !v.is_null()) {
         let k = k
             .as_u64()

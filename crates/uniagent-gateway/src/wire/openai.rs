@@ -103,6 +103,34 @@ fn flag(extra: &Map<String, Value>, key: &str) -> Result<bool> {
     }
 }
 
+/// `temperature` (0 to `max_temperature`) and `top_p` (0 < p ≤ 1) of a JSON request body, as
+/// the Anthropic and Responses routes read them (absent or `null`: the defaults).
+pub(crate) fn temperature_and_top_p(
+    obj: &Map<String, Value>,
+    max_temperature: f64,
+) -> Result<SamplingParams> {
+    let mut sampling = SamplingParams::default();
+    if let Some(t) = obj.get("temperature").filter(|v| !v.is_null()) {
+        let t = t
+            .as_f64()
+            .ok_or_else(|| GatewayError::invalid("`temperature` must be a number"))?;
+        check_range("temperature", t, 0.0, max_temperature)?;
+        sampling.temperature = t;
+    }
+    if let Some(p) = obj.get("top_p").filter(|v| !v.is_null()) {
+        let p = p
+            .as_f64()
+            .ok_or_else(|| GatewayError::invalid("`top_p` must be a number"))?;
+        if !(p > 0.0 && p <= 1.0) {
+            return Err(GatewayError::invalid(format!(
+                "`top_p` must be in (0, 1], got {p}"
+            )));
+        }
+        sampling.top_p = p;
+    }
+    Ok(sampling)
+}
+
 pub(crate) fn check_range(name: &str, v: f64, lo: f64, hi: f64) -> Result<()> {
     if v.is_finite() && (lo..=hi).contains(&v) {
         Ok(())
