@@ -3,7 +3,7 @@
 //! message body or SSE events.
 
 use serde_json::{json, Map, Value};
-use uniagent_core::{Message, SamplingParams, ToolCall, ToolSpec};
+use uniagent_core::{Message, ToolCall, ToolSpec};
 
 use super::openai::temperature_and_top_p;
 use crate::error::{GatewayError, Result};

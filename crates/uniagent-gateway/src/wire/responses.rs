@@ -8,7 +8,7 @@
 //! front of the new input.
 
 use serde_json::{json, Map, Value};
-use uniagent_core::{Message, SamplingParams, ToolCall, ToolSpec};
+use uniagent_core::{Message, ToolCall, ToolSpec};
 
 use super::openai::temperature_and_top_p;
 use crate::error::{GatewayError, Result};
@@ -142,7 +142,7 @@ pub fn parse_request(body: &[u8]) -> Result<ResponsesRequest> {
         Some(other) => return Err(invalid(format!("`tools` must be a list, got {other}"))),
     };
     let tool_choice = tool_choice(obj.get("tool_choice"))?;
-    let mut sampling = temperature_and_top_p(obj, 2.0)?;
+    let sampling = temperature_and_top_p(obj, 2.0)?;
     let max_tokens = match obj.get("max_output_tokens") {
         None | Some(Value::Null) => None,
         Some(n) => match n.as_u64() {
