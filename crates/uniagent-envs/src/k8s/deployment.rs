@@ -464,21 +464,3 @@ fn port_forward_missing() -> Error {
 }
 
 impl_deployment_over_runtime!(K8sDeployment, BACKEND);
-
-#[cfg(all(test, not(feature = "k8s-port-forward")))]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn port_forward_is_refused_without_its_feature() {
-        let error = K8sDeployment::new(K8sConfig {
-            image: "python:3.12-slim".into(),
-            carrier_image: "carrier:1".into(),
-            signing_key_file: Some("/nonexistent/key".into()),
-            reach: Reach::PortForward,
-            ..K8sConfig::default()
-        })
-        .unwrap_err();
-        assert!(error.to_string().contains("k8s-port-forward"), "{error}");
-    }
-}

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use uniagent_core::{Error, Result};
 
 use super::config::PipelineConfig;
+use super::rollouter::PendingGroups;
 use super::run::{Evaluation, RlOutcome};
 use super::tasks::TaskCursor;
 use crate::trainer::Trainer;
@@ -56,6 +57,10 @@ pub(crate) struct RunState {
     /// Seconds of training so far.
     pub(crate) train_s: f64,
     pub(crate) records: RecordOffsets,
+    /// A deterministic async run: the finished groups not trained on yet and the syncs done
+    /// (the cursor then stands after the last of them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) pending: Option<PendingGroups>,
 }
 
 /// A run checkpoint found on disk ([`Pipeline::latest_checkpoint`]), which
@@ -257,6 +262,7 @@ mod tests {
                 trajectories: 10,
                 metrics: 20,
             },
+            pending: None,
         }
     }
 

@@ -379,6 +379,13 @@ pub struct AsyncConfig {
     /// Rollouts in flight continue across a weight sync (their later tokens carry the new
     /// version); without it a sync waits for them and holds new ones back.
     pub partial_rollout: bool,
+    /// A seed fixes the run: group `g` (in the task source's order) runs wholly on the weights
+    /// of sync `⌈(g + 1 − P) / S⌉` (0 below `P`; `P` groups the gate admits per period, `S`
+    /// consumed per sync), the staleness the knobs allow, whatever the clock; groups reach
+    /// the trainer in order, a sync waits for the groups scheduled before it, and
+    /// `partial_rollout` does not apply. Checkpoints are written at syncs only. Each step's
+    /// `schedule` in `metrics.jsonl` records it.
+    pub deterministic: bool,
 }
 
 impl Default for AsyncConfig {
@@ -388,6 +395,7 @@ impl Default for AsyncConfig {
             trigger_parameter_sync_step: 1,
             require_batches: 1,
             partial_rollout: true,
+            deterministic: false,
         }
     }
 }

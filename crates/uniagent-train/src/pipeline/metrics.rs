@@ -106,6 +106,21 @@ pub struct StepRecord {
     pub dropped: usize,
     /// Exit reason → rollouts.
     pub exit_reasons: BTreeMap<String, usize>,
+    /// Async runs: the groups the step trained on, in order, with the weight version each
+    /// started on (deterministic runs: the schedule).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub schedule: Vec<ScheduledGroup>,
+}
+
+/// One group an async step trained on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScheduledGroup {
+    /// Its index in the RL phase (0: the first group drawn).
+    pub group: usize,
+    /// The task.
+    pub task: String,
+    /// The generator's weight version when the group started.
+    pub version: u64,
 }
 
 /// The outcome of a whole run.

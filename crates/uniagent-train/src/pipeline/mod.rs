@@ -82,7 +82,7 @@ pub use config::{
 pub use diagnostics::{mixed_groups, ratio_stats, staleness_histogram, RatioStats};
 #[cfg(feature = "http-sync")]
 pub use http_sync::{HttpSyncConfig, HttpWeightSync, ServerFlavour};
-pub use metrics::{StepRecord, Summary};
+pub use metrics::{ScheduledGroup, StepRecord, Summary};
 pub use plot::plot_learning_curve;
 pub use rollout::{Demonstrator, RolloutProgress, RolloutSpec, Script, Seeded};
 pub use run::{Evaluation, Pipeline, RlOutcome};

@@ -10,8 +10,8 @@ use uniagent_core::{AgentLoopOutput, Error, Result, Task};
 use crate::pipeline::checkpoint::{self, RunState};
 use crate::pipeline::config::Mode;
 use crate::pipeline::diagnostics::{mixed_groups, ratio_stats, staleness_histogram};
-use crate::pipeline::metrics::StepRecord;
-use crate::pipeline::rollouter::{RolloutPlan, Rollouter};
+use crate::pipeline::metrics::{ScheduledGroup, StepRecord};
+use crate::pipeline::rollouter::{PendingGroups, RolloutPlan, RolloutSide, Rollouter};
 use crate::pipeline::tasks::TaskSource;
 use crate::rl::RolloutCorrection;
 use crate::trainer::{OptimConfig, StepMetrics, TrainBatch, TrainMode, Trainer, TrainerConfig};
@@ -114,13 +114,14 @@ impl Pipeline {
                 concurrency: self.config.max_concurrent_rollouts,
                 groups_per_step,
             };
-            Some(Rollouter::start(
-                self.generator.clone(),
-                self.spec.clone(),
-                source.clone(),
-                plan,
-                c.r#async,
-            ))
+            let side = RolloutSide {
+                generator: self.generator.clone(),
+                spec: self.spec.clone(),
+                source: source.clone(),
+                sync: self.sync.clone(),
+            };
+            let pending = resumed.as_ref().and_then(|s| s.pending.clone());
+            Some(Rollouter::start(side, plan, c.r#async, pending))
         } else {
             None
         };
@@ -132,17 +133,22 @@ impl Pipeline {
         let result: Result<()> = async {
             for step in first..=c.steps {
                 let t0 = Instant::now();
+                let mut schedule = Vec::new();
                 let ts = match &mut rollouter {
                     None => self.sample_step(&source).await?,
-                    Some((_, rx)) => {
+                    Some(r) => {
                         let mut all = Vec::new();
                         for _ in 0..groups_per_step {
-                            let group = rx.recv().await.ok_or_else(|| {
+                            let group = r.next().await.ok_or_else(|| {
                                 Error::invalid_input("the task source ran out during async RL")
-                            })??;
-                            all.extend(group);
+                            })?;
+                            schedule.push(ScheduledGroup {
+                                group: group.group,
+                                task: group.task,
+                                version: group.version,
+                            });
+                            all.extend(group.result?);
                         }
-                        crate::telemetry::queued_groups(rx.len());
                         all
                     }
                 };
@@ -152,6 +158,7 @@ impl Pipeline {
                 self.records.trajectories("rl", step, &ts)?;
                 let t1 = Instant::now();
                 let mut record = self.train_step(trainer, step, &ts, batches)?;
+                record.schedule = schedule;
                 record.rollout_wait_s = wait;
                 record.tokens_per_s = record.sampled_tokens as f64 / wait.max(1e-9);
                 record.rollouts_per_s = ts.len() as f64 / wait.max(1e-9);
@@ -160,8 +167,9 @@ impl Pipeline {
                 } else {
                     1
                 };
-                if step % sync_every == 0 {
-                    let rollouter = rollouter.as_ref().map(|(r, _)| r);
+                let synced = step % sync_every == 0;
+                if synced {
+                    let rollouter = rollouter.as_ref();
                     let released = (step + 1 - first) * groups_per_step;
                     record.sync_s = self.sync_weights(trainer, rollouter, released).await?;
                 }
@@ -178,16 +186,29 @@ impl Pipeline {
                 self.records.step(&record)?;
                 out.steps.push(record);
                 let every = self.config.checkpoint.every;
-                if every > 0 && (step % every == 0 || step == c.steps) {
+                let due = every > 0 && (step % every == 0 || step == c.steps);
+                // A deterministic run continues on its schedule only from a sync: between two,
+                // the generator's weights are not the trainer's.
+                let deterministic = is_async && c.r#async.deterministic;
+                if due && (synced || !deterministic) {
                     out.wall_s = prior_wall + started.elapsed().as_secs_f64();
-                    let cursor = source
-                        .lock()
-                        .map_err(|_| Error::internal("task source lock poisoned"))?
-                        .cursor();
+                    let (cursor, pending) = match rollouter.as_ref().filter(|_| deterministic) {
+                        Some(r) => {
+                            let (cursor, pending) = r.resume_point()?;
+                            (cursor, Some(pending))
+                        }
+                        None => {
+                            let cursor = source
+                                .lock()
+                                .map_err(|_| Error::internal("task source lock poisoned"))?
+                                .cursor();
+                            (cursor, None)
+                        }
+                    };
                     self.checkpoint(
                         trainer,
                         step,
-                        cursor,
+                        (cursor, pending),
                         before,
                         &out,
                         (trainer_idle, train_total),
@@ -199,7 +220,7 @@ impl Pipeline {
         .await;
         let wall = prior_wall + started.elapsed().as_secs_f64();
         out.rollout_idle_ratio = match rollouter {
-            Some((r, _)) => r.stop().await,
+            Some(r) => r.stop().await,
             None => train_total / wall.max(1e-9),
         };
         out.trainer_idle_ratio = trainer_idle / wall.max(1e-9);
@@ -253,7 +274,7 @@ impl Pipeline {
         &mut self,
         trainer: &Trainer,
         step: usize,
-        cursor: crate::pipeline::tasks::TaskCursor,
+        (cursor, pending): (crate::pipeline::tasks::TaskCursor, Option<PendingGroups>),
         before: Option<Evaluation>,
         outcome: &RlOutcome,
         (trainer_idle_s, train_s): (f64, f64),
@@ -271,6 +292,7 @@ impl Pipeline {
             trainer_idle_s,
             train_s,
             records: self.records.offsets()?,
+            pending,
         };
         let keep = self.config.checkpoint.keep;
         let dir = blocking(|| checkpoint::save(&self.out, trainer, &state, keep))?;
