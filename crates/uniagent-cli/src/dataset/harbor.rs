@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use uniagent_core::Task;
+use uniagent_core::{Task, TIME_LIMIT_FIELD};
 use uniagent_rewards::harbor::{HarborTask, HARBOR_DIR_FIELD};
 
 use super::PromptTemplate;
@@ -121,8 +121,10 @@ fn metadata(task: &HarborTask) -> std::result::Result<Map<String, Value>, String
     m.insert("build_image".into(), json!(env.docker_image.is_none()));
     m.insert("workdir".into(), json!(workdir(task)));
     m.insert("build_timeout_sec".into(), json!(env.build_timeout_sec));
+    // `[agent] timeout_sec` bounds the rollout (the loop takes the smaller of it and
+    // `loop.wall_clock_budget`).
     m.insert(
-        "agent_timeout_sec".into(),
+        TIME_LIMIT_FIELD.into(),
         json!(task.config.agent.timeout_sec),
     );
     m.insert(
@@ -219,7 +221,10 @@ mod tests {
 
     fn write_task(root: &Path, name: &str, dockerfile: &str) {
         let files = [
-            ("task.toml", "[metadata]\ncategory = \"files\"\n"),
+            (
+                "task.toml",
+                "[metadata]\ncategory = \"files\"\n[agent]\ntimeout_sec = 120.0\n",
+            ),
             ("instruction.md", "Create hello.txt.\n"),
             ("environment/Dockerfile", dockerfile),
             (
@@ -247,6 +252,11 @@ mod tests {
         assert_eq!(tasks[0].metadata["workdir"], "/");
         assert_eq!(tasks[1].metadata["workdir"], "/app");
         assert_eq!(tasks[0].metadata["task_metadata"]["category"], "files");
+        // `[agent] timeout_sec` is the rollout's own wall-clock limit.
+        assert_eq!(
+            tasks[0].time_limit(),
+            Ok(Some(std::time::Duration::from_secs(120)))
+        );
         let image = tasks[1].metadata["image"].as_str().unwrap().to_owned();
         assert!(image.starts_with("uniagent-harbor/b-task:"), "{image}");
         // The tag follows the build context's content.

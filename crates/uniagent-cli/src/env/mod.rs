@@ -309,16 +309,14 @@ impl EnvironmentRegistry {
     }
 }
 
-/// Checks every task against the environment; the first bad one is named.
+/// Checks every task: its own wall-clock limit ([`Task::time_limit`]) and what the environment
+/// needs of it; the first bad one is named.
 pub fn check_tasks(env: &dyn Environment, tasks: &[Task]) -> Result<()> {
     for task in tasks {
-        env.check_task(task).map_err(|m| {
-            CliError::dataset(
-                format!("task `{}`", task.id),
-                None,
-                format!("{m} (needed by environment `{}`)", env.name()),
-            )
-        })?;
+        let named = |m: String| CliError::dataset(format!("task `{}`", task.id), None, m);
+        task.time_limit().map_err(named)?;
+        env.check_task(task)
+            .map_err(|m| named(format!("{m} (needed by environment `{}`)", env.name())))?;
     }
     Ok(())
 }
