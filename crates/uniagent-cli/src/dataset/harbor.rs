@@ -8,9 +8,11 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use uniagent_core::{Task, TIME_LIMIT_FIELD};
-use uniagent_rewards::harbor::{HarborTask, HARBOR_DIR_FIELD};
+use uniagent_envs::SandboxLimits;
+use uniagent_rewards::harbor::{EnvironmentSection, HarborTask, HARBOR_DIR_FIELD};
 
 use super::PromptTemplate;
+use crate::env::SANDBOX_LIMITS_FIELD;
 use crate::error::{CliError, Result};
 
 /// The default prompt of a Harbor task: its instruction as it is.
@@ -127,6 +129,13 @@ fn metadata(task: &HarborTask) -> std::result::Result<Map<String, Value>, String
         TIME_LIMIT_FIELD.into(),
         json!(task.config.agent.timeout_sec),
     );
+    let limits = sandbox_limits(env)?;
+    if !limits.is_empty() {
+        m.insert(
+            SANDBOX_LIMITS_FIELD.into(),
+            serde_json::to_value(limits).map_err(|e| e.to_string())?,
+        );
+    }
     m.insert(
         "verifier_timeout_sec".into(),
         json!(task.config.verifier.timeout_sec),
@@ -136,6 +145,17 @@ fn metadata(task: &HarborTask) -> std::result::Result<Map<String, Value>, String
         Value::Object(task.config.metadata.clone()),
     );
     Ok(m)
+}
+
+/// The limits an `[environment]` table sets: `cpus`, `memory_mb` (or the deprecated `memory`),
+/// `network_mode = "no-network"` (or `allow_internet = false`). "public" leaves the configured
+/// network alone.
+fn sandbox_limits(env: &EnvironmentSection) -> std::result::Result<SandboxLimits, String> {
+    Ok(SandboxLimits {
+        cpus: env.cpus,
+        memory_bytes: env.memory_mib()?.map(|mib| mib << 20),
+        no_network: env.network() == "no-network",
+    })
 }
 
 /// `[environment] docker_image`, else `uniagent-harbor/NAME:HASH` with HASH over the build
@@ -252,6 +272,8 @@ mod tests {
         assert_eq!(tasks[0].metadata["workdir"], "/");
         assert_eq!(tasks[1].metadata["workdir"], "/app");
         assert_eq!(tasks[0].metadata["task_metadata"]["category"], "files");
+        // No limits of its own: the configured ones stay.
+        assert!(tasks[0].metadata.get(SANDBOX_LIMITS_FIELD).is_none());
         // `[agent] timeout_sec` is the rollout's own wall-clock limit.
         assert_eq!(
             tasks[0].time_limit(),
@@ -269,6 +291,33 @@ mod tests {
                 .len(),
             1
         );
+    }
+
+    #[test]
+    fn the_environment_tables_resources_become_sandbox_limits() {
+        let root = tempfile::tempdir().unwrap();
+        write_task(root.path(), "t", "FROM base:1\n");
+        std::fs::write(
+            root.path().join("t/task.toml"),
+            "[environment]\ncpus = 0.5\nmemory = \"300M\"\nnetwork_mode = \"no-network\"\n",
+        )
+        .unwrap();
+        let tasks = load_harbor_tasks(&[root.path().to_path_buf()], None, None, None).unwrap();
+        assert_eq!(
+            tasks[0].metadata[SANDBOX_LIMITS_FIELD],
+            json!({"cpus": 0.5, "memory_bytes": 300u64 << 20, "no_network": true})
+        );
+        assert_eq!(tasks[0].time_limit(), Ok(None));
+        // `allowlist` cannot be honoured: refused at load, naming the task.
+        std::fs::write(
+            root.path().join("t/task.toml"),
+            "[environment]\nnetwork_mode = \"allowlist\"\n",
+        )
+        .unwrap();
+        let err = load_harbor_tasks(&[root.path().to_path_buf()], None, None, None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("allowlist") && err.contains("/t"), "{err}");
     }
 
     #[test]

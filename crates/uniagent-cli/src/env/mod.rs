@@ -80,7 +80,9 @@ use uniagent_core::{RewardSpec, Task, Tool};
 pub use command::CommandEnvironment;
 pub use file_lookup::{FileLookup, FileQuestion};
 pub use harbor::HarborEnvironment;
-pub use sandbox::{fill_template, SandboxSettings, TaskSetup, TemplatedSandboxes};
+pub use sandbox::{
+    fill_template, SandboxSettings, TaskSetup, TemplatedSandboxes, SANDBOX_LIMITS_FIELD,
+};
 pub use search_qa::SearchQa;
 pub use swe::Swe;
 

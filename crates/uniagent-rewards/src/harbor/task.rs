@@ -80,8 +80,37 @@ impl HarborTask {
             path: config_path.clone(),
             message,
         };
-        config.environment.memory_mib().map_err(bad)?;
-        config.environment.storage_mib().map_err(bad)?;
+        let tables = [
+            ("[environment]", Some(&config.environment)),
+            (
+                "[verifier.environment]",
+                config.verifier.environment.as_ref(),
+            ),
+        ];
+        for (table, env) in tables {
+            let Some(env) = env else { continue };
+            env.memory_mib().map_err(bad)?;
+            env.storage_mib().map_err(bad)?;
+            match env.network() {
+                "public" | "no-network" => {}
+                "allowlist" => {
+                    return Err(unsupported(&format!(
+                        "{table} network_mode = \"allowlist\""
+                    )))
+                }
+                other => {
+                    return Err(bad(format!(
+                        "{table} network_mode = {other:?}: expected \"public\", \"no-network\" \
+                         or \"allowlist\""
+                    )))
+                }
+            }
+            if let Some(cpus) = env.cpus.filter(|c| !(c.is_finite() && *c > 0.0)) {
+                return Err(bad(format!(
+                    "{table} cpus = {cpus}: must be a positive number"
+                )));
+            }
+        }
         for (name, value) in [
             ("[verifier] timeout_sec", Some(config.verifier.timeout_sec)),
             (
@@ -237,7 +266,7 @@ mod tests {
     fn each_missing_or_unsupported_part_is_named() {
         // (file dropped, file put instead, what the error names)
         type Case<'a> = (&'a str, Option<(&'a str, &'a str)>, &'a str);
-        let cases: [Case<'_>; 6] = [
+        let cases: [Case<'_>; 8] = [
             ("tests/test.sh", None, "tests/test.sh"),
             (
                 "instruction.md",
@@ -259,6 +288,16 @@ mod tests {
                 "task.toml",
                 Some(("task.toml", "[agent]\ntimeout_sec = -1.0\n")),
                 "positive",
+            ),
+            (
+                "task.toml",
+                Some(("task.toml", "[environment]\nnetwork_mode = \"allowlist\"\n")),
+                "network_mode = \"allowlist\" is not supported",
+            ),
+            (
+                "task.toml",
+                Some(("task.toml", "[environment]\nnetwork_mode = \"lan\"\n")),
+                "expected \"public\"",
             ),
         ];
         for (drop, replace, needle) in cases {
