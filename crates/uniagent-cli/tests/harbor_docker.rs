@@ -308,3 +308,94 @@ runner:\n  max_concurrent_rollouts: 3\n",
         );
     });
 }
+
+/// `test.sh` of the separate-verifier tasks: the verifier's image (from `tests/Dockerfile`,
+/// holding `/verifier-only`), the agent's greeting carried over, and the agent having seen no
+/// `/tests`.
+const SEPARATE_TEST: &str = "#!/bin/bash
+ok=1
+[ -d /verifier-only ] || ok=0
+[ \"$(cat /app/greeting.txt 2>/dev/null)\" = hello ] || ok=0
+[ \"$(cat /app/saw-tests 2>/dev/null)\" = no ] || ok=0
+echo $ok > /logs/verifier/reward.txt
+";
+
+/// A task with `environment_mode = "separate"` is graded in a fresh sandbox of the image built
+/// from its `tests/Dockerfile`, holding the agent's final `/app`: solved it scores 1, left alone
+/// 0 (a real score); the agent's sandbox never held `tests/`.
+#[test]
+fn a_separate_verifier_grades_the_agents_work_in_a_fresh_sandbox() {
+    let root = tempfile::tempdir().unwrap();
+    for (name, instruction) in [
+        (
+            "sep-solved",
+            "Separate solved: write hello to /app/greeting.txt.\n",
+        ),
+        (
+            "sep-unsolved",
+            "Separate unsolved: write hello to /app/greeting.txt.\n",
+        ),
+    ] {
+        write_task(
+            root.path(),
+            name,
+            "[verifier]\nenvironment_mode = \"separate\"\ntimeout_sec = 60.0\n",
+            instruction,
+            SEPARATE_TEST,
+        );
+        std::fs::write(
+            root.path().join(name).join("tests/Dockerfile"),
+            "FROM uniagent-sandbox-base:latest\nRUN mkdir /verifier-only\nWORKDIR /app\n",
+        )
+        .unwrap();
+    }
+    let responder: common::Responder = Arc::new(|body: &Value| {
+        let solve = first_user_text(body).contains("Separate solved");
+        if solve && assistant_turns(body) == 0 {
+            let command = "if [ -e /tests ]; then echo yes; else echo no; fi > /app/saw-tests; \
+                           echo hello > /app/greeting.txt";
+            tool_call("c0", "execute_bash", json!({ "command": command }))
+        } else {
+            tool_call("c1", "finish", json!({"answer": "done"}))
+        }
+    });
+    let dir = root.path().to_path_buf();
+    let config = move |url: &str| {
+        format!(
+            "tasks:\n  harbor: {}\n\
+environment:\n  type: harbor\n\
+model:\n  type: openai\n  http: {{endpoints: [\"{url}\"], model: m, timeout: 60}}\n\
+loop:\n  max_turns: 4\n  tool_timeout: 60\n\
+runner:\n  max_concurrent_rollouts: 2\n",
+            dir.display()
+        )
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let ran = tokio::time::timeout(
+            std::time::Duration::from_secs(180),
+            run_config(responder, config),
+        )
+        .await
+        .expect("the run finishes within 3 minutes");
+        let Some((_summary, lines)) = ran else {
+            return;
+        };
+        let by_id = |id: &str| lines.iter().find(|l| l["task_id"] == id).unwrap().clone();
+        let solved = by_id("sep-solved");
+        assert_eq!(solved["reward"]["score"], 1.0, "{}", solved["reward"]);
+        assert!(
+            solved["reward"]["details"]["carried_bytes"]
+                .as_u64()
+                .unwrap()
+                > 0
+        );
+        let unsolved = by_id("sep-unsolved");
+        assert_eq!(unsolved["reward"]["score"], 0.0, "{}", unsolved["reward"]);
+        assert_eq!(unsolved["exit_reason"], "finished", "{unsolved}");
+    });
+}

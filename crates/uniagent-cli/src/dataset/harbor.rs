@@ -9,11 +9,21 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use uniagent_core::{Task, TIME_LIMIT_FIELD};
 use uniagent_envs::SandboxLimits;
-use uniagent_rewards::harbor::{EnvironmentSection, HarborTask, HARBOR_DIR_FIELD};
+use uniagent_rewards::harbor::{EnvironmentSection, HarborTask, VerifierImage, HARBOR_DIR_FIELD};
 
 use super::PromptTemplate;
 use crate::env::SANDBOX_LIMITS_FIELD;
 use crate::error::{CliError, Result};
+
+/// The task metadata field holding a separate verifier's image.
+pub const VERIFIER_IMAGE_FIELD: &str = "verifier_image";
+
+/// The task metadata field saying the verifier's image is built from the task's `tests/`.
+pub const BUILD_VERIFIER_IMAGE_FIELD: &str = "build_verifier_image";
+
+/// The task metadata field holding a separate verifier's sandbox limits (as
+/// [`SANDBOX_LIMITS_FIELD`] for the agent's).
+pub const VERIFIER_LIMITS_FIELD: &str = "verifier_sandbox_limits";
 
 /// The default prompt of a Harbor task: its instruction as it is.
 pub const HARBOR_TEMPLATE: &str = "{{ instruction }}";
@@ -136,6 +146,24 @@ fn metadata(task: &HarborTask) -> std::result::Result<Map<String, Value>, String
             serde_json::to_value(limits).map_err(|e| e.to_string())?,
         );
     }
+    // A separate verifier: its image (built here from `tests/` when that is its source) and
+    // its own limits.
+    if let Some(source) = task.verifier_image() {
+        let (image, build) = match source {
+            VerifierImage::Prebuilt(image) => (image, false),
+            VerifierImage::Build(context) => (context_tag(task, &context, "-verifier")?, true),
+            VerifierImage::TaskImage => (image_tag(task)?, false),
+        };
+        m.insert(VERIFIER_IMAGE_FIELD.into(), json!(image));
+        m.insert(BUILD_VERIFIER_IMAGE_FIELD.into(), json!(build));
+        let limits = sandbox_limits(task.verifier_environment())?;
+        if !limits.is_empty() {
+            m.insert(
+                VERIFIER_LIMITS_FIELD.into(),
+                serde_json::to_value(limits).map_err(|e| e.to_string())?,
+            );
+        }
+    }
     m.insert(
         "verifier_timeout_sec".into(),
         json!(task.config.verifier.timeout_sec),
@@ -164,7 +192,16 @@ fn image_tag(task: &HarborTask) -> std::result::Result<String, String> {
     if let Some(image) = &task.config.environment.docker_image {
         return Ok(image.clone());
     }
-    let context = task.environment_dir();
+    context_tag(task, &task.environment_dir(), "")
+}
+
+/// `uniagent-harbor/NAME{suffix}:HASH` for the build context `context`.
+fn context_tag(
+    task: &HarborTask,
+    context: &Path,
+    suffix: &str,
+) -> std::result::Result<String, String> {
+    let context = context.to_path_buf();
     let mut files = Vec::new();
     let mut pending = vec![context.clone()];
     while let Some(at) = pending.pop() {
@@ -210,7 +247,7 @@ fn image_tag(task: &HarborTask) -> std::result::Result<String, String> {
         })
         .collect();
     Ok(format!(
-        "uniagent-harbor/{}:{hash:016x}",
+        "uniagent-harbor/{}{suffix}:{hash:016x}",
         name.trim_matches('-')
     ))
 }
@@ -318,6 +355,37 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("allowlist") && err.contains("/t"), "{err}");
+    }
+
+    #[test]
+    fn a_separate_verifier_gets_its_image_and_limits() {
+        let root = tempfile::tempdir().unwrap();
+        write_task(root.path(), "t", "FROM base:1\n");
+        let toml = root.path().join("t/task.toml");
+        std::fs::write(&toml, "[verifier]\nenvironment_mode = \"separate\"\n").unwrap();
+        let load = || load_harbor_tasks(&[root.path().to_path_buf()], None, None, None).unwrap();
+        let own = load();
+        // The task's own image, built once as the agent's.
+        assert_eq!(
+            own[0].metadata[VERIFIER_IMAGE_FIELD],
+            own[0].metadata["image"]
+        );
+        assert_eq!(own[0].metadata[BUILD_VERIFIER_IMAGE_FIELD], false);
+        assert!(own[0].metadata.get(VERIFIER_LIMITS_FIELD).is_none());
+        // tests/Dockerfile: an image of its own, with [verifier.environment]'s limits.
+        std::fs::write(root.path().join("t/tests/Dockerfile"), "FROM base:1\n").unwrap();
+        std::fs::write(&toml, "[verifier.environment]\ncpus = 2\n").unwrap();
+        let built = load();
+        let image = built[0].metadata[VERIFIER_IMAGE_FIELD].as_str().unwrap();
+        assert!(image.starts_with("uniagent-harbor/t-verifier:"), "{image}");
+        assert_eq!(built[0].metadata[BUILD_VERIFIER_IMAGE_FIELD], true);
+        assert_eq!(
+            built[0].metadata[VERIFIER_LIMITS_FIELD],
+            json!({"cpus": 2.0, "memory_bytes": null, "no_network": false})
+        );
+        // A shared verifier has none of these.
+        std::fs::write(&toml, "").unwrap();
+        assert!(load()[0].metadata.get(VERIFIER_IMAGE_FIELD).is_none());
     }
 
     #[test]
