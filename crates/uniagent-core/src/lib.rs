@@ -41,5 +41,5 @@ pub use rollout::{
 };
 pub use sampling::SamplingParams;
 pub use sandbox::{Capabilities, Deployment, DeploymentExt};
-pub use task::Task;
+pub use task::{Task, TIME_LIMIT_FIELD};
 pub use tool::{EpisodeSignal, Tool, ToolContext, ToolOutput, ToolStatus};

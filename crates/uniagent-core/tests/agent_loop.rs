@@ -532,6 +532,35 @@ async fn wall_clock_budget_ends_a_hanging_episode() {
     assert!(start.elapsed() >= Duration::from_secs(5) && start.elapsed() < Duration::from_secs(6));
 }
 
+/// A task's own limit (`time_limit_sec`, Harbor's `[agent] timeout_sec`) ends the rollout when
+/// it is shorter than the configured budget; the configured budget when that is shorter.
+#[tokio::test(start_paused = true)]
+async fn the_task_time_limit_ends_the_episode_when_it_is_the_shorter() {
+    for (task_limit, budget, expected) in [(2.0, 5, 2.0), (10.0, 5, 5.0), (0.5, 3600, 0.5)] {
+        let model = ScriptedChatModel::new(vec![echo_call("c0"), ScriptedTurn::Hang]);
+        let cfg = LoopConfig {
+            wall_clock_budget: Some(Duration::from_secs(budget)),
+            ..LoopConfig::default()
+        };
+        let agent = AgentInteraction::new(Arc::new(model), tools(vec![Arc::new(echo_tool())]), cfg)
+            .unwrap();
+        let task = Arc::new(
+            (*task())
+                .clone()
+                .with_metadata(uniagent_core::TIME_LIMIT_FIELD, json!(task_limit)),
+        );
+        let start = tokio::time::Instant::now();
+        let t = agent.run(task, 0, None, &RolloutControl::default()).await;
+        assert_eq!(t.exit_reason, ExitReason::WallClockTimeout, "{task_limit}");
+        let took = start.elapsed();
+        let expected = Duration::from_secs_f64(expected);
+        assert!(
+            took >= expected && took < expected + Duration::from_secs(1),
+            "limit {task_limit}, budget {budget}: took {took:?}"
+        );
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn wall_clock_budget_caps_the_tool_timeout() {
     let slow = Arc::new(SlowTool::default());

@@ -45,6 +45,48 @@ pub trait BackendConfig: std::fmt::Debug + Send + Sync {
     fn per_task_fields(&mut self) -> Vec<(&'static str, &mut String)> {
         Vec::new()
     }
+
+    /// Applies one task's resource limits over the configured ones. Default: refused, since
+    /// the backend has no limits of its own to set ([`DeploymentConfig::apply_limits`] calls
+    /// this only when a limit is set).
+    fn apply_limits(&mut self, _limits: &SandboxLimits) -> Result<()> {
+        Err(Error::config("this backend takes no per-task limits"))
+    }
+}
+
+/// The resources one task asks of its sandbox (a Harbor task's `[environment] cpus`,
+/// `memory_mb` and `network_mode`). Each one set replaces the configured value for that task's
+/// sandbox; one left out keeps it.
+///
+/// ```
+/// use uniagent_envs::{DeploymentConfig, DockerConfig, NetworkMode, SandboxLimits};
+/// let mut cfg = DeploymentConfig::from(DockerConfig {
+///     image: "img".into(),
+///     network: NetworkMode::Bridge,
+///     ..DockerConfig::default()
+/// });
+/// let limits = SandboxLimits { cpus: Some(0.5), no_network: true, ..SandboxLimits::default() };
+/// cfg.apply_limits(&limits).unwrap();
+/// let DeploymentConfig::Docker(docker) = cfg else { unreachable!() };
+/// assert_eq!((docker.cpus, docker.network), (Some(0.5), NetworkMode::None));
+/// assert_eq!(docker.memory_bytes, DockerConfig::default().memory_bytes);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SandboxLimits {
+    /// CPU cores.
+    pub cpus: Option<f64>,
+    /// Memory in bytes.
+    pub memory_bytes: Option<u64>,
+    /// No network at all (only loopback).
+    pub no_network: bool,
+}
+
+impl SandboxLimits {
+    /// Whether no limit is set.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// A backend compiled into this build: builds deployments from its settings.
@@ -176,6 +218,22 @@ impl DeploymentConfig {
     /// [`BackendConfig::per_task_fields`]).
     pub fn per_task_fields(&mut self) -> Vec<(&'static str, &mut String)> {
         self.settings_mut().per_task_fields()
+    }
+
+    /// Applies one task's [`SandboxLimits`] (nothing to do when none is set). A backend that
+    /// cannot apply them is an error naming it: running the task without the limits it asks
+    /// for would be silently different.
+    pub fn apply_limits(&mut self, limits: &SandboxLimits) -> Result<()> {
+        if limits.is_empty() {
+            return Ok(());
+        }
+        let backend = self.backend();
+        self.settings_mut().apply_limits(limits).map_err(|e| {
+            Error::config(format!(
+                "the `{backend}` backend cannot apply a task's limits ({limits:?}): {e}"
+            ))
+        })?;
+        self.settings().validate()
     }
 
     /// Validates the configuration and builds its (not yet started) deployment.
@@ -455,6 +513,44 @@ mod tests {
             }
         }
         assert_eq!(keys, ["docker.image", "docker.work_dir", "faas.image"]);
+    }
+
+    #[test]
+    fn task_limits_apply_to_docker_and_are_refused_elsewhere() {
+        let limits = SandboxLimits {
+            cpus: Some(0.5),
+            memory_bytes: Some(300 << 20),
+            no_network: true,
+        };
+        let mut docker = DeploymentConfig::Docker(DockerConfig {
+            image: "img".into(),
+            network: NetworkMode::Bridge,
+            ..DockerConfig::default()
+        });
+        docker.apply_limits(&limits).unwrap();
+        let DeploymentConfig::Docker(d) = &docker else {
+            unreachable!()
+        };
+        assert_eq!(
+            (d.cpus, d.memory_bytes, d.network),
+            (Some(0.5), Some(300 << 20), NetworkMode::None)
+        );
+        // A limit out of range is refused as the config's own would be.
+        let tiny = SandboxLimits {
+            memory_bytes: Some(1 << 20),
+            ..SandboxLimits::default()
+        };
+        assert!(docker.apply_limits(&tiny).is_err());
+        for mut cfg in samples() {
+            if cfg.backend() == "docker" {
+                continue;
+            }
+            let before = cfg.clone();
+            cfg.apply_limits(&SandboxLimits::default()).unwrap();
+            assert_eq!(cfg, before);
+            let err = cfg.apply_limits(&limits).unwrap_err().to_string();
+            assert!(err.contains(&format!("`{}`", cfg.backend())), "{err}");
+        }
     }
 
     #[cfg(feature = "host")]

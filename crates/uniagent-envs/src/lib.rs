@@ -51,7 +51,7 @@ pub mod telemetry;
 pub use client::{RemoteRuntime, RemoteRuntimeOptions};
 pub use config::{
     BackendBuilder, BackendConfig, DeploymentConfig, DockerConfig, FaasConfig, HostConfig,
-    NetworkMode, RemoteConfig, BACKENDS,
+    NetworkMode, RemoteConfig, SandboxLimits, BACKENDS,
 };
 #[cfg(feature = "docker")]
 pub use docker::DockerDeployment;

@@ -7,11 +7,23 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
-use uniagent_core::Task;
-use uniagent_rewards::harbor::{HarborTask, HARBOR_DIR_FIELD};
+use uniagent_core::{Task, TIME_LIMIT_FIELD};
+use uniagent_envs::SandboxLimits;
+use uniagent_rewards::harbor::{EnvironmentSection, HarborTask, VerifierImage, HARBOR_DIR_FIELD};
 
 use super::PromptTemplate;
+use crate::env::SANDBOX_LIMITS_FIELD;
 use crate::error::{CliError, Result};
+
+/// The task metadata field holding a separate verifier's image.
+pub const VERIFIER_IMAGE_FIELD: &str = "verifier_image";
+
+/// The task metadata field saying the verifier's image is built from the task's `tests/`.
+pub const BUILD_VERIFIER_IMAGE_FIELD: &str = "build_verifier_image";
+
+/// The task metadata field holding a separate verifier's sandbox limits (as
+/// [`SANDBOX_LIMITS_FIELD`] for the agent's).
+pub const VERIFIER_LIMITS_FIELD: &str = "verifier_sandbox_limits";
 
 /// The default prompt of a Harbor task: its instruction as it is.
 pub const HARBOR_TEMPLATE: &str = "{{ instruction }}";
@@ -121,10 +133,37 @@ fn metadata(task: &HarborTask) -> std::result::Result<Map<String, Value>, String
     m.insert("build_image".into(), json!(env.docker_image.is_none()));
     m.insert("workdir".into(), json!(workdir(task)));
     m.insert("build_timeout_sec".into(), json!(env.build_timeout_sec));
+    // `[agent] timeout_sec` bounds the rollout (the loop takes the smaller of it and
+    // `loop.wall_clock_budget`).
     m.insert(
-        "agent_timeout_sec".into(),
+        TIME_LIMIT_FIELD.into(),
         json!(task.config.agent.timeout_sec),
     );
+    let limits = sandbox_limits(env)?;
+    if !limits.is_empty() {
+        m.insert(
+            SANDBOX_LIMITS_FIELD.into(),
+            serde_json::to_value(limits).map_err(|e| e.to_string())?,
+        );
+    }
+    // A separate verifier: its image (built here from `tests/` when that is its source) and
+    // its own limits.
+    if let Some(source) = task.verifier_image() {
+        let (image, build) = match source {
+            VerifierImage::Prebuilt(image) => (image, false),
+            VerifierImage::Build(context) => (context_tag(task, &context, "-verifier")?, true),
+            VerifierImage::TaskImage => (image_tag(task)?, false),
+        };
+        m.insert(VERIFIER_IMAGE_FIELD.into(), json!(image));
+        m.insert(BUILD_VERIFIER_IMAGE_FIELD.into(), json!(build));
+        let limits = sandbox_limits(task.verifier_environment())?;
+        if !limits.is_empty() {
+            m.insert(
+                VERIFIER_LIMITS_FIELD.into(),
+                serde_json::to_value(limits).map_err(|e| e.to_string())?,
+            );
+        }
+    }
     m.insert(
         "verifier_timeout_sec".into(),
         json!(task.config.verifier.timeout_sec),
@@ -136,13 +175,33 @@ fn metadata(task: &HarborTask) -> std::result::Result<Map<String, Value>, String
     Ok(m)
 }
 
+/// The limits an `[environment]` table sets: `cpus`, `memory_mb` (or the deprecated `memory`),
+/// `network_mode = "no-network"` (or `allow_internet = false`). "public" leaves the configured
+/// network alone.
+fn sandbox_limits(env: &EnvironmentSection) -> std::result::Result<SandboxLimits, String> {
+    Ok(SandboxLimits {
+        cpus: env.cpus,
+        memory_bytes: env.memory_mib()?.map(|mib| mib << 20),
+        no_network: env.network() == "no-network",
+    })
+}
+
 /// `[environment] docker_image`, else `uniagent-harbor/NAME:HASH` with HASH over the build
 /// context's files (paths and bytes), so an edited Dockerfile builds a new image.
 fn image_tag(task: &HarborTask) -> std::result::Result<String, String> {
     if let Some(image) = &task.config.environment.docker_image {
         return Ok(image.clone());
     }
-    let context = task.environment_dir();
+    context_tag(task, &task.environment_dir(), "")
+}
+
+/// `uniagent-harbor/NAME{suffix}:HASH` for the build context `context`.
+fn context_tag(
+    task: &HarborTask,
+    context: &Path,
+    suffix: &str,
+) -> std::result::Result<String, String> {
+    let context = context.to_path_buf();
     let mut files = Vec::new();
     let mut pending = vec![context.clone()];
     while let Some(at) = pending.pop() {
@@ -188,7 +247,7 @@ fn image_tag(task: &HarborTask) -> std::result::Result<String, String> {
         })
         .collect();
     Ok(format!(
-        "uniagent-harbor/{}:{hash:016x}",
+        "uniagent-harbor/{}{suffix}:{hash:016x}",
         name.trim_matches('-')
     ))
 }
@@ -219,7 +278,10 @@ mod tests {
 
     fn write_task(root: &Path, name: &str, dockerfile: &str) {
         let files = [
-            ("task.toml", "[metadata]\ncategory = \"files\"\n"),
+            (
+                "task.toml",
+                "[metadata]\ncategory = \"files\"\n[agent]\ntimeout_sec = 120.0\n",
+            ),
             ("instruction.md", "Create hello.txt.\n"),
             ("environment/Dockerfile", dockerfile),
             (
@@ -247,6 +309,13 @@ mod tests {
         assert_eq!(tasks[0].metadata["workdir"], "/");
         assert_eq!(tasks[1].metadata["workdir"], "/app");
         assert_eq!(tasks[0].metadata["task_metadata"]["category"], "files");
+        // No limits of its own: the configured ones stay.
+        assert!(tasks[0].metadata.get(SANDBOX_LIMITS_FIELD).is_none());
+        // `[agent] timeout_sec` is the rollout's own wall-clock limit.
+        assert_eq!(
+            tasks[0].time_limit(),
+            Ok(Some(std::time::Duration::from_secs(120)))
+        );
         let image = tasks[1].metadata["image"].as_str().unwrap().to_owned();
         assert!(image.starts_with("uniagent-harbor/b-task:"), "{image}");
         // The tag follows the build context's content.
@@ -259,6 +328,64 @@ mod tests {
                 .len(),
             1
         );
+    }
+
+    #[test]
+    fn the_environment_tables_resources_become_sandbox_limits() {
+        let root = tempfile::tempdir().unwrap();
+        write_task(root.path(), "t", "FROM base:1\n");
+        std::fs::write(
+            root.path().join("t/task.toml"),
+            "[environment]\ncpus = 0.5\nmemory = \"300M\"\nnetwork_mode = \"no-network\"\n",
+        )
+        .unwrap();
+        let tasks = load_harbor_tasks(&[root.path().to_path_buf()], None, None, None).unwrap();
+        assert_eq!(
+            tasks[0].metadata[SANDBOX_LIMITS_FIELD],
+            json!({"cpus": 0.5, "memory_bytes": 300u64 << 20, "no_network": true})
+        );
+        assert_eq!(tasks[0].time_limit(), Ok(None));
+        // `allowlist` cannot be honoured: refused at load, naming the task.
+        std::fs::write(
+            root.path().join("t/task.toml"),
+            "[environment]\nnetwork_mode = \"allowlist\"\n",
+        )
+        .unwrap();
+        let err = load_harbor_tasks(&[root.path().to_path_buf()], None, None, None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("allowlist") && err.contains("/t"), "{err}");
+    }
+
+    #[test]
+    fn a_separate_verifier_gets_its_image_and_limits() {
+        let root = tempfile::tempdir().unwrap();
+        write_task(root.path(), "t", "FROM base:1\n");
+        let toml = root.path().join("t/task.toml");
+        std::fs::write(&toml, "[verifier]\nenvironment_mode = \"separate\"\n").unwrap();
+        let load = || load_harbor_tasks(&[root.path().to_path_buf()], None, None, None).unwrap();
+        let own = load();
+        // The task's own image, built once as the agent's.
+        assert_eq!(
+            own[0].metadata[VERIFIER_IMAGE_FIELD],
+            own[0].metadata["image"]
+        );
+        assert_eq!(own[0].metadata[BUILD_VERIFIER_IMAGE_FIELD], false);
+        assert!(own[0].metadata.get(VERIFIER_LIMITS_FIELD).is_none());
+        // tests/Dockerfile: an image of its own, with [verifier.environment]'s limits.
+        std::fs::write(root.path().join("t/tests/Dockerfile"), "FROM base:1\n").unwrap();
+        std::fs::write(&toml, "[verifier.environment]\ncpus = 2\n").unwrap();
+        let built = load();
+        let image = built[0].metadata[VERIFIER_IMAGE_FIELD].as_str().unwrap();
+        assert!(image.starts_with("uniagent-harbor/t-verifier:"), "{image}");
+        assert_eq!(built[0].metadata[BUILD_VERIFIER_IMAGE_FIELD], true);
+        assert_eq!(
+            built[0].metadata[VERIFIER_LIMITS_FIELD],
+            json!({"cpus": 2.0, "memory_bytes": null, "no_network": false})
+        );
+        // A shared verifier has none of these.
+        std::fs::write(&toml, "").unwrap();
+        assert!(load()[0].metadata.get(VERIFIER_IMAGE_FIELD).is_none());
     }
 
     #[test]

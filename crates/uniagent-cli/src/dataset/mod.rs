@@ -12,7 +12,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uniagent_core::{Message, Task};
 
-pub use harbor::{load_harbor_tasks, task_dirs, HarborDirs, HARBOR_TEMPLATE};
+pub use harbor::{
+    load_harbor_tasks, task_dirs, HarborDirs, BUILD_VERIFIER_IMAGE_FIELD, HARBOR_TEMPLATE,
+    VERIFIER_IMAGE_FIELD, VERIFIER_LIMITS_FIELD,
+};
 pub use layout::{Layout, Mapped};
 pub use read::{read_rows, Row};
 

@@ -80,7 +80,9 @@ use uniagent_core::{RewardSpec, Task, Tool};
 pub use command::CommandEnvironment;
 pub use file_lookup::{FileLookup, FileQuestion};
 pub use harbor::HarborEnvironment;
-pub use sandbox::{fill_template, SandboxSettings, TaskSetup, TemplatedSandboxes};
+pub use sandbox::{
+    fill_template, SandboxSettings, TaskSetup, TemplatedSandboxes, SANDBOX_LIMITS_FIELD,
+};
 pub use search_qa::SearchQa;
 pub use swe::Swe;
 
@@ -309,16 +311,14 @@ impl EnvironmentRegistry {
     }
 }
 
-/// Checks every task against the environment; the first bad one is named.
+/// Checks every task: its own wall-clock limit ([`Task::time_limit`]) and what the environment
+/// needs of it; the first bad one is named.
 pub fn check_tasks(env: &dyn Environment, tasks: &[Task]) -> Result<()> {
     for task in tasks {
-        env.check_task(task).map_err(|m| {
-            CliError::dataset(
-                format!("task `{}`", task.id),
-                None,
-                format!("{m} (needed by environment `{}`)", env.name()),
-            )
-        })?;
+        let named = |m: String| CliError::dataset(format!("task `{}`", task.id), None, m);
+        task.time_limit().map_err(named)?;
+        env.check_task(task)
+            .map_err(|m| named(format!("{m} (needed by environment `{}`)", env.name())))?;
     }
     Ok(())
 }

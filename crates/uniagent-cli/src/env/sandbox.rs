@@ -10,9 +10,14 @@ use serde_json::Value;
 use uniagent_core::runner::SandboxFactory;
 use uniagent_core::sandbox::SetupSandbox;
 use uniagent_core::{Deployment, Error, Task};
-use uniagent_envs::DeploymentConfig;
+use uniagent_envs::{DeploymentConfig, SandboxLimits};
 
 use crate::error::{CliError, Result};
+
+/// The task metadata field holding the task's own sandbox limits ([`SandboxLimits`]: `cpus`,
+/// `memory_bytes`, `no_network`), applied over the configured backend's for that task's sandbox
+/// (Harbor tasks set it from `[environment]`).
+pub const SANDBOX_LIMITS_FIELD: &str = "sandbox_limits";
 
 /// The `sandbox:` and `setup:` settings shared by environments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -157,11 +162,20 @@ impl TemplatedSandboxes {
     }
 
     /// The deployment config of `task`: every per-task field of the backend (a docker or faas
-    /// `image`) with its `{field}` template filled in. An error names the key.
+    /// `image`) with its `{field}` template filled in, and the task's own limits
+    /// ([`SANDBOX_LIMITS_FIELD`]) over the configured ones. An error names the key.
     pub fn config_for(&self, task: &Task) -> std::result::Result<DeploymentConfig, String> {
         let mut config = self.settings.sandbox.clone();
         for (key, value) in config.per_task_fields() {
             *value = fill_template(value, task, true).map_err(|m| format!("{key}: {m}"))?;
+        }
+        if let Some(value) = task.metadata.get(SANDBOX_LIMITS_FIELD) {
+            let named = |m: String| format!("{SANDBOX_LIMITS_FIELD} of task `{}`: {m}", task.id);
+            let limits: SandboxLimits =
+                serde_json::from_value(value.clone()).map_err(|e| named(e.to_string()))?;
+            config
+                .apply_limits(&limits)
+                .map_err(|e| named(e.to_string()))?;
         }
         Ok(config)
     }
@@ -222,5 +236,62 @@ impl SandboxFactory for TemplatedSandboxes {
             setup,
             self.settings.setup_timeout,
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use uniagent_envs::{DockerConfig, NetworkMode};
+
+    use super::*;
+
+    fn sandboxes(sandbox: DeploymentConfig) -> TemplatedSandboxes {
+        TemplatedSandboxes::new(
+            SandboxSettings::of(&sandbox, &[], Duration::from_secs(1)),
+            None,
+        )
+    }
+
+    #[test]
+    fn a_tasks_limits_replace_the_configured_ones_for_its_sandbox_only() {
+        let configured = DockerConfig {
+            image: "{image}".into(),
+            network: NetworkMode::Bridge,
+            ..DockerConfig::default()
+        };
+        let factory = sandboxes(configured.clone().into());
+        let plain = Task::new("plain", vec![]).with_metadata("image", json!("img:1"));
+        let limited = plain.clone().with_metadata(
+            SANDBOX_LIMITS_FIELD,
+            json!({"cpus": 0.5, "memory_bytes": 300u64 << 20, "no_network": true}),
+        );
+        let DeploymentConfig::Docker(d) = factory.config_for(&limited).unwrap() else {
+            panic!("not docker")
+        };
+        assert_eq!(
+            (d.image.as_str(), d.cpus, d.memory_bytes, d.network),
+            ("img:1", Some(0.5), Some(300 << 20), NetworkMode::None)
+        );
+        let DeploymentConfig::Docker(d) = factory.config_for(&plain).unwrap() else {
+            panic!("not docker")
+        };
+        assert_eq!(
+            (d.cpus, d.memory_bytes, d.network),
+            (
+                configured.cpus,
+                configured.memory_bytes,
+                NetworkMode::Bridge
+            )
+        );
+        // A malformed field, or a backend that cannot apply them: named errors.
+        let bad = plain
+            .clone()
+            .with_metadata(SANDBOX_LIMITS_FIELD, json!({"cpu": 1}));
+        let err = factory.config_for(&bad).unwrap_err();
+        assert!(err.contains("sandbox_limits of task `plain`"), "{err}");
+        let host = sandboxes(DeploymentConfig::default());
+        let err = host.config_for(&limited).unwrap_err();
+        assert!(err.contains("`host` backend"), "{err}");
     }
 }

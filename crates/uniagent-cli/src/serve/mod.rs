@@ -217,8 +217,11 @@ impl RolloutService {
             return Err(Refusal::Busy(self.max_in_flight));
         };
         let request = RolloutRequest::parse(body)?;
-        self.environment
-            .check_task(&request.task)
+        request
+            .task
+            .time_limit()
+            .map(|_| ())
+            .and_then(|()| self.environment.check_task(&request.task))
             .map_err(|m| BadRequest::new("task", m))?;
         let bridge = self.bridge(&request)?;
         let stop = cancel.child_token();

@@ -36,7 +36,8 @@ pub(crate) struct Rollout<'a> {
 }
 
 impl<'a> Rollout<'a> {
-    /// Sample `sample` of `task`, starting now under `config`'s wall-clock budget.
+    /// Sample `sample` of `task`, starting now under `config`'s wall-clock budget, or the
+    /// task's own limit ([`Task::time_limit`]) when that is shorter.
     pub(crate) fn start(
         task: Arc<Task>,
         sample: u32,
@@ -45,6 +46,13 @@ impl<'a> Rollout<'a> {
         config: &LoopConfig,
     ) -> Self {
         let started = Instant::now();
+        // An invalid task limit is refused before the run (the CLI checks every task); here it
+        // leaves the configured budget alone.
+        let task_limit = task.time_limit().ok().flatten();
+        let budget = match (config.wall_clock_budget, task_limit) {
+            (Some(b), Some(t)) => Some(b.min(t)),
+            (b, t) => b.or(t),
+        };
         Self {
             id: rollout_id(&task.id, sample),
             task,
@@ -52,7 +60,7 @@ impl<'a> Rollout<'a> {
             deployment,
             control,
             started,
-            deadline: config.wall_clock_budget.map(|b| started + b),
+            deadline: budget.map(|b| started + b),
         }
     }
 

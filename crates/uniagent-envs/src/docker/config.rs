@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use uniagent_core::{duration_secs, opt_duration_secs, Error, Result};
 
-use crate::config::{check_positive, BackendConfig};
+use crate::config::{check_positive, BackendConfig, SandboxLimits};
 
 /// Docker refuses memory limits below 6 MiB.
 const MIN_DOCKER_MEMORY: u64 = 6 << 20;
@@ -156,6 +156,21 @@ impl BackendConfig for DockerConfig {
     /// The image is a per-task template (`swe-{instance_id}`).
     fn per_task_fields(&mut self) -> Vec<(&'static str, &mut String)> {
         vec![("image", &mut self.image), ("work_dir", &mut self.work_dir)]
+    }
+
+    /// `cpus` and `memory_bytes` replace the configured ones; `no_network` is
+    /// [`NetworkMode::None`].
+    fn apply_limits(&mut self, limits: &SandboxLimits) -> Result<()> {
+        if let Some(cpus) = limits.cpus {
+            self.cpus = Some(cpus);
+        }
+        if let Some(bytes) = limits.memory_bytes {
+            self.memory_bytes = Some(bytes);
+        }
+        if limits.no_network {
+            self.network = NetworkMode::None;
+        }
+        Ok(())
     }
 }
 

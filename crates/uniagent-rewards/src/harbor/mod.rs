@@ -2,9 +2,11 @@
 //! `environment/Dockerfile`, `tests/test.sh` and optionally `solution/solve.sh`.
 //!
 //! [`HarborTask::load`] reads and checks one; [`HarborVerifier`] is its reward: `test.sh` run in
-//! the agent's sandbox, scored by `/logs/verifier/reward.json` or `reward.txt`
-//! ([`rewards_from_files`]); [`run_solution`] runs its `solution/solve.sh` as Harbor's oracle. What uniagent does not run (multi-step tasks, separate verifier
-//! environments, compose environments, Windows) is refused at load with a typed error.
+//! the agent's sandbox, or in a fresh one holding the agent's final working directory
+//! ([`HarborVerifier::verify_separate`]), scored by `/logs/verifier/reward.json` or `reward.txt`
+//! ([`rewards_from_files`]); [`run_solution`] runs its `solution/solve.sh` as Harbor's oracle.
+//! What uniagent does not run (multi-step tasks, compose environments, Windows, a network
+//! allowlist) is refused at load with a typed error.
 
 mod config;
 mod oracle;
@@ -21,5 +23,5 @@ pub use reward_file::{
     primary_score, rewards_from_files, RewardFileError, REWARD_DIR, REWARD_JSON, REWARD_KEY,
     REWARD_TXT,
 };
-pub use task::{strip_canary, HarborTask, HarborTaskError};
+pub use task::{strip_canary, HarborTask, HarborTaskError, VerifierImage};
 pub use verifier::{HarborVerifier, HARBOR_DIR_FIELD, TEST_OUTPUT};

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::config::{TaskConfig, VerifierMode};
+use super::config::{EnvironmentSection, TaskConfig, VerifierMode};
 
 /// Why a task directory cannot be run.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -80,8 +80,37 @@ impl HarborTask {
             path: config_path.clone(),
             message,
         };
-        config.environment.memory_mib().map_err(bad)?;
-        config.environment.storage_mib().map_err(bad)?;
+        let tables = [
+            ("[environment]", Some(&config.environment)),
+            (
+                "[verifier.environment]",
+                config.verifier.environment.as_ref(),
+            ),
+        ];
+        for (table, env) in tables {
+            let Some(env) = env else { continue };
+            env.memory_mib().map_err(bad)?;
+            env.storage_mib().map_err(bad)?;
+            match env.network() {
+                "public" | "no-network" => {}
+                "allowlist" => {
+                    return Err(unsupported(&format!(
+                        "{table} network_mode = \"allowlist\""
+                    )))
+                }
+                other => {
+                    return Err(bad(format!(
+                        "{table} network_mode = {other:?}: expected \"public\", \"no-network\" \
+                         or \"allowlist\""
+                    )))
+                }
+            }
+            if let Some(cpus) = env.cpus.filter(|c| !(c.is_finite() && *c > 0.0)) {
+                return Err(bad(format!(
+                    "{table} cpus = {cpus}: must be a positive number"
+                )));
+            }
+        }
         for (name, value) in [
             ("[verifier] timeout_sec", Some(config.verifier.timeout_sec)),
             (
@@ -94,19 +123,27 @@ impl HarborTask {
                 return Err(bad(format!("{name} = {v}: must be a positive number")));
             }
         }
-        match (
-            config.verifier.environment_mode,
-            &config.verifier.environment,
-        ) {
-            (Some(VerifierMode::Shared), Some(_)) => {
-                return Err(bad(
-                    "[verifier] environment_mode = \"shared\" with a [verifier.environment]".into(),
-                ))
+        if config.verifier.environment_mode == Some(VerifierMode::Shared)
+            && config.verifier.environment.is_some()
+        {
+            return Err(bad(
+                "[verifier] environment_mode = \"shared\" with a [verifier.environment]".into(),
+            ));
+        }
+        if let Some(env) = &config.verifier.environment {
+            if !env.os.eq_ignore_ascii_case("linux") {
+                return Err(unsupported(&format!(
+                    "[verifier.environment] os = {:?}",
+                    env.os
+                )));
             }
-            (Some(VerifierMode::Separate), _) | (None, Some(_)) => {
-                return Err(unsupported("a separate verifier environment"))
-            }
-            _ => {}
+        }
+        let tests = dir.join("tests");
+        if verifier_mode(&config) == VerifierMode::Separate
+            && !tests.join("Dockerfile").is_file()
+            && tests.join("docker-compose.yaml").is_file()
+        {
+            return Err(unsupported("a docker-compose verifier environment"));
         }
         let environment = dir.join("environment");
         if config.environment.docker_image.is_none() && !environment.join("Dockerfile").is_file() {
@@ -159,10 +196,69 @@ impl HarborTask {
         self.dir.join("tests")
     }
 
+    /// Where the verifier runs: `[verifier] environment_mode`, else `separate` when
+    /// `[verifier.environment]` is set, else `shared` (Harbor's rule).
+    pub fn verifier_mode(&self) -> VerifierMode {
+        verifier_mode(&self.config)
+    }
+
+    /// The environment the verifier runs in: `[verifier.environment]` in separate mode when
+    /// set, else the task's `[environment]` (its variables, working directory and resources).
+    pub fn verifier_environment(&self) -> &EnvironmentSection {
+        match (&self.config.verifier.environment, self.verifier_mode()) {
+            (Some(env), VerifierMode::Separate) => env,
+            _ => &self.config.environment,
+        }
+    }
+
+    /// The image of a separate verifier, by Harbor's precedence: `[verifier.environment]
+    /// docker_image`, else one built from `tests/Dockerfile` (context `tests/`), else the
+    /// task's own image. `None` in shared mode.
+    pub fn verifier_image(&self) -> Option<VerifierImage> {
+        if self.verifier_mode() != VerifierMode::Separate {
+            return None;
+        }
+        let prebuilt = self
+            .config
+            .verifier
+            .environment
+            .as_ref()
+            .and_then(|env| env.docker_image.clone());
+        Some(match prebuilt {
+            Some(image) => VerifierImage::Prebuilt(image),
+            None if self.tests_dir().join("Dockerfile").is_file() => {
+                VerifierImage::Build(self.tests_dir())
+            }
+            None => VerifierImage::TaskImage,
+        })
+    }
+
     /// `solution/solve.sh`, when the task has an oracle.
     pub fn solution_script(&self) -> Option<PathBuf> {
         let path = self.dir.join("solution/solve.sh");
         path.is_file().then_some(path)
+    }
+}
+
+/// The image a separate verifier starts from ([`HarborTask::verifier_image`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VerifierImage {
+    /// `[verifier.environment] docker_image`.
+    Prebuilt(String),
+    /// Built from this directory's `Dockerfile` (the task's `tests/`).
+    Build(PathBuf),
+    /// The agent's image.
+    TaskImage,
+}
+
+fn verifier_mode(config: &TaskConfig) -> VerifierMode {
+    match (
+        config.verifier.environment_mode,
+        &config.verifier.environment,
+    ) {
+        (Some(mode), _) => mode,
+        (None, Some(_)) => VerifierMode::Separate,
+        (None, None) => VerifierMode::Shared,
     }
 }
 
@@ -237,7 +333,7 @@ mod tests {
     fn each_missing_or_unsupported_part_is_named() {
         // (file dropped, file put instead, what the error names)
         type Case<'a> = (&'a str, Option<(&'a str, &'a str)>, &'a str);
-        let cases: [Case<'_>; 6] = [
+        let cases: [Case<'_>; 8] = [
             ("tests/test.sh", None, "tests/test.sh"),
             (
                 "instruction.md",
@@ -252,13 +348,23 @@ mod tests {
             ),
             (
                 "task.toml",
-                Some(("task.toml", "[verifier]\nenvironment_mode = \"separate\"\n")),
-                "separate verifier",
+                Some(("task.toml", "[verifier.environment]\nos = \"windows\"\n")),
+                "[verifier.environment] os",
             ),
             (
                 "task.toml",
                 Some(("task.toml", "[agent]\ntimeout_sec = -1.0\n")),
                 "positive",
+            ),
+            (
+                "task.toml",
+                Some(("task.toml", "[environment]\nnetwork_mode = \"allowlist\"\n")),
+                "network_mode = \"allowlist\" is not supported",
+            ),
+            (
+                "task.toml",
+                Some(("task.toml", "[environment]\nnetwork_mode = \"lan\"\n")),
+                "expected \"public\"",
             ),
         ];
         for (drop, replace, needle) in cases {
@@ -280,6 +386,62 @@ mod tests {
             .collect();
         files.push(("task.toml", "[environment]\ndocker_image = \"img:1\"\n"));
         assert!(HarborTask::load(task(&files).path()).is_ok());
+    }
+
+    #[test]
+    fn the_separate_verifiers_mode_environment_and_image_follow_harbors_precedence() {
+        let with = |toml: &str, extra: &[(&'static str, &'static str)]| {
+            let mut files: Vec<(&str, &str)> = MINIMAL
+                .iter()
+                .copied()
+                .filter(|(p, _)| *p != "task.toml")
+                .collect();
+            files.push(("task.toml", toml));
+            files.extend(extra.iter().copied());
+            let dir = task(&files);
+            let loaded = HarborTask::load(dir.path()).unwrap();
+            (dir, loaded)
+        };
+        let (_d, shared) = with("", &[]);
+        assert_eq!(shared.verifier_mode(), VerifierMode::Shared);
+        assert_eq!(shared.verifier_image(), None);
+        // Separate by its mode: the task's own image and environment.
+        let (_d, own) = with(
+            "[verifier]\nenvironment_mode = \"separate\"\n[environment]\ncpus = 2\n",
+            &[],
+        );
+        assert_eq!(own.verifier_image(), Some(VerifierImage::TaskImage));
+        assert_eq!(own.verifier_environment().cpus, Some(2.0));
+        // ... by a [verifier.environment]: its resources; tests/Dockerfile is the image ...
+        let (d, built) = with(
+            "[verifier.environment]\nmemory_mb = 300\n",
+            &[("tests/Dockerfile", "FROM base\n")],
+        );
+        assert_eq!(built.verifier_mode(), VerifierMode::Separate);
+        assert_eq!(
+            built.verifier_image(),
+            Some(VerifierImage::Build(d.path().join("tests")))
+        );
+        assert_eq!(built.verifier_environment().memory_mib(), Ok(Some(300)));
+        // ... unless its docker_image is set.
+        let (_d, prebuilt) = with(
+            "[verifier.environment]\ndocker_image = \"v:1\"\n",
+            &[("tests/Dockerfile", "FROM base\n")],
+        );
+        assert_eq!(
+            prebuilt.verifier_image(),
+            Some(VerifierImage::Prebuilt("v:1".into()))
+        );
+        // A compose verifier is refused by name.
+        let mut files: Vec<(&str, &str)> = MINIMAL
+            .iter()
+            .copied()
+            .filter(|(p, _)| *p != "task.toml")
+            .collect();
+        files.push(("task.toml", "[verifier]\nenvironment_mode = \"separate\"\n"));
+        files.push(("tests/docker-compose.yaml", "services: {}\n"));
+        let err = HarborTask::load(task(&files).path()).unwrap_err();
+        assert!(err.to_string().contains("docker-compose verifier"), "{err}");
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! [`HarborVerifier`]: a Harbor task's `tests/test.sh` run in the agent's sandbox after the
-//! loop (Harbor's "shared" verifier), scored by the reward files it writes.
+//! [`HarborVerifier`]: a Harbor task's `tests/test.sh` run after the loop, in the agent's
+//! sandbox (Harbor's "shared" verifier) or in a fresh one holding the agent's final working
+//! directory ("separate"), scored by the reward files it writes.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,7 +12,7 @@ use serde_json::json;
 use uniagent_core::sandbox::UploadRequest;
 use uniagent_core::{Deployment, DeploymentExt, RewardContext, RewardOutcome};
 
-use super::config::resolve_env;
+use super::config::{resolve_env, EnvironmentSection, VerifierMode};
 use super::reward_file::{primary_score, rewards_from_files, REWARD_JSON, REWARD_KEY, REWARD_TXT};
 use super::task::HarborTask;
 use crate::error::{tail, RewardError};
@@ -22,6 +23,14 @@ pub const HARBOR_DIR_FIELD: &str = "harbor_dir";
 
 /// Where `test.sh`'s output goes in the sandbox.
 pub const TEST_OUTPUT: &str = "/logs/verifier/test-stdout.txt";
+
+/// Where the archive of the agent's working directory is kept, in both sandboxes, while it is
+/// carried to a separate verifier's.
+const CARRIED_ARCHIVE: &str = "/tmp/uniagent-harbor-workdir.tar";
+
+/// Bytes of that archive read per command: hex on stdout, well under the sandbox server's
+/// output limit.
+const CARRY_CHUNK: u64 = 4 << 20;
 
 /// Runs the task's verifier in the rollout's sandbox, as Harbor's shared verifier does: stale
 /// reward files are removed, the task's `tests/` replaces `/tests` (the agent never saw it),
@@ -76,14 +85,61 @@ impl HarborVerifier {
             field: HARBOR_DIR_FIELD.into(),
             message: e.to_string(),
         })?;
+        if task.verifier_mode() == VerifierMode::Separate {
+            return Err(RewardError::BadConfig {
+                message: format!(
+                    "task `{}` runs its verifier in a fresh sandbox, which only the `harbor` \
+                     environment starts (HarborVerifier::verify_separate)",
+                    task.name
+                ),
+            });
+        }
         self.verify(sandbox(ctx)?, &task).await
     }
 
-    /// Verifies `task` in `deployment` (the agent's sandbox, still running).
+    /// Verifies `task` in `deployment` (the agent's sandbox, still running): Harbor's shared
+    /// verifier.
     pub async fn verify(
         &self,
         deployment: &Arc<dyn Deployment>,
         task: &HarborTask,
+    ) -> Result<RewardOutcome, RewardError> {
+        let env = &task.config.environment;
+        self.run_tests(deployment, task, env, env.workdir.as_deref())
+            .await
+    }
+
+    /// Verifies `task` in `fresh` (a new sandbox of the verifier's image, started), Harbor's
+    /// separate verifier: the agent's final working directory `workdir` is carried over from
+    /// `agent` (archived there, unpacked in `fresh` in place of what the image holds there, so
+    /// files the agent deleted are gone too), then `tests/` is uploaded to `fresh` only, and
+    /// `test.sh` runs as in [`verify`](Self::verify), with `[verifier.environment]`'s variables
+    /// and working directory when it has them (else the task's variables, in `workdir`).
+    ///
+    /// Carrying the files failing, or running past `[verifier] timeout_sec`, is
+    /// [`RewardError::VerifierFailed`], as a verifier crash is.
+    pub async fn verify_separate(
+        &self,
+        agent: &Arc<dyn Deployment>,
+        fresh: &Arc<dyn Deployment>,
+        task: &HarborTask,
+        workdir: &str,
+    ) -> Result<RewardOutcome, RewardError> {
+        let timeout = Duration::from_secs_f64(task.config.verifier.timeout_sec);
+        let carried = carry_workdir(agent, fresh, workdir, timeout).await?;
+        let env = task.verifier_environment();
+        let cwd = env.workdir.as_deref().unwrap_or(workdir);
+        let outcome = self.run_tests(fresh, task, env, Some(cwd)).await?;
+        Ok(outcome.with_detail("carried_bytes", json!(carried)))
+    }
+
+    /// `test.sh` in `deployment`, with `env`'s and the verifier's variables, in `workdir`.
+    async fn run_tests(
+        &self,
+        deployment: &Arc<dyn Deployment>,
+        task: &HarborTask,
+        env_section: &EnvironmentSection,
+        workdir: Option<&str>,
     ) -> Result<RewardOutcome, RewardError> {
         let timeout = Duration::from_secs_f64(task.config.verifier.timeout_sec);
         let prepare =
@@ -91,13 +147,12 @@ impl HarborVerifier {
              && mkdir -p /tests /logs/verifier /logs/agent";
         expect_success(deployment, "preparing /tests and /logs/verifier", prepare).await?;
         upload_dir(deployment, &task.tests_dir(), "/tests").await?;
-        let mut env = task.config.environment.env.clone();
+        let mut env = env_section.env.clone();
         env.extend(task.config.verifier.env.clone());
         let script = format!(
             "{}chmod +x /tests/test.sh && (/tests/test.sh) > {TEST_OUTPUT} 2>&1",
             exports(&env)?
         );
-        let workdir = task.config.environment.workdir.as_deref();
         let ran = run(deployment, &script, workdir, timeout).await?;
         let exit_code = match ran {
             Run::Finished(response) => response.exit_code,
@@ -140,6 +195,127 @@ impl HarborVerifier {
 }
 
 crate::spec::forward_reward_spec!(HarborVerifier, "harbor");
+
+/// Copies the directory `workdir` of `agent` to the same path of `fresh`, replacing what was
+/// there: a tar archive made in `agent`, read back in hex chunks, uploaded and unpacked.
+/// Returns the archive's size.
+async fn carry_workdir(
+    agent: &Arc<dyn Deployment>,
+    fresh: &Arc<dyn Deployment>,
+    workdir: &str,
+    timeout: Duration,
+) -> Result<u64, RewardError> {
+    let dir = workdir.trim_end_matches('/');
+    if !dir.starts_with('/') {
+        return Err(RewardError::VerifierFailed {
+            message: format!(
+                "the separate verifier carries the agent's working directory, and `{workdir}` is \
+                 `/` or relative: set [environment] workdir (or a WORKDIR in the Dockerfile)"
+            ),
+        });
+    }
+    let (quoted, archive) = (shell_quote(dir), shell_quote(CARRIED_ARCHIVE));
+    let pack = format!("tar -C {quoted} -cf {archive} . && stat -c %s {archive}");
+    let listed = checked(
+        agent,
+        "archiving the agent's working directory",
+        &pack,
+        timeout,
+    )
+    .await?;
+    let size: u64 = listed
+        .trim()
+        .parse()
+        .map_err(|_| RewardError::VerifierFailed {
+            message: format!("archiving the agent's working directory printed {listed:?}"),
+        })?;
+    let mut data = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    while (data.len() as u64) < size {
+        let read = format!(
+            "tail -c +{} {archive} | head -c {CARRY_CHUNK} | od -An -v -tx1 | tr -d ' \\n'",
+            data.len() + 1
+        );
+        let hex = checked(
+            agent,
+            "reading the archive of the agent's work",
+            &read,
+            timeout,
+        )
+        .await?;
+        let chunk = from_hex(hex.trim()).ok_or_else(|| RewardError::VerifierFailed {
+            message: "reading the archive of the agent's work: not hex".into(),
+        })?;
+        if chunk.is_empty() {
+            return Err(RewardError::VerifierFailed {
+                message: format!(
+                    "the archive of the agent's work ended at {} of {size} bytes",
+                    data.len()
+                ),
+            });
+        }
+        data.extend(chunk);
+    }
+    // Best-effort: the archive is scratch in the agent's sandbox.
+    let _ = agent
+        .sh(&format!("rm -f {archive}"), Duration::from_secs(30))
+        .await;
+    fresh
+        .upload(UploadRequest {
+            data,
+            target_path: CARRIED_ARCHIVE.into(),
+            unzip: false,
+        })
+        .await?;
+    let unpack = format!(
+        "mkdir -p {quoted} && find {quoted} -mindepth 1 -delete && tar -C {quoted} -xf {archive} \
+         && rm -f {archive}"
+    );
+    checked(
+        fresh,
+        "unpacking the agent's work in the verifier's sandbox",
+        &unpack,
+        timeout,
+    )
+    .await?;
+    Ok(size)
+}
+
+/// The stdout of `script`, which must exit 0 within `timeout`: anything else is a verifier
+/// failure naming `step`.
+async fn checked(
+    deployment: &Arc<dyn Deployment>,
+    step: &str,
+    script: &str,
+    timeout: Duration,
+) -> Result<String, RewardError> {
+    match run(deployment, script, None, timeout).await? {
+        Run::Finished(r) if r.exit_code == Some(0) => Ok(r.stdout),
+        Run::Finished(r) => Err(RewardError::VerifierFailed {
+            message: format!(
+                "{step} failed (exit code {:?}): {}",
+                r.exit_code,
+                tail(&r.stdout, 500)
+            ),
+        }),
+        Run::TimedOut => Err(RewardError::VerifierFailed {
+            message: format!(
+                "{step} ran past [verifier] timeout_sec = {}",
+                timeout.as_secs_f64()
+            ),
+        }),
+    }
+}
+
+/// Bytes of a lowercase or uppercase hex string; `None` when it is not one.
+fn from_hex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    text.as_bytes()
+        .chunks(2)
+        .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok())
+        .collect()
+}
 
 /// `export K='v'; ...` for `env`, values read through `${VAR}` from this host.
 pub(super) fn exports(env: &BTreeMap<String, String>) -> Result<String, RewardError> {
@@ -225,4 +401,21 @@ pub(super) async fn read_optional(
     );
     let response = deployment.sh(&script, Duration::from_secs(60)).await?;
     Ok(response.stdout.strip_prefix('x').map(str::to_owned))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_reads_back_every_byte_and_refuses_the_rest() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(from_hex(&hex), Some(bytes));
+        assert_eq!(from_hex("0A"), Some(vec![10]));
+        assert_eq!(from_hex(""), Some(vec![]));
+        assert_eq!(from_hex("abc"), None);
+        assert_eq!(from_hex("zz"), None);
+        assert_eq!(from_hex("+f"), None);
+    }
 }
