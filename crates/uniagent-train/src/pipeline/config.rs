@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use uniagent_core::{Error, Result};
 
+use super::emulation::GenerationEmulation;
 use crate::rl::{
     AdvEstimator, ClipConfig, KlEstimator, KlKind, LossAggMode, PolicyLossMode, RolloutCorrection,
 };
@@ -38,6 +39,10 @@ pub struct PipelineConfig {
     pub torch_threads: usize,
     /// Run checkpoints of the RL phase, to resume a killed run.
     pub checkpoint: CheckpointConfig,
+    /// Benchmarks only: every generation call lasts as long as on a separate inference
+    /// device ([`GenerationEmulation`]); absent: off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation_emulation: Option<GenerationEmulation>,
 }
 
 impl Default for PipelineConfig {
@@ -50,6 +55,7 @@ impl Default for PipelineConfig {
             engine_batch: 64,
             torch_threads: 1,
             checkpoint: CheckpointConfig::default(),
+            generation_emulation: None,
         }
     }
 }
@@ -70,6 +76,9 @@ impl PipelineConfig {
 
     /// Checks ranges; the message names the bad field.
     pub fn validate(&self) -> Result<()> {
+        if let Some(device) = &self.generation_emulation {
+            device.validate()?;
+        }
         let positive = [
             ("sft.batch_size", self.sft.batch_size),
             ("sft.micro_batch_size", self.sft.micro_batch_size),

@@ -63,6 +63,7 @@ mod artifacts;
 mod checkpoint;
 mod config;
 mod diagnostics;
+mod emulation;
 #[cfg(feature = "http-sync")]
 mod http_sync;
 mod metrics;
@@ -80,6 +81,7 @@ pub use config::{
     AsyncConfig, CheckpointConfig, Mode, PipelineConfig, RlConfig, SftConfig, SftTarget,
 };
 pub use diagnostics::{mixed_groups, ratio_stats, staleness_histogram, RatioStats};
+pub use emulation::{EmulatedDevice, GenerationEmulation};
 #[cfg(feature = "http-sync")]
 pub use http_sync::{HttpSyncConfig, HttpWeightSync, ServerFlavour};
 pub use metrics::{ScheduledGroup, StepRecord, Summary};

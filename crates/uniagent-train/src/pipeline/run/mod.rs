@@ -10,6 +10,7 @@ use uniagent_core::{Error, Result, Task, TokenGenerator};
 
 use super::checkpoint::{self, RunCheckpoint};
 use super::config::PipelineConfig;
+use super::emulation::EmulatedDevice;
 use super::metrics::{Records, Summary};
 use super::rollout::Seeded;
 use super::tasks::TaskSource;
@@ -171,7 +172,13 @@ impl Pipeline {
         Ok(Self {
             records,
             out: out.to_path_buf(),
-            generator: Arc::new(Seeded::new(generator, config.seed)),
+            generator: match config.generation_emulation {
+                Some(device) => Arc::new(EmulatedDevice::new(
+                    Seeded::new(generator, config.seed),
+                    device,
+                )),
+                None => Arc::new(Seeded::new(generator, config.seed)),
+            },
             config,
             spec: Arc::new(spec),
             policy: Some(policy),
