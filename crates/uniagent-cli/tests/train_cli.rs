@@ -35,6 +35,30 @@ fn train_with(out: &Path, sets: &[&str]) -> Value {
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
+/// Starts `uniagent ARGS` writing to `out` and SIGKILLs it once its step-5 checkpoint is
+/// complete.
+fn kill_after_step_5(out: &Path, args: &[&str]) {
+    let mut child = common::uniagent()
+        .current_dir(repo_root())
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let latest = out.join("checkpoints/latest");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1800);
+    while !std::fs::read_to_string(&latest).is_ok_and(|s| s.trim() == "step-000005") {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "train ended before step 5"
+        );
+        assert!(std::time::Instant::now() < deadline, "no step-5 checkpoint");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
 fn quick_run() -> &'static (tempfile::TempDir, Value) {
     static RUN: OnceLock<(tempfile::TempDir, Value)> = OnceLock::new();
     RUN.get_or_init(|| {
@@ -213,32 +237,17 @@ fn a_killed_run_resumed_gives_the_numbers_of_an_uninterrupted_one() {
     let (first_out, first) = quick_run();
     let second_out = tempfile::tempdir().unwrap();
     let out_arg = second_out.path().display().to_string();
-    let mut child = common::uniagent()
-        .current_dir(repo_root())
-        .args([
+    kill_after_step_5(
+        second_out.path(),
+        &[
             "train",
             TRAIN,
             "--out",
             &out_arg,
             "--set",
             "trainer.quick=true",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let latest = second_out.path().join("checkpoints/latest");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1800);
-    while !std::fs::read_to_string(&latest).is_ok_and(|s| s.trim() == "step-000005") {
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "train ended before step 5"
-        );
-        assert!(std::time::Instant::now() < deadline, "no step-5 checkpoint");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
+        ],
+    );
     let second = train(second_out.path(), &[]);
     let strip = |v: &Value| {
         let mut v = v.clone();
@@ -405,25 +414,7 @@ fn deterministic_async_follows_its_schedule_and_resumes_exactly() {
     for set in &sets {
         args.extend(["--set", set]);
     }
-    let mut child = common::uniagent()
-        .current_dir(repo_root())
-        .args(&args)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let latest = second_out.path().join("checkpoints/latest");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1800);
-    while !std::fs::read_to_string(&latest).is_ok_and(|s| s.trim() == "step-000005") {
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "train ended before step 5"
-        );
-        assert!(std::time::Instant::now() < deadline, "no step-5 checkpoint");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    kill_after_step_5(second_out.path(), &args);
     let second = train_with(second_out.path(), &sets);
     // What was sampled, rewarded and evaluated is the same, exactly. The trainer's float
     // figures agree to rounding: with rollout correction the loss reads the engine's
