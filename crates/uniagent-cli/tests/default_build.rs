@@ -7,10 +7,19 @@
 mod common;
 
 /// `reach: port_forward` of the k8s backend needs `k8s-port-forward`, which the default
-/// build leaves out: the run stops in its preflight, before any claim or model call.
+/// build leaves out: the run stops in its preflight, before any claim or chat completion
+/// (the model server is up, so its own preflight passes).
 #[cfg(all(feature = "k8s", not(feature = "k8s-port-forward")))]
 #[test]
 fn k8s_port_forward_needs_its_feature() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let responder: common::Responder =
+        std::sync::Arc::new(|_: &serde_json::Value| serde_json::json!({"content": "hi"}));
+    let server = rt.block_on(common::ChatServer::start(responder));
     let dir = tempfile::tempdir().unwrap();
     common::write(
         dir.path(),
@@ -30,8 +39,10 @@ fn k8s_port_forward_needs_its_feature() {
         "    reach: port_forward".to_owned(),
         "    api_url: http://127.0.0.1:9".to_owned(),
         format!("    signing_key_file: {}", key.display()),
-        "model: {type: openai, http: {endpoints: [\"http://127.0.0.1:9/v1\"], model: m}}"
-            .to_owned(),
+        format!(
+            "model: {{type: openai, http: {{endpoints: [\"{}\"], model: m}}}}",
+            server.base_url
+        ),
     ]
     .join("\n");
     common::write(dir.path(), "run.yaml", &config);
@@ -40,4 +51,5 @@ fn k8s_port_forward_needs_its_feature() {
     let err = common::stderr(&o);
     assert_ne!(o.status.code(), Some(0), "{err}");
     assert!(err.contains("k8s-port-forward"), "{err}");
+    assert!(server.requests.lock().unwrap().is_empty());
 }
