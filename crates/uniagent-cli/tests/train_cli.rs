@@ -8,6 +8,7 @@
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::OnceLock;
 
@@ -405,6 +406,25 @@ fn deterministic_async_follows_its_schedule_and_resumes_exactly() {
         // Trained at the version after `step - 1` syncs: staleness 1 from step 2 on.
         let stale = m["staleness"].as_u64().unwrap();
         assert_eq!(stale, u64::from(step > 1), "step {step}: {m}");
+        // Per trained sample: at its group's staleness under the schedule (trained at version
+        // `start + step - 1`); a group whose every sample was dropped leaves no entry. The
+        // deterministic schedule never resumes a rollout on newer weights.
+        let trained = start + step as u64 - 1;
+        let expected: BTreeSet<u64> = groups
+            .iter()
+            .map(|g| trained - g["version"].as_u64().unwrap())
+            .collect();
+        let per_sample: BTreeSet<u64> = m["sample_staleness_hist"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(|k| k.parse().unwrap())
+            .collect();
+        assert!(
+            per_sample.is_subset(&expected) && per_sample.contains(&stale),
+            "step {step}: {per_sample:?} vs {expected:?}: {m}"
+        );
+        assert_eq!(m["partial_resumes"], 0, "step {step}: {m}");
     }
 
     // Killed after the step-5 checkpoint, resumed: the same run.
@@ -431,6 +451,8 @@ fn deterministic_async_follows_its_schedule_and_resumes_exactly() {
             "success_rate",
             "held_out_success",
             "staleness_hist",
+            "sample_staleness_hist",
+            "partial_resumes",
             "sampled_tokens",
             "schedule",
             "exit_reasons",

@@ -136,6 +136,23 @@ async fn a_user_trains_a_policy_on_their_own_task_family() {
     config.rl.steps = 3;
     config.rl.r#async.staleness_threshold = 1.0;
     let out2 = tempfile::tempdir().unwrap();
+    // The engine's copy on a device libtorch does not have is refused before anything runs;
+    // on the CPU it is placed there explicitly (the path a second GPU takes).
+    config.generation_device = Some("cuda:64".into());
+    let elsewhere = tempfile::tempdir().unwrap();
+    let Err(refused) = Pipeline::new(
+        loaded.try_clone().unwrap(),
+        spec.clone(),
+        config.clone(),
+        elsewhere.path(),
+    ) else {
+        panic!("generation_device cuda:64 was accepted");
+    };
+    assert!(
+        refused.to_string().contains("generation_device `cuda:64`"),
+        "{refused}"
+    );
+    config.generation_device = Some("cpu".into());
     let mut pipeline = Pipeline::new(loaded, spec, config, out2.path()).unwrap();
     let rl = pipeline
         .rl(TaskSource::new(rl_tasks, 5), &held_out)
@@ -145,6 +162,17 @@ async fn a_user_trains_a_policy_on_their_own_task_family() {
     for s in &rl.steps {
         let tokens: usize = s.staleness_hist.values().sum();
         assert!(tokens > 0, "no staleness measured: {s:?}");
+        // Per trained sample: one entry per sample that sampled a token, never older than
+        // its oldest token, and every resume belongs to a resumed sample.
+        let samples: usize = s.sample_staleness_hist.values().sum();
+        assert!(samples > 0 && samples <= tokens, "{s:?}");
+        assert_eq!(
+            s.sample_staleness_hist.keys().max(),
+            s.staleness_hist.keys().max(),
+            "{s:?}"
+        );
+        assert!(s.resumed_samples <= samples && s.resumed_samples <= s.partial_resumes);
+        assert_eq!(s.resumed_samples == 0, s.partial_resumes == 0, "{s:?}");
         // At most (1 + threshold) periods ahead of the trainer.
         assert!(s.staleness <= 2, "{s:?}");
     }

@@ -257,7 +257,12 @@ impl Qwen2ForCausalLM {
     /// A copy of this model (same architecture, device, dtype and attention; the same weights,
     /// in separate tensors): a frozen reference, or the generation engine's copy.
     pub fn try_clone(&self) -> Result<Self> {
-        let mut copy = Self::new(self.config.clone(), self.device(), self.dtype)?;
+        self.try_clone_to(self.device())
+    }
+
+    /// [`Self::try_clone`] onto `device` (e.g. the generation engine's GPU).
+    pub fn try_clone_to(&self, device: Device) -> Result<Self> {
+        let mut copy = Self::new(self.config.clone(), device, self.dtype)?;
         copy.attention = self.attention;
         copy.copy_weights_from(self)?;
         Ok(copy)

@@ -43,6 +43,11 @@ pub struct PipelineConfig {
     /// device ([`GenerationEmulation`]); absent: off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation_emulation: Option<GenerationEmulation>,
+    /// Where the in-process generation engine keeps its copy of the policy: `cpu`, `cuda` or
+    /// `cuda:N`; absent: the policy's own device. A second GPU lets generation and training
+    /// run on separate devices, which is where async RL pays; weight syncs copy across.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation_device: Option<String>,
 }
 
 impl Default for PipelineConfig {
@@ -56,6 +61,7 @@ impl Default for PipelineConfig {
             torch_threads: 1,
             checkpoint: CheckpointConfig::default(),
             generation_emulation: None,
+            generation_device: None,
         }
     }
 }
@@ -78,6 +84,9 @@ impl PipelineConfig {
     pub fn validate(&self) -> Result<()> {
         if let Some(device) = &self.generation_emulation {
             device.validate()?;
+        }
+        if let Some(device) = &self.generation_device {
+            parse_device(device)?;
         }
         let positive = [
             ("sft.batch_size", self.sft.batch_size),
@@ -372,6 +381,31 @@ impl RlConfig {
     }
 }
 
+/// A libtorch device by name: `cpu`, `cuda` (the first GPU) or `cuda:N`.
+///
+/// ```
+/// use uniagent_train::pipeline::parse_device;
+/// use tch::Device;
+/// assert_eq!(parse_device("cuda:1").unwrap(), Device::Cuda(1));
+/// assert_eq!(parse_device("cpu").unwrap(), Device::Cpu);
+/// assert!(parse_device("gpu").is_err());
+/// ```
+pub fn parse_device(name: &str) -> Result<tch::Device> {
+    let bad = || {
+        Error::config(format!(
+            "generation_device `{name}`: expected `cpu`, `cuda` or `cuda:N`"
+        ))
+    };
+    match name {
+        "cpu" => Ok(tch::Device::Cpu),
+        "cuda" => Ok(tch::Device::Cuda(0)),
+        _ => {
+            let index = name.strip_prefix("cuda:").ok_or_else(bad)?;
+            index.parse().map(tch::Device::Cuda).map_err(|_| bad())
+        }
+    }
+}
+
 /// verl's `async_training` knobs of the fully-async policy.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -413,6 +447,20 @@ impl Default for AsyncConfig {
 mod tests {
     use super::*;
     use crate::rl::KlKind;
+
+    #[test]
+    fn the_generation_device_is_checked_by_name() {
+        let c = PipelineConfig::from_yaml_str("generation_device: cuda:1\n").unwrap();
+        c.validate().unwrap();
+        for bad in ["gpu", "cuda:", "cuda:-1", "cuda:x", "CPU"] {
+            let c = PipelineConfig {
+                generation_device: Some(bad.into()),
+                ..PipelineConfig::default()
+            };
+            let err = c.validate().unwrap_err().to_string();
+            assert!(err.contains(&format!("generation_device `{bad}`")), "{err}");
+        }
+    }
 
     #[test]
     fn every_objective_knob_is_read_by_its_verl_name() {

@@ -104,6 +104,54 @@ pub fn staleness_histogram(ts: &[&Trajectory], current: u64) -> BTreeMap<u64, us
     hist
 }
 
+/// Staleness per trained sample and the partial-rollout resumes behind it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SampleStaleness {
+    /// `current − v_min` → samples, where `v_min` is the oldest weight version a sample's
+    /// sampled tokens came from (the version its rollout started on).
+    pub hist: BTreeMap<u64, usize>,
+    /// Times a rollout went on with newer weights: the version changes along each sample's
+    /// sampled tokens, summed (a partial rollout that spans two syncs counts 2).
+    pub partial_resumes: usize,
+    /// Samples with at least one such change.
+    pub resumed_samples: usize,
+}
+
+/// [`SampleStaleness`] of the samples whose per-token weight versions are given (the
+/// exported `weight_versions`; `None` entries are tokens the policy did not sample). A
+/// sample without a versioned token is not counted.
+///
+/// ```
+/// use uniagent_train::pipeline::sample_staleness;
+/// let started_on_3_resumed_on_4 = [Some(3), None, Some(3), Some(4)];
+/// let fresh = [Some(5), Some(5)];
+/// let s = sample_staleness([&started_on_3_resumed_on_4[..], &fresh[..], &[None][..]], 5);
+/// assert_eq!(s.hist.into_iter().collect::<Vec<_>>(), [(0, 1), (2, 1)]);
+/// assert_eq!((s.partial_resumes, s.resumed_samples), (1, 1));
+/// ```
+pub fn sample_staleness<'a>(
+    samples: impl IntoIterator<Item = &'a [Option<u64>]>,
+    current: u64,
+) -> SampleStaleness {
+    let mut out = SampleStaleness::default();
+    for versions in samples {
+        let mut sampled = versions.iter().flatten().copied();
+        let Some(first) = sampled.next() else {
+            continue;
+        };
+        let (mut oldest, mut previous, mut changes) = (first, first, 0);
+        for v in sampled {
+            oldest = oldest.min(v);
+            changes += usize::from(v != previous);
+            previous = v;
+        }
+        *out.hist.entry(current.saturating_sub(oldest)).or_insert(0) += 1;
+        out.partial_resumes += changes;
+        out.resumed_samples += usize::from(changes > 0);
+    }
+    out
+}
+
 /// Share of groups (rows with the same task) whose rewards differ: only those carry a GRPO
 /// learning signal.
 pub fn mixed_groups(rows: &[(&str, f64)]) -> f64 {
@@ -115,4 +163,28 @@ pub fn mixed_groups(rows: &[(&str, f64)]) -> f64 {
     }
     let mixed = groups.values().filter(|(lo, hi)| hi > lo).count();
     mixed as f64 / groups.len().max(1) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sample_counts_once_at_its_oldest_version_and_each_resume_counts() {
+        // Started on 1, resumed on 2 then 3: staleness 4 − 1 = 3, two resumes.
+        let twice = [Some(1), Some(1), None, Some(2), Some(3), Some(3)];
+        let once = [Some(3), Some(4)];
+        let s = sample_staleness([&twice[..], &once[..], &once[..]], 4);
+        assert_eq!(s.hist, BTreeMap::from([(1, 2), (3, 1)]));
+        assert_eq!((s.partial_resumes, s.resumed_samples), (4, 3));
+    }
+
+    #[test]
+    fn samples_without_versioned_tokens_are_not_counted() {
+        let s = sample_staleness([&[][..], &[None, None][..]], 7);
+        assert_eq!(s, SampleStaleness::default());
+        // A version newer than the trainer's (cannot happen) reads as fresh, never wraps.
+        let s = sample_staleness([&[Some(9)][..]], 7);
+        assert_eq!(s.hist, BTreeMap::from([(0, 1)]));
+    }
 }

@@ -102,6 +102,17 @@ pub struct StepRecord {
     pub staleness: u64,
     /// Staleness → sampled tokens.
     pub staleness_hist: BTreeMap<u64, usize>,
+    /// Staleness → trained samples, a sample's staleness being that of the oldest weights it
+    /// sampled with (the version its rollout started on).
+    #[serde(default)]
+    pub sample_staleness_hist: BTreeMap<u64, usize>,
+    /// Partial-rollout resumes in the trained samples: each time a rollout went on with newer
+    /// weights after a sync (0 in sync runs and without `partial_rollout`).
+    #[serde(default)]
+    pub partial_resumes: usize,
+    /// Trained samples that resumed at least once.
+    #[serde(default)]
+    pub resumed_samples: usize,
     /// Rollouts dropped by the training policy (infrastructure failures).
     pub dropped: usize,
     /// Exit reason → rollouts.

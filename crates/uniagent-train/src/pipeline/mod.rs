@@ -78,9 +78,12 @@ mod weight_sync;
 pub use artifacts::export_hf;
 pub use checkpoint::RunCheckpoint;
 pub use config::{
-    AsyncConfig, CheckpointConfig, Mode, PipelineConfig, RlConfig, SftConfig, SftTarget,
+    parse_device, AsyncConfig, CheckpointConfig, Mode, PipelineConfig, RlConfig, SftConfig,
+    SftTarget,
 };
-pub use diagnostics::{mixed_groups, ratio_stats, staleness_histogram, RatioStats};
+pub use diagnostics::{
+    mixed_groups, ratio_stats, sample_staleness, staleness_histogram, RatioStats, SampleStaleness,
+};
 pub use emulation::{EmulatedDevice, GenerationEmulation};
 #[cfg(feature = "http-sync")]
 pub use http_sync::{HttpSyncConfig, HttpWeightSync, ServerFlavour};

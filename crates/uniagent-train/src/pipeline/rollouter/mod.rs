@@ -42,10 +42,36 @@ struct Gate {
     syncs: AtomicUsize,
     /// Workers still running.
     alive: AtomicUsize,
-    /// Deterministic runs: the schedule and the groups in order.
-    ordered: Option<(Schedule, Mutex<Ordered>)>,
-    /// Free-running runs: the next group's index.
-    drawn: AtomicUsize,
+}
+
+/// A deterministic rollouter's schedule and its groups in draw order, shared by its workers.
+struct Scheduled {
+    schedule: Schedule,
+    groups: Mutex<Ordered>,
+}
+
+impl Scheduled {
+    fn groups(&self) -> Result<std::sync::MutexGuard<'_, Ordered>> {
+        self.groups
+            .lock()
+            .map_err(|_| Error::internal("rollouter lock poisoned"))
+    }
+}
+
+/// What one worker holds of its rollouter's mode.
+#[derive(Clone)]
+enum Work {
+    /// The queue's sender and the counter that numbers groups as they are drawn.
+    Free(mpsc::Sender<Finished>, Arc<AtomicUsize>),
+    Ordered(Arc<Scheduled>),
+}
+
+/// Where finished groups come out: the two modes of a rollouter, each with only its state.
+enum Output {
+    /// Free-running: in the order they finished.
+    Queue(mpsc::Receiver<Finished>),
+    /// Deterministic: in draw order, each on the sync its schedule gives it.
+    Ordered(Arc<Scheduled>),
 }
 
 impl Gate {
@@ -81,16 +107,6 @@ impl Gate {
         })
         .await
     }
-
-    fn ordered(&self) -> Result<std::sync::MutexGuard<'_, Ordered>> {
-        let (_, ordered) = self
-            .ordered
-            .as_ref()
-            .ok_or_else(|| Error::internal("the rollouter is not deterministic"))?;
-        ordered
-            .lock()
-            .map_err(|_| Error::internal("rollouter lock poisoned"))
-    }
 }
 
 /// How a rollouter samples.
@@ -121,8 +137,7 @@ pub(crate) struct Rollouter {
     knobs: AsyncConfig,
     per_period: usize,
     source: Arc<Mutex<TaskSource>>,
-    /// Free-running runs: finished groups in the order they finished.
-    queue: Option<mpsc::Receiver<Finished>>,
+    output: Output,
 }
 
 impl Rollouter {
@@ -136,7 +151,7 @@ impl Rollouter {
     ) -> Self {
         let per_period = schedule::per_period(&knobs, plan.groups_per_step);
         let workers = (plan.concurrency / plan.samples.max(1) as usize).max(1);
-        let (ordered, syncs) = match knobs.deterministic {
+        let (scheduled, syncs) = match knobs.deterministic {
             true => {
                 let (first, syncs, pending) = match resumed {
                     Some(p) => (p.first_group, p.syncs, p.groups),
@@ -152,11 +167,11 @@ impl Rollouter {
                         result: Ok(rollouts),
                     })
                     .collect();
-                let schedule = Schedule::new(&knobs, plan.groups_per_step);
-                (
-                    Some((schedule, Mutex::new(Ordered::starting_at(first, pending)))),
-                    syncs,
-                )
+                let scheduled = Scheduled {
+                    schedule: Schedule::new(&knobs, plan.groups_per_step),
+                    groups: Mutex::new(Ordered::starting_at(first, pending)),
+                };
+                (Some(Arc::new(scheduled)), syncs)
             }
             false => (None, 0),
         };
@@ -169,19 +184,32 @@ impl Rollouter {
             idle: Mutex::new(0.0),
             syncs: AtomicUsize::new(syncs),
             alive: AtomicUsize::new(workers),
-            ordered,
-            drawn: AtomicUsize::new(0),
         });
-        let (tx, rx) = mpsc::channel(per_period.max(1));
-        let deterministic = gate.ordered.is_some();
+        // Free-running: the workers send finished groups down one channel and number them
+        // from one counter. Deterministic: they file them in the shared order.
+        // The queue closes once the last worker drops its clone of `work`'s sender.
+        let (output, work) = match scheduled {
+            Some(scheduled) => (Output::Ordered(scheduled.clone()), Work::Ordered(scheduled)),
+            None => {
+                let (tx, rx) = mpsc::channel(per_period.max(1));
+                (
+                    Output::Queue(rx),
+                    Work::Free(tx, Arc::new(AtomicUsize::new(0))),
+                )
+            }
+        };
         let handles = (0..workers)
             .map(|_| {
                 let (side, plan, gate) = (side.clone(), plan.clone(), gate.clone());
-                let tx = (!deterministic).then(|| tx.clone());
+                let work = work.clone();
                 tokio::spawn(async move {
-                    match tx {
-                        Some(tx) => free_worker(side, plan, knobs, &gate, tx).await,
-                        None => ordered_worker(side, plan, &gate).await,
+                    match work {
+                        Work::Free(tx, drawn) => {
+                            free_worker(side, plan, knobs, &gate, tx, &drawn).await
+                        }
+                        Work::Ordered(scheduled) => {
+                            ordered_worker(side, plan, &gate, &scheduled).await
+                        }
                     }
                     gate.alive.fetch_sub(1, Ordering::SeqCst);
                     gate.changed.notify_waiters();
@@ -196,21 +224,24 @@ impl Rollouter {
             knobs,
             per_period,
             source: side.source,
-            queue: (!deterministic).then_some(rx),
+            output,
         }
     }
 
     /// The next finished group: in draw order when deterministic, else in finishing order;
     /// `None` once the task source is exhausted.
     pub(crate) async fn next(&mut self) -> Option<Finished> {
-        if let Some(rx) = &mut self.queue {
-            let group = rx.recv().await;
-            crate::telemetry::queued_groups(rx.len());
-            return group;
-        }
-        let gate = self.gate.clone();
+        let scheduled = match &mut self.output {
+            Output::Queue(rx) => {
+                let group = rx.recv().await;
+                crate::telemetry::queued_groups(rx.len());
+                return group;
+            }
+            Output::Ordered(scheduled) => scheduled.clone(),
+        };
+        let gate = &self.gate;
         let mut out = None;
-        gate.wait_until(|| match gate.ordered() {
+        gate.wait_until(|| match scheduled.groups() {
             Ok(mut o) => {
                 out = o.take_next();
                 crate::telemetry::queued_groups(o.queued());
@@ -226,14 +257,14 @@ impl Rollouter {
     /// earlier sync has finished; otherwise, without partial rollouts, waits for the rollouts
     /// in flight and holds new ones back until the returned guard is dropped.
     pub(crate) async fn pause(&self) -> Option<RwLockWriteGuard<'_, ()>> {
-        if let Some((schedule, _)) = &self.gate.ordered {
+        if let Output::Ordered(scheduled) = &self.output {
             let next = self.gate.syncs.load(Ordering::SeqCst) + 1;
-            let needed = schedule.groups_before_sync(next);
+            let needed = scheduled.schedule.groups_before_sync(next);
             let gate = &self.gate;
             gate.wait_until(|| {
                 gate.alive.load(Ordering::SeqCst) == 0
-                    || gate
-                        .ordered()
+                    || scheduled
+                        .groups()
                         .map_or(true, |o| o.finished_prefix() >= needed)
             })
             .await;
@@ -260,19 +291,19 @@ impl Rollouter {
     /// before the first group scheduled on the current sync, and the finished groups before
     /// it that the trainer has not consumed. Right after a sync those have all finished.
     pub(crate) fn resume_point(&self) -> Result<(TaskCursor, PendingGroups)> {
-        let (schedule, _) = self
-            .gate
-            .ordered
-            .as_ref()
-            .ok_or_else(|| Error::internal("only a deterministic run saves its schedule"))?;
+        let Output::Ordered(scheduled) = &self.output else {
+            return Err(Error::internal(
+                "only a deterministic run saves its schedule",
+            ));
+        };
         let syncs = self.gate.syncs.load(Ordering::SeqCst);
-        let end = schedule.groups_before_sync(syncs);
+        let end = scheduled.schedule.groups_before_sync(syncs);
         // Lock order: source, then the ordered groups (as the workers draw).
         let source = self
             .source
             .lock()
             .map_err(|_| Error::internal("task source lock poisoned"))?;
-        let ordered = self.gate.ordered()?;
+        let ordered = scheduled.groups()?;
         let first = ordered.next_out();
         let missing = || {
             Error::internal(format!(
@@ -332,6 +363,7 @@ async fn free_worker(
     knobs: AsyncConfig,
     gate: &Gate,
     tx: mpsc::Sender<Finished>,
+    drawn: &AtomicUsize,
 ) {
     loop {
         let t0 = Instant::now();
@@ -346,7 +378,7 @@ async fn free_worker(
         gate.add_idle(t0);
         let Some((group, task)) = side.source.lock().ok().and_then(|mut s| {
             let task = s.next_task()?;
-            Some((gate.drawn.fetch_add(1, Ordering::SeqCst), task))
+            Some((drawn.fetch_add(1, Ordering::SeqCst), task))
         }) else {
             break;
         };
@@ -362,22 +394,19 @@ async fn free_worker(
 
 /// A worker of a deterministic rollouter: draws the next group, waits for the sync the
 /// schedule gives it, runs it and files it in order.
-async fn ordered_worker(side: RolloutSide, plan: RolloutPlan, gate: &Gate) {
-    let Some((schedule, _)) = &gate.ordered else {
-        return;
-    };
+async fn ordered_worker(side: RolloutSide, plan: RolloutPlan, gate: &Gate, scheduled: &Scheduled) {
     loop {
         let t0 = Instant::now();
         // Drawn under both locks, so group numbers follow the source's order.
         let drawn = side.source.lock().ok().and_then(|mut s| {
             let cursor = s.cursor();
             let task = s.next_task()?;
-            Some((gate.ordered().ok()?.draw(cursor), task))
+            Some((scheduled.groups().ok()?.draw(cursor), task))
         });
         let Some((group, task)) = drawn else {
             break;
         };
-        let wanted = schedule.sync_of(group);
+        let wanted = scheduled.schedule.sync_of(group);
         if !gate
             .wait_until(|| gate.syncs.load(Ordering::SeqCst) >= wanted)
             .await
@@ -386,7 +415,7 @@ async fn ordered_worker(side: RolloutSide, plan: RolloutPlan, gate: &Gate) {
         }
         gate.add_idle(t0);
         let finished = run_group(&side, &plan, group, task).await;
-        match gate.ordered() {
+        match scheduled.groups() {
             Ok(mut o) => o.finish(finished),
             Err(_) => break,
         }

@@ -9,7 +9,7 @@ use uniagent_core::runner::RolloutSource;
 use uniagent_core::{Error, Result, Task, TokenGenerator};
 
 use super::checkpoint::{self, RunCheckpoint};
-use super::config::PipelineConfig;
+use super::config::{parse_device, PipelineConfig};
 use super::emulation::EmulatedDevice;
 use super::metrics::{Records, Summary};
 use super::rollout::Seeded;
@@ -153,8 +153,20 @@ impl Pipeline {
         let (engine, generator, sync) = match external {
             Some((generator, sync)) => (None, generator, sync),
             None => {
+                let copy = match &config.generation_device {
+                    Some(name) => {
+                        let device = parse_device(name)?;
+                        if device != policy.device() && !device_available(device) {
+                            return Err(Error::config(format!(
+                                "generation_device `{name}`: libtorch sees no such device"
+                            )));
+                        }
+                        policy.try_clone_to(device)?
+                    }
+                    None => policy.try_clone()?,
+                };
                 let engine = Arc::new(TchEngine::new(
-                    policy.try_clone()?,
+                    copy,
                     EngineConfig {
                         max_batch_size: config.engine_batch,
                         logprobs: if config.rl.correction.is_disabled() {
@@ -316,5 +328,14 @@ impl Pipeline {
             tokenizer_dir,
             dir,
         )
+    }
+}
+
+/// Whether libtorch can place tensors on `device` (a CUDA index below the GPU count).
+fn device_available(device: tch::Device) -> bool {
+    match device {
+        tch::Device::Cpu => true,
+        tch::Device::Cuda(i) => i < tch::Cuda::device_count().max(0) as usize,
+        _ => false,
     }
 }

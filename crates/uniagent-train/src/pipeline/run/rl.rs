@@ -9,14 +9,57 @@ use uniagent_core::{AgentLoopOutput, Error, Result, Task};
 
 use crate::pipeline::checkpoint::{self, RunState};
 use crate::pipeline::config::Mode;
-use crate::pipeline::diagnostics::{mixed_groups, ratio_stats, staleness_histogram};
+use crate::pipeline::diagnostics::{
+    mixed_groups, ratio_stats, sample_staleness, staleness_histogram,
+};
 use crate::pipeline::metrics::{ScheduledGroup, StepRecord};
 use crate::pipeline::rollouter::{PendingGroups, RolloutPlan, RolloutSide, Rollouter};
-use crate::pipeline::tasks::TaskSource;
+use crate::pipeline::tasks::{TaskCursor, TaskSource};
 use crate::rl::RolloutCorrection;
 use crate::trainer::{OptimConfig, StepMetrics, TrainBatch, TrainMode, Trainer, TrainerConfig};
 
 use super::{blocking, Evaluation, Pipeline};
+
+/// The next `groups` groups of an async rollouter, in its order, each noted in `schedule`
+/// with the weight version it started on.
+async fn next_groups(
+    rollouter: &mut Rollouter,
+    groups: usize,
+    schedule: &mut Vec<ScheduledGroup>,
+) -> Result<Vec<Trajectory>> {
+    let mut all = Vec::new();
+    for _ in 0..groups {
+        let group = rollouter
+            .next()
+            .await
+            .ok_or_else(|| Error::invalid_input("the task source ran out during async RL"))?;
+        schedule.push(ScheduledGroup {
+            group: group.group,
+            task: group.task,
+            version: group.version,
+        });
+        all.extend(group.result?);
+    }
+    Ok(all)
+}
+
+/// Where a resumed run continues: a deterministic rollouter's own resume point (the cursor
+/// before the groups it has not handed out, and those groups' schedule), else the task
+/// source's cursor.
+fn resume_point(
+    deterministic: Option<&Rollouter>,
+    source: &Mutex<TaskSource>,
+) -> Result<(TaskCursor, Option<PendingGroups>)> {
+    if let Some(r) = deterministic {
+        let (cursor, pending) = r.resume_point()?;
+        return Ok((cursor, Some(pending)));
+    }
+    let cursor = source
+        .lock()
+        .map_err(|_| Error::internal("task source lock poisoned"))?
+        .cursor();
+    Ok((cursor, None))
+}
 
 impl Pipeline {
     /// The RL phase: `rl.steps` trainer steps on groups of tasks from `source`, synchronous
@@ -136,21 +179,7 @@ impl Pipeline {
                 let mut schedule = Vec::new();
                 let ts = match &mut rollouter {
                     None => self.sample_step(&source).await?,
-                    Some(r) => {
-                        let mut all = Vec::new();
-                        for _ in 0..groups_per_step {
-                            let group = r.next().await.ok_or_else(|| {
-                                Error::invalid_input("the task source ran out during async RL")
-                            })?;
-                            schedule.push(ScheduledGroup {
-                                group: group.group,
-                                task: group.task,
-                                version: group.version,
-                            });
-                            all.extend(group.result?);
-                        }
-                        all
-                    }
+                    Some(r) => next_groups(r, groups_per_step, &mut schedule).await?,
                 };
                 let wait = t0.elapsed().as_secs_f64();
                 trainer_idle += wait;
@@ -192,23 +221,12 @@ impl Pipeline {
                 let deterministic = is_async && c.r#async.deterministic;
                 if due && (synced || !deterministic) {
                     out.wall_s = prior_wall + started.elapsed().as_secs_f64();
-                    let (cursor, pending) = match rollouter.as_ref().filter(|_| deterministic) {
-                        Some(r) => {
-                            let (cursor, pending) = r.resume_point()?;
-                            (cursor, Some(pending))
-                        }
-                        None => {
-                            let cursor = source
-                                .lock()
-                                .map_err(|_| Error::internal("task source lock poisoned"))?
-                                .cursor();
-                            (cursor, None)
-                        }
-                    };
+                    let resume_at =
+                        resume_point(rollouter.as_ref().filter(|_| deterministic), &source)?;
                     self.checkpoint(
                         trainer,
                         step,
-                        (cursor, pending),
+                        resume_at,
                         before,
                         &out,
                         (trainer_idle, train_total),
@@ -274,7 +292,7 @@ impl Pipeline {
         &mut self,
         trainer: &Trainer,
         step: usize,
-        (cursor, pending): (crate::pipeline::tasks::TaskCursor, Option<PendingGroups>),
+        (cursor, pending): (TaskCursor, Option<PendingGroups>),
         before: Option<Evaluation>,
         outcome: &RlOutcome,
         (trainer_idle_s, train_s): (f64, f64),
@@ -336,6 +354,14 @@ impl Pipeline {
         let current = self.sync.version();
         record.staleness_hist = staleness_histogram(&refs, current);
         record.staleness = record.staleness_hist.keys().max().copied().unwrap_or(0);
+        let per_sample = sample_staleness(
+            refs.iter()
+                .filter_map(|t| t.output.weight_versions.as_deref()),
+            current,
+        );
+        record.sample_staleness_hist = per_sample.hist;
+        record.partial_resumes = per_sample.partial_resumes;
+        record.resumed_samples = per_sample.resumed_samples;
         let pairs: Vec<(&str, f64)> = kept.iter().map(|(t, r)| (t.task_id.as_str(), *r)).collect();
         record.mixed_groups = mixed_groups(&pairs);
         let outputs: Vec<&AgentLoopOutput> = refs.iter().map(|t| &t.output).collect();
