@@ -34,14 +34,33 @@ fn ok(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// The golden cases run through the binary: one of each kind of input (multi-turn, tools with
+/// tool calls and results, template kwargs, reasoning history). Every case is checked against
+/// the library in-process by `crates/uniagent-core/tests/codec_golden.rs`; here what is tested
+/// is the binary's plumbing, and each run loads a 150k-token tokenizer.
+const CASES: [&str; 5] = [
+    "multi_turn_gen",
+    "tools_qwen_docs_roundtrip_gen",
+    "system_user_gen_enable_thinking_false",
+    "multi_turn_reasoning_history_gen",
+    "tools_agent_multistep_gen",
+];
+
 #[test]
 fn render_and_incremental_match_the_goldens() {
+    let mut ran = 0;
     for family in ["qwen2.5", "qwen3"] {
         let golden: Value = serde_json::from_str(
             &std::fs::read_to_string(fixtures(family).join("templates_golden.json")).unwrap(),
         )
         .unwrap();
-        for case in golden["cases"].as_array().unwrap() {
+        let chosen = golden["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|case| CASES.contains(&case["name"].as_str().unwrap()));
+        for case in chosen {
+            ran += 1;
             let input = json!({"messages": case["messages"], "tools": case["tools"],
                 "add_generation_prompt": case["add_generation_prompt"], "template_kwargs": case["template_kwargs"]});
             let render = ok(&run("render", family, &input));
@@ -74,6 +93,8 @@ fn render_and_incremental_match_the_goldens() {
             }
         }
     }
+    // A renamed golden case must not silently shrink the test.
+    assert_eq!(ran, CASES.len());
 }
 
 #[test]

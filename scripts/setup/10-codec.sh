@@ -4,6 +4,7 @@
 # of benches/codec.rs. Idempotent: a marker file records the pins; rerunning does nothing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/setup/lib/venv.sh
 VENV="$PWD/.venv-codec"
 PINS=(transformers==4.57.6 tokenizers==0.22.2 jinja2==3.1.6)
 MARKER="$VENV/.uniagent-installed"
@@ -11,11 +12,8 @@ if [ -f "$MARKER" ] && [ "$(cat "$MARKER")" = "${PINS[*]}" ] && [ -x "$VENV/bin/
     echo "codec: ${PINS[*]} already in $VENV"
     exit 0
 fi
-PY="${PYTHON:-python3}"
-if [ ! -x "$VENV/bin/python" ]; then
-    "$PY" -m venv "$VENV"
-fi
-"$VENV/bin/python" -m pip install --disable-pip-version-check --quiet "${PINS[@]}"
+venv_create "$VENV"
+venv_install "$VENV" "${PINS[@]}"
 "$VENV/bin/python" -c "from transformers import PreTrainedTokenizerFast" >/dev/null
 echo "${PINS[*]}" > "$MARKER"
 echo "codec: installed ${PINS[*]} into $VENV"

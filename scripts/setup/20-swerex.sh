@@ -4,6 +4,7 @@
 # file records the pinned version; rerunning with it present does nothing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/setup/lib/venv.sh
 VENV="$PWD/.venv-swerex"
 PIN="swe-rex==1.4.0"
 # The stack the reference measurements used (shared/reference/swerex.md), plus aiohttp for
@@ -14,11 +15,8 @@ if [ -f "$MARKER" ] && [ "$(cat "$MARKER")" = "$PIN" ] && [ -x "$VENV/bin/swerex
     echo "swerex: $PIN already in $VENV"
     exit 0
 fi
-PY="${PYTHON:-python3}"
-if [ ! -x "$VENV/bin/python" ]; then
-    "$PY" -m venv "$VENV"
-fi
-"$VENV/bin/python" -m pip install --disable-pip-version-check --quiet "$PIN" "${EXTRA[@]}"
+venv_create "$VENV"
+venv_install "$VENV" "$PIN" "${EXTRA[@]}"
 "$VENV/bin/python" -c "import swerex, swerex.server, swerex.runtime.remote" >/dev/null
 [ -x "$VENV/bin/swerex-remote" ]
 echo "$PIN" > "$MARKER"

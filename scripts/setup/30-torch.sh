@@ -9,6 +9,7 @@
 # the hash of the requirements; rerunning with it up to date does nothing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/setup/lib/venv.sh
 VENV="$PWD/.venv-torch"
 REQS="scripts/setup/30-torch.requirements.txt"
 STAMP="$(sha256sum "$REQS" | cut -d' ' -f1)"
@@ -17,11 +18,8 @@ if [ -f "$MARKER" ] && [ "$(cat "$MARKER")" = "$STAMP" ] && [ -x "$VENV/bin/pyth
     echo "torch: $VENV up to date"
     exit 0
 fi
-PY="${PYTHON:-python3}"
-if [ ! -x "$VENV/bin/python" ]; then
-    "$PY" -m venv "$VENV"
-fi
-"$VENV/bin/python" -m pip install --disable-pip-version-check --quiet --no-deps -r "$REQS"
+venv_create "$VENV"
+venv_install "$VENV" --no-deps -r "$REQS"
 # Smoke test: torch loads (with its CUDA libraries, even on CPU) and so do the verl modules the
 # golden tests call.
 "$VENV/bin/python" - <<'PY'

@@ -7,6 +7,7 @@
 # pytest-xdist make the real test runs the golden logs come from. Idempotent (marker file).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/setup/lib/venv.sh
 VENV="$PWD/.venv-swebench"
 PIN="swebench==5.0.2 unidiff==1.0.1 pytest==9.2.0 pytest-xdist==3.8.0"
 MARKER="$VENV/.uniagent-installed"
@@ -14,13 +15,9 @@ if [ -f "$MARKER" ] && [ "$(cat "$MARKER")" = "$PIN" ] && [ -x "$VENV/bin/python
     echo "swebench: $PIN already in $VENV"
     exit 0
 fi
-PY="${PYTHON:-python3}"
-if [ ! -x "$VENV/bin/python" ]; then
-    "$PY" -m venv "$VENV"
-fi
-PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check --quiet)
-"${PIP[@]}" --no-deps swebench==5.0.2 unidiff==1.0.1
-"${PIP[@]}" pytest==9.2.0 pytest-xdist==3.8.0
+venv_create "$VENV"
+venv_install "$VENV" --no-deps swebench==5.0.2 unidiff==1.0.1
+venv_install "$VENV" pytest==9.2.0 pytest-xdist==3.8.0
 "$VENV/bin/python" "crates/uniagent-rewards/tests/golden/swebench/oracle.py" --self-check
 echo "$PIN" > "$MARKER"
 echo "swebench: installed $PIN into $VENV"

@@ -4,6 +4,7 @@
 # Idempotent: a marker file records the pinned versions; rerunning with it present does nothing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/setup/lib/venv.sh
 VENV="$PWD/.venv-gateway"
 PINS=(openai==3.51.0 anthropic==2.10.0)
 MARKER="$VENV/.uniagent-installed"
@@ -11,11 +12,8 @@ if [ -f "$MARKER" ] && [ "$(cat "$MARKER")" = "${PINS[*]}" ] && [ -x "$VENV/bin/
     echo "gateway clients: ${PINS[*]} already in $VENV"
     exit 0
 fi
-PY="${PYTHON:-python3}"
-if [ ! -x "$VENV/bin/python" ]; then
-    "$PY" -m venv "$VENV"
-fi
-"$VENV/bin/python" -m pip install --disable-pip-version-check --quiet "${PINS[@]}"
+venv_create "$VENV"
+venv_install "$VENV" "${PINS[@]}"
 "$VENV/bin/python" -c "import openai, anthropic" >/dev/null
 echo "${PINS[*]}" > "$MARKER"
 echo "gateway clients: installed ${PINS[*]} into $VENV"

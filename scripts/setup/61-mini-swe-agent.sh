@@ -6,6 +6,7 @@
 # Idempotent: a marker file records the pinned versions; rerunning with it present does nothing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/setup/lib/venv.sh
 VENV="$PWD/.venv-mini-swe"
 PINS=(mini-swe-agent==2.4.6 litellm==1.110.2)
 MARKER="$VENV/.uniagent-installed"
@@ -13,11 +14,8 @@ if [ -f "$MARKER" ] && [ "$(cat "$MARKER")" = "${PINS[*]}" ] && [ -x "$VENV/bin/
     echo "mini-swe-agent: ${PINS[*]} already in $VENV"
     exit 0
 fi
-PY="${PYTHON:-python3}"
-if [ ! -x "$VENV/bin/python" ]; then
-    "$PY" -m venv "$VENV"
-fi
-"$VENV/bin/python" -m pip install --disable-pip-version-check --quiet "${PINS[@]}"
-"$VENV/bin/python" -c "import minisweagent, litellm" >/dev/null
+venv_create "$VENV"
+venv_install "$VENV" "${PINS[@]}"
+LITELLM_LOCAL_MODEL_COST_MAP=True "$VENV/bin/python" -c "import minisweagent, litellm" >/dev/null
 echo "${PINS[*]}" > "$MARKER"
 echo "mini-swe-agent: installed ${PINS[*]} into $VENV"

@@ -7,6 +7,7 @@
 # nothing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/setup/lib/venv.sh
 VENV="$PWD/.venv-torch"
 REQS="scripts/setup/63-verl.requirements.txt"
 PKG="python/uniagent-verl"
@@ -19,8 +20,8 @@ if [ -f "$MARKER" ] && [ "$(cat "$MARKER")" = "$STAMP" ]; then
     echo "verl bridge: $VENV up to date"
     exit 0
 fi
-"$VENV/bin/python" -m pip install --disable-pip-version-check --quiet --no-deps -r "$REQS"
-"$VENV/bin/python" -m pip install --disable-pip-version-check --quiet --no-deps -e "$PKG"
+venv_install "$VENV" --no-deps -r "$REQS"
+venv_install "$VENV" --no-deps -e "$PKG"
 # Smoke test: the package imports, and `import verl` registers the agent loop through the
 # package's `verl.plugins` entry point.
 "$VENV/bin/python" - <<'PY'

@@ -7,6 +7,7 @@
 # from typing_extensions). Idempotent: a marker file records the pins.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/setup/lib/venv.sh
 VENV="$PWD/.venv-harbor"
 HARBOR=harbor==0.26.0
 PINS=(pydantic==2.14.4 toml==0.10.2 pathspec==1.1.1 shortuuid==1.0.13 typing_extensions==4.16.0)
@@ -15,11 +16,8 @@ if [ -f "$MARKER" ] && [ "$(cat "$MARKER")" = "$HARBOR ${PINS[*]}" ] && [ -x "$V
     echo "harbor: $HARBOR task model already in $VENV"
     exit 0
 fi
-PY="${PYTHON:-python3}"
-if [ ! -x "$VENV/bin/python" ]; then
-    "$PY" -m venv "$VENV"
-fi
-"$VENV/bin/python" -m pip install --disable-pip-version-check --quiet "${PINS[@]}"
+venv_create "$VENV"
+venv_install "$VENV" "${PINS[@]}"
 WHEELS="$(mktemp -d)"
 trap 'rm -rf "$WHEELS"' EXIT
 "$VENV/bin/python" -m pip download --disable-pip-version-check --quiet --no-deps \

@@ -17,12 +17,18 @@ async fn a_background_process_with_its_own_output_does_not_hold_the_answer() {
     // not keep the command's output open: the answer comes when the shell exits, not at the
     // timeout. Both output modes.
     let s = TestServer::start().await;
+    // The pid file goes to a temporary folder, not the server's working directory (the
+    // crate's folder under `cargo test`).
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("bg.pid");
+    let pid_file = pid_file.display();
     for merged in [true, false] {
+        let start =
+            format!("sleep 60 > /dev/null 2>&1 < /dev/null & echo $! > '{pid_file}'; echo started");
         let (status, body) = s
             .post(
                 "/execute",
-                json!({"command": "sleep 60 > /dev/null 2>&1 < /dev/null & echo $! > bg.pid; echo started",
-                       "shell": true, "timeout": 30, "merge_output_streams": merged}),
+                json!({"command": start, "shell": true, "timeout": 30, "merge_output_streams": merged}),
             )
             .await;
         assert_eq!(status, 200, "merged={merged}: {body}");
@@ -31,7 +37,7 @@ async fn a_background_process_with_its_own_output_does_not_hold_the_answer() {
         let _ = s
             .post(
                 "/execute",
-                json!({"command": "kill $(cat bg.pid)", "shell": true}),
+                json!({"command": format!("kill $(cat '{pid_file}')"), "shell": true}),
             )
             .await;
     }
