@@ -1,7 +1,7 @@
 //! The cassette format: round trips, versions and kinds.
 
 use serde_json::json;
-use uniagent_core::cassette::Step;
+use uniagent_core::cassette::{Step, CASSETTE_VERSION};
 use uniagent_core::{FinishReason, GenerateOutput, GenerateRequest, SamplingParams};
 
 use super::*;
@@ -107,4 +107,22 @@ fn placements_read_as_words() {
         origin: None,
     };
     assert_eq!(p.to_string(), "roll back chain 0");
+}
+
+#[test]
+fn the_written_line_reads_back_and_a_wrong_envelope_is_not_written() {
+    let c = cassette();
+    let line = c.to_line().unwrap();
+    assert_eq!(line.iter().filter(|&&b| b == b'\n').count(), 1);
+    assert!(line.ends_with(b"\n"));
+    let text = std::str::from_utf8(&line).unwrap();
+    assert_eq!(GatewayCassette::from_json(text).unwrap(), c);
+    let mut newer = c.clone();
+    newer.cassette = 2;
+    let err = newer.to_line().unwrap_err();
+    assert!(matches!(err, GatewayError::Recording { .. }), "{err}");
+    assert!(err.to_string().contains("version 2"), "{err}");
+    let mut odd = c;
+    odd.kind = "loop".into();
+    assert!(odd.to_line().is_err());
 }
