@@ -29,7 +29,7 @@
 mod diff;
 mod replay;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use uniagent_core::cassette::Step;
 use uniagent_core::formats::cassettes::{self, CassetteKind};
@@ -134,6 +134,7 @@ pub struct Exchange {
     pub route: Route,
     /// The body exactly as the harness sent it (its text: a replay must parse the same bytes,
     /// down to the positions a parse error names). A body that is not UTF-8 is not recorded.
+    #[serde(deserialize_with = "body_text")]
     pub body: String,
     /// Where it was placed; absent when it was rejected before placement.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -148,6 +149,16 @@ pub struct Exchange {
     /// The answer's id and time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stamp: Option<Stamp>,
+}
+
+/// Reads `body`. The first gateway cassettes (before commit `b5728f2`) held the body as a JSON
+/// value rather than its text; such a body reads as its compact encoding, the bytes their
+/// replay sent.
+fn body_text<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<String, D::Error> {
+    Ok(match Value::deserialize(d)? {
+        Value::String(text) => text,
+        value => value.to_string(),
+    })
 }
 
 /// Where a request was placed among the session's chains.

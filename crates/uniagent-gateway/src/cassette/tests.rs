@@ -126,3 +126,19 @@ fn the_written_line_reads_back_and_a_wrong_envelope_is_not_written() {
     odd.kind = "loop".into();
     assert!(odd.to_line().is_err());
 }
+
+/// The first gateway cassettes held each body as a JSON value: it reads as its compact text,
+/// the bytes their replay sent; today's lines hold the text.
+#[test]
+fn a_body_recorded_as_a_json_value_reads_as_its_compact_text() {
+    let mut v = serde_json::to_value(cassette()).unwrap();
+    v["exchanges"][0]["body"] = json!({"model": "m", "stream": true, "messages": []});
+    let read = GatewayCassette::from_value(v).unwrap();
+    assert_eq!(
+        read.exchanges[0].body,
+        r#"{"model":"m","stream":true,"messages":[]}"#
+    );
+    assert_eq!(read.exchanges[1].body, "{not json");
+    let written = serde_json::to_value(&read).unwrap();
+    assert!(written["exchanges"][0]["body"].is_string());
+}
