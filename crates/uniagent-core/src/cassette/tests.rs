@@ -124,7 +124,8 @@ fn the_schema_refuses_what_readers_refuse() {
     let line: serde_json::Value =
         serde_json::from_slice(&cassette(vec![]).to_line().unwrap()).unwrap();
     assert_eq!(cassette_violations(&line), Vec::<String>::new());
-    let mutations: [(&str, fn(&mut serde_json::Value)); 4] = [
+    type Mutation = fn(&mut serde_json::Value);
+    let mutations: [(&str, Mutation); 4] = [
         ("another version", |v| v["cassette"] = json!(2)),
         ("a loop body marked gateway", |v| {
             v["kind"] = json!("gateway")
