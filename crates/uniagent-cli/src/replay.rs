@@ -21,7 +21,8 @@ use serde_json::Value;
 use uniagent_core::cassette::{replay, Cassette, Divergence, ReplaySetup, ToolMode};
 use uniagent_core::codec::Codec;
 use uniagent_core::config::ConfigFormat;
-use uniagent_gateway::cassette::{is_gateway_cassette, GatewayCassette, GatewayDivergence};
+use uniagent_core::formats::cassettes::{self, CassetteKind};
+use uniagent_gateway::cassette::{GatewayCassette, GatewayDivergence};
 
 use crate::config::{ConfigDoc, RunConfig};
 use crate::env::EnvironmentRegistry;
@@ -101,36 +102,30 @@ impl AnyCassette {
 }
 
 /// Reads every cassette of `path` (JSON lines; blank lines skipped), loop or gateway by each
-/// line's `kind`. Bad input names the line.
+/// line's `kind` (uniagent-core's [`formats::cassettes`](uniagent_core::formats::cassettes)
+/// reads the envelope). Bad input names the line.
 pub fn read_cassettes(path: &Path) -> Result<Vec<AnyCassette>> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| CliError::preflight(format!("reading {}: {e}", path.display())))?;
-    let mut cassettes = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let bad = |e: String| CliError::preflight(format!("{}:{}: {e}", path.display(), i + 1));
-        let value: Value =
-            serde_json::from_str(line).map_err(|e| bad(format!("a cassette is not JSON: {e}")))?;
-        let c = if is_gateway_cassette(&value) {
-            AnyCassette::Gateway(Box::new(
-                GatewayCassette::from_value(value).map_err(|e| bad(e.to_string()))?,
-            ))
-        } else {
-            AnyCassette::Loop(Box::new(
-                Cassette::from_value(value).map_err(|e| bad(e.to_string()))?,
-            ))
-        };
-        cassettes.push(c);
+    let lines = cassettes::read(path).map_err(|e| CliError::preflight(e.to_string()))?;
+    let mut read = Vec::new();
+    for line in lines {
+        let line = line.map_err(|e| CliError::preflight(e.to_string()))?;
+        let bad = |e: String| CliError::preflight(format!("{}:{}: {e}", path.display(), line.line));
+        read.push(match line.kind {
+            CassetteKind::Gateway => AnyCassette::Gateway(Box::new(
+                GatewayCassette::from_value(line.value).map_err(|e| bad(e.to_string()))?,
+            )),
+            CassetteKind::Loop => AnyCassette::Loop(Box::new(
+                Cassette::from_value(line.value).map_err(|e| bad(e.to_string()))?,
+            )),
+        });
     }
-    if cassettes.is_empty() {
+    if read.is_empty() {
         return Err(CliError::preflight(format!(
             "{} holds no cassettes",
             path.display()
         )));
     }
-    Ok(cassettes)
+    Ok(read)
 }
 
 /// The replay setup of a cassette's recorded run.

@@ -82,11 +82,18 @@ fn summary(out: &std::process::Output) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(out)))
 }
 
+/// The lines of a cassettes file the binary wrote, each checked against the format's JSON
+/// Schema (loop cassettes of `run`, gateway cassettes of `gateway`).
 fn cassettes(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .unwrap()
         .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+        .map(|l| {
+            let line = serde_json::from_str(l).unwrap();
+            let violations = uniagent_core::testing::cassette_violations(&line);
+            assert!(violations.is_empty(), "{violations:#?}");
+            line
+        })
         .collect()
 }
 

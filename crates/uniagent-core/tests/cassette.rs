@@ -20,7 +20,7 @@ use uniagent_core::cassette::{
 };
 use uniagent_core::codec::Codec;
 use uniagent_core::runner::{Runner, RunnerConfig};
-use uniagent_core::testing::RecordingTool;
+use uniagent_core::testing::{cassette_violations, RecordingTool};
 use uniagent_core::{
     agent::AgentInteraction, EpisodeSignal, FinishReason, GenerateOutput, GenerateRequest,
     LengthLimits, Message, Result, Task, TokenGenerator, Tool, ToolOutput,
@@ -171,7 +171,12 @@ async fn recorded_rollouts_replay_token_for_token() {
         assert!(c
             .generations()
             .all(|(r, _)| r.session_id.as_deref() == Some(t.id.as_str())));
-        let c = Cassette::from_json(&serde_json::to_string(c).unwrap()).unwrap();
+        // The line writers append is version 1 of the schema, and reads back.
+        let line = c.to_line().unwrap();
+        let value: Value = serde_json::from_slice(&line).unwrap();
+        let violations = cassette_violations(&value);
+        assert!(violations.is_empty(), "{violations:#?}");
+        let c = Cassette::from_json(std::str::from_utf8(&line).unwrap()).unwrap();
         for mode in [ToolMode::Recorded, live(false)] {
             let outcome = replay(&c, setup(mode)).await.unwrap();
             assert_eq!(outcome.divergence, None);

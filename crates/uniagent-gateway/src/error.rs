@@ -98,6 +98,13 @@ pub enum GatewayError {
     },
 }
 
+/// A cassette line that is not a gateway cassette of this version is invalid input.
+impl From<uniagent_core::formats::cassettes::CassetteError> for GatewayError {
+    fn from(e: uniagent_core::formats::cassettes::CassetteError) -> Self {
+        Self::invalid(e.to_string())
+    }
+}
+
 impl GatewayError {
     /// An invalid request.
     pub fn invalid(message: impl Into<String>) -> Self {

@@ -656,11 +656,7 @@ impl Gateway {
                     trajectories: records.clone(),
                     context: cassettes.context.clone(),
                 };
-                let line =
-                    serde_json::to_value(&cassette).map_err(|e| GatewayError::Recording {
-                        message: format!("encoding a cassette: {e}"),
-                    })?;
-                cassettes.recorder.append(&[line])?;
+                cassettes.recorder.append_bytes(&cassette.to_line()?)?;
             }
         }
         if let Some(journal) = &self.journal {

@@ -61,10 +61,17 @@ impl Recorder {
             })?;
             bytes.push(b'\n');
         }
+        self.append_bytes(&bytes)
+    }
+
+    /// Appends `lines`, already encoded (each ended by `\n`, e.g. a
+    /// [`GatewayCassette::to_line`](crate::cassette::GatewayCassette::to_line)), in a single
+    /// write.
+    pub fn append_bytes(&self, lines: &[u8]) -> Result<()> {
         let mut file = self.file.lock().map_err(|_| GatewayError::Internal {
             message: "recorder lock poisoned".into(),
         })?;
-        file.write_all(&bytes)
+        file.write_all(lines)
             .and_then(|()| file.flush())
             .map_err(|e| GatewayError::Recording {
                 message: format!("writing {}: {e}", self.path.display()),

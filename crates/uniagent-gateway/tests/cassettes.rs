@@ -14,6 +14,7 @@ use std::sync::Arc;
 use common::{codec, fixture, Script};
 use serde_json::{json, Value};
 use uniagent_core::cassette::Step;
+use uniagent_core::testing::cassette_violations;
 use uniagent_gateway::cassette::{
     replay, Action, GatewayCassette, GatewayDivergence, CASSETTES, GATEWAY_KIND,
 };
@@ -149,11 +150,16 @@ async fn record(dir: &Path) -> (Vec<Value>, Vec<Value>) {
     )
 }
 
+/// The cassettes the gateway wrote, each line checked against the format's JSON Schema first.
 fn read(dir: &Path) -> Vec<GatewayCassette> {
     std::fs::read_to_string(dir.join(CASSETTES))
         .unwrap()
         .lines()
-        .map(|l| GatewayCassette::from_json(l).unwrap())
+        .map(|l| {
+            let violations = cassette_violations(&serde_json::from_str(l).unwrap());
+            assert!(violations.is_empty(), "{violations:#?}");
+            GatewayCassette::from_json(l).unwrap()
+        })
         .collect()
 }
 

@@ -59,7 +59,7 @@ fn verl(args: &ExportArgs) -> Result<()> {
         .iter()
         .map(|p| {
             if p.is_dir() {
-                p.join("trajectories.jsonl")
+                p.join(crate::output::TRAJECTORIES)
             } else {
                 p.clone()
             }

@@ -88,10 +88,7 @@ impl CassetteFile {
             &self.generator,
             self.context.clone(),
         );
-        let mut bytes = serde_json::to_vec(&cassette).map_err(|e| {
-            uniagent_core::Error::io("encoding a cassette", std::io::Error::other(e))
-        })?;
-        bytes.push(b'\n');
+        let bytes = cassette.to_line()?;
         self.file
             .write_all(&bytes)
             .and_then(|()| self.file.flush())

@@ -32,7 +32,7 @@ pub const SUMMARY: &str = "summary.json";
 /// The effective configuration (file plus overrides).
 pub const CONFIG: &str = "config.yaml";
 /// The cassettes (`output.cassettes: true`).
-pub const CASSETTES: &str = "cassettes.jsonl";
+pub const CASSETTES: &str = uniagent_core::formats::cassettes::FILE_NAME;
 
 /// An output directory.
 #[derive(Debug, Clone)]

@@ -17,8 +17,10 @@
 //!   first difference is a typed [`Divergence`].
 //!
 //! The format is one JSON object per cassette (one line of a `cassettes.jsonl`), with a
-//! version field `"cassette": 1`; [`Cassette::from_json`] rejects other versions and malformed
-//! input with [`Error::InvalidInput`].
+//! version field `"cassette": 1`; its envelope, file name and JSON Schema are owned by
+//! [`formats::cassettes`](crate::formats::cassettes). [`Cassette::from_json`] rejects other
+//! versions, gateway cassettes and malformed input with [`Error::InvalidInput`];
+//! [`Cassette::to_line`] is the line writers append.
 //!
 //! ```
 //! use uniagent_core::cassette::{Cassette, CASSETTE_VERSION};
@@ -39,6 +41,7 @@ use serde_json::Value;
 
 use crate::agent::{ExitReason, LoopConfig, Trajectory};
 use crate::error::{Error, ErrorKind, Result};
+use crate::formats::cassettes::{self, CassetteKind};
 use crate::generator::{GenerateOutput, GenerateRequest};
 use crate::message::ToolSpec;
 use crate::task::Task;
@@ -49,8 +52,9 @@ pub use record::{RecordGenerator, RecordTool, Recorder};
 #[cfg(feature = "codec")]
 pub use replay::{replay, ReplayOutcome, ReplaySetup, ToolMode};
 
-/// The cassette format version this build writes and reads.
-pub const CASSETTE_VERSION: u32 = 1;
+/// The cassette format version this build writes and reads
+/// ([`formats::cassettes::VERSION`](crate::formats::cassettes::VERSION)).
+pub const CASSETTE_VERSION: u32 = cassettes::VERSION;
 
 /// One rollout, recorded.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -88,29 +92,22 @@ impl Cassette {
     /// [`Error::InvalidInput`].
     pub fn from_json(text: &str) -> Result<Self> {
         let value: Value = serde_json::from_str(text)
-            .map_err(|e| Error::invalid_input(format!("a cassette is not JSON: {e}")))?;
+            .map_err(|source| cassettes::CassetteError::NotJson { source })?;
         Self::from_value(value)
     }
 
-    /// Decodes one cassette from a JSON value (see [`from_json`](Self::from_json)).
+    /// Decodes one cassette from a JSON value (see [`from_json`](Self::from_json)); the
+    /// envelope is checked by [`formats::cassettes::decode`](crate::formats::cassettes::decode).
     pub fn from_value(value: Value) -> Result<Self> {
-        match value.get("cassette").and_then(Value::as_u64) {
-            Some(v) if v == u64::from(CASSETTE_VERSION) => {}
-            Some(v) => {
-                return Err(Error::invalid_input(format!(
-                    "cassette format version {v} is not supported (this build reads version {CASSETTE_VERSION})"
-                )))
-            }
-            None => {
-                return Err(Error::invalid_input(
-                    "not a cassette: the version field `cassette` is missing",
-                ))
-            }
-        }
-        let cassette: Self = serde_json::from_value(value)
-            .map_err(|e| Error::invalid_input(format!("malformed cassette: {e}")))?;
+        let cassette: Self = cassettes::decode(value, CassetteKind::Loop)?;
         cassette.check_logprobs()?;
         Ok(cassette)
+    }
+
+    /// The cassette as one line of `cassettes.jsonl`, `\n` included
+    /// ([`formats::cassettes::to_line`](crate::formats::cassettes::to_line)).
+    pub fn to_line(&self) -> Result<Vec<u8>> {
+        Ok(cassettes::to_line(self)?)
     }
 
     /// Logprobs are finite (a number beyond `f32` would not survive re-encoding).

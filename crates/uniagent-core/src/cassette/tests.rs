@@ -105,6 +105,43 @@ proptest! {
         let back = Cassette::from_json(&line).unwrap();
         prop_assert_eq!(back, c);
     }
+
+    #[cfg(feature = "test-utils")]
+    #[test]
+    fn written_lines_fit_the_schema(steps in proptest::collection::vec(step_strategy(), 0..8)) {
+        let line = cassette(steps).to_line().unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&line).unwrap();
+        let violations = crate::testing::cassette_violations(&value);
+        prop_assert!(violations.is_empty(), "{:#?}", violations);
+    }
+}
+
+/// The schema is not vacuous: a gateway line, another version and a wrong step are refused.
+#[cfg(feature = "test-utils")]
+#[test]
+fn the_schema_refuses_what_readers_refuse() {
+    use crate::testing::cassette_violations;
+    let line: serde_json::Value =
+        serde_json::from_slice(&cassette(vec![]).to_line().unwrap()).unwrap();
+    assert_eq!(cassette_violations(&line), Vec::<String>::new());
+    type Mutation = fn(&mut serde_json::Value);
+    let mutations: [(&str, Mutation); 4] = [
+        ("another version", |v| v["cassette"] = json!(2)),
+        ("a loop body marked gateway", |v| {
+            v["kind"] = json!("gateway")
+        }),
+        ("a generation without its request", |v| {
+            v["steps"] = json!([{"step": "generate"}]);
+        }),
+        ("a mask entry of 2", |v| {
+            v["trajectory"]["response_mask"] = json!([2])
+        }),
+    ];
+    for (what, mutate) in mutations {
+        let mut v = line.clone();
+        mutate(&mut v);
+        assert!(!cassette_violations(&v).is_empty(), "{what} accepted");
+    }
 }
 
 #[test]

@@ -2,4 +2,5 @@
 //! JSON Schema (in `schemas/` of this crate), the one function writers build a line with, and
 //! the reader, which accepts every earlier version.
 
+pub mod cassettes;
 pub mod trajectories;

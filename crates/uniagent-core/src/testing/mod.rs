@@ -23,7 +23,7 @@ pub use child_stdin::output_with_stdin;
 pub use deployment::{ScriptedDeployment, ScriptedReply};
 pub use model::{ModelRequest, ScriptedChatModel, ScriptedTurn};
 pub use process::{free_port, sandbox_server_args, spawn_with_first_line};
-pub use schema::trajectory_record_violations;
+pub use schema::{cassette_violations, trajectory_record_violations};
 #[cfg(feature = "codec")]
 pub use token_generator::{assistant_text, ScriptedTokenGenerator, SCRIPTED_LOGPROB};
 pub use tool::{RecordedCall, RecordingTool};

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::formats::trajectories;
+use crate::formats::{cassettes, trajectories};
 
 /// Why `record` is not a version-1 trajectory record
 /// ([`trajectories::SCHEMA`]), one message per violation with its JSON pointer; empty when it
@@ -19,16 +19,52 @@ use crate::formats::trajectories;
 /// assert!(!trajectory_record_violations(&line).is_empty());
 /// ```
 pub fn trajectory_record_violations(record: &Value) -> Vec<String> {
-    let schema: Value = match serde_json::from_str(trajectories::SCHEMA) {
-        Ok(schema) => schema,
-        Err(e) => return vec![format!("the schema is not JSON: {e}")],
+    violations(trajectories::SCHEMA, record)
+}
+
+/// Why `line` is not a version-1 cassette of either kind ([`cassettes::SCHEMA`]; a gateway
+/// cassette's `trajectories` are checked against [`trajectories::SCHEMA`]), one message per
+/// violation with its JSON pointer; empty when it is one.
+///
+/// ```
+/// use uniagent_core::testing::cassette_violations;
+/// let line = serde_json::json!({"cassette": 1, "kind": "gateway"});
+/// let violations = cassette_violations(&line);
+/// assert!(violations.iter().any(|v| v.contains("exchanges")), "{violations:?}");
+/// ```
+pub fn cassette_violations(line: &Value) -> Vec<String> {
+    violations(cassettes::SCHEMA, line)
+}
+
+/// Validates `instance` against `schema`, with this crate's other schemas available to `$ref`
+/// by their `$id` (nothing is fetched).
+fn violations(schema: &str, instance: &Value) -> Vec<String> {
+    let parse = |text: &str| serde_json::from_str::<Value>(text);
+    let (schema, record) = match (parse(schema), parse(trajectories::SCHEMA)) {
+        (Ok(schema), Ok(record)) => (schema, record),
+        (Err(e), _) | (_, Err(e)) => return vec![format!("a schema is not JSON: {e}")],
     };
-    let validator = match jsonschema::validator_for(&schema) {
+    let id = record
+        .get("$id")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let registry = match jsonschema::Registry::new()
+        .add(id, record)
+        .and_then(|r| r.prepare())
+    {
+        Ok(registry) => registry,
+        Err(e) => return vec![format!("the schemas do not register: {e}")],
+    };
+    let validator = match jsonschema::options()
+        .with_registry(&registry)
+        .build(&schema)
+    {
         Ok(v) => v,
         Err(e) => return vec![format!("the schema does not compile: {e}")],
     };
     validator
-        .iter_errors(record)
+        .iter_errors(instance)
         .map(|e| format!("{}: {e}", e.instance_path()))
         .collect()
 }

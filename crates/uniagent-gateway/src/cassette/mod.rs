@@ -14,7 +14,9 @@
 //! answers from the cassette (no model), and reports the first [`GatewayDivergence`].
 //!
 //! A line is told from a loop cassette (`uniagent run`, [`uniagent_core::cassette`]) by its
-//! `"kind": "gateway"`; both carry the version field `"cassette": 1`.
+//! `"kind": "gateway"`; both carry the version field `"cassette": 1`. That envelope, the file
+//! name and the JSON Schema of both kinds belong to uniagent-core's
+//! [`formats::cassettes`](uniagent_core::formats::cassettes); this module owns the body.
 //!
 //! ```
 //! use uniagent_gateway::cassette::{is_gateway_cassette, GatewayCassette};
@@ -27,9 +29,10 @@
 mod diff;
 mod replay;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
-use uniagent_core::cassette::{Step, CASSETTE_VERSION};
+use uniagent_core::cassette::Step;
+use uniagent_core::formats::cassettes::{self, CassetteKind};
 use uniagent_core::parsers::ToolCallFormat;
 use uniagent_core::RewardOutcome;
 
@@ -41,23 +44,28 @@ use crate::exchange::{ReplyBody, Route, Stamp};
 pub use diff::first_json_difference;
 pub use replay::{replay, GatewayDivergence, GatewayReplayOutcome};
 
-/// The `kind` of a gateway cassette line.
-pub const GATEWAY_KIND: &str = "gateway";
+/// The `kind` of a gateway cassette line (uniagent-core's
+/// [`formats::cassettes::GATEWAY_KIND`](uniagent_core::formats::cassettes::GATEWAY_KIND)).
+pub const GATEWAY_KIND: &str = cassettes::GATEWAY_KIND;
 
 /// The file name of the cassettes inside the output directory (the same as `uniagent run`
-/// writes).
-pub const CASSETTES: &str = "cassettes.jsonl";
+/// writes: uniagent-core's
+/// [`formats::cassettes::FILE_NAME`](uniagent_core::formats::cassettes::FILE_NAME)).
+pub const CASSETTES: &str = cassettes::FILE_NAME;
 
-/// Whether a parsed cassettes line is a gateway cassette (`"kind": "gateway"`).
+/// Whether a parsed cassettes line is a gateway cassette (`"kind": "gateway"`; see
+/// [`formats::cassettes::kind_of`](uniagent_core::formats::cassettes::kind_of) for the
+/// version-checked kind).
 pub fn is_gateway_cassette(line: &Value) -> bool {
-    line.get("kind").and_then(Value::as_str) == Some(GATEWAY_KIND)
+    cassettes::is_gateway(line)
 }
 
 /// One ended session, recorded.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GatewayCassette {
-    /// Format version, uniagent-core's [`CASSETTE_VERSION`].
+    /// Format version, uniagent-core's
+    /// [`CASSETTE_VERSION`](uniagent_core::cassette::CASSETTE_VERSION).
     pub cassette: u32,
     /// [`GATEWAY_KIND`].
     pub kind: String,
@@ -90,32 +98,23 @@ impl GatewayCassette {
     /// [`GatewayError::InvalidRequest`].
     pub fn from_json(text: &str) -> Result<Self> {
         let value: Value = serde_json::from_str(text)
-            .map_err(|e| GatewayError::invalid(format!("a cassette is not JSON: {e}")))?;
+            .map_err(|source| cassettes::CassetteError::NotJson { source })?;
         Self::from_value(value)
     }
 
-    /// Decodes one gateway cassette from a JSON value (see [`from_json`](Self::from_json)).
+    /// Decodes one gateway cassette from a JSON value (see [`from_json`](Self::from_json));
+    /// the envelope is checked by uniagent-core's
+    /// [`formats::cassettes::decode`](uniagent_core::formats::cassettes::decode).
     pub fn from_value(value: Value) -> Result<Self> {
-        match value.get("cassette").and_then(Value::as_u64) {
-            Some(v) if v == u64::from(CASSETTE_VERSION) => {}
-            Some(v) => {
-                return Err(GatewayError::invalid(format!(
-                    "cassette format version {v} is not supported (this build reads version {CASSETTE_VERSION})"
-                )))
-            }
-            None => {
-                return Err(GatewayError::invalid(
-                    "not a cassette: the version field `cassette` is missing",
-                ))
-            }
-        }
-        if !is_gateway_cassette(&value) {
-            return Err(GatewayError::invalid(format!(
-                "not a gateway cassette: `kind` is not \"{GATEWAY_KIND}\""
-            )));
-        }
-        serde_json::from_value(value)
-            .map_err(|e| GatewayError::invalid(format!("malformed gateway cassette: {e}")))
+        Ok(cassettes::decode(value, CassetteKind::Gateway)?)
+    }
+
+    /// The cassette as one line of `cassettes.jsonl`, `\n` included (uniagent-core's
+    /// [`formats::cassettes::to_line`](uniagent_core::formats::cassettes::to_line)).
+    pub fn to_line(&self) -> Result<Vec<u8>> {
+        cassettes::to_line(self).map_err(|e| GatewayError::Recording {
+            message: e.to_string(),
+        })
     }
 
     /// The number of generator calls recorded.
@@ -135,6 +134,7 @@ pub struct Exchange {
     pub route: Route,
     /// The body exactly as the harness sent it (its text: a replay must parse the same bytes,
     /// down to the positions a parse error names). A body that is not UTF-8 is not recorded.
+    #[serde(deserialize_with = "body_text")]
     pub body: String,
     /// Where it was placed; absent when it was rejected before placement.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -149,6 +149,16 @@ pub struct Exchange {
     /// The answer's id and time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stamp: Option<Stamp>,
+}
+
+/// Reads `body`. The first gateway cassettes (before commit `b5728f2`) held the body as a JSON
+/// value rather than its text; such a body reads as its compact encoding, the bytes their
+/// replay sent.
+fn body_text<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<String, D::Error> {
+    Ok(match Value::deserialize(d)? {
+        Value::String(text) => text,
+        value => value.to_string(),
+    })
 }
 
 /// Where a request was placed among the session's chains.

@@ -1,7 +1,7 @@
 //! The cassette format: round trips, versions and kinds.
 
 use serde_json::json;
-use uniagent_core::cassette::Step;
+use uniagent_core::cassette::{Step, CASSETTE_VERSION};
 use uniagent_core::{FinishReason, GenerateOutput, GenerateRequest, SamplingParams};
 
 use super::*;
@@ -107,4 +107,38 @@ fn placements_read_as_words() {
         origin: None,
     };
     assert_eq!(p.to_string(), "roll back chain 0");
+}
+
+#[test]
+fn the_written_line_reads_back_and_a_wrong_envelope_is_not_written() {
+    let c = cassette();
+    let line = c.to_line().unwrap();
+    assert_eq!(line.iter().filter(|&&b| b == b'\n').count(), 1);
+    assert!(line.ends_with(b"\n"));
+    let text = std::str::from_utf8(&line).unwrap();
+    assert_eq!(GatewayCassette::from_json(text).unwrap(), c);
+    let mut newer = c.clone();
+    newer.cassette = 2;
+    let err = newer.to_line().unwrap_err();
+    assert!(matches!(err, GatewayError::Recording { .. }), "{err}");
+    assert!(err.to_string().contains("version 2"), "{err}");
+    let mut odd = c;
+    odd.kind = "loop".into();
+    assert!(odd.to_line().is_err());
+}
+
+/// The first gateway cassettes held each body as a JSON value: it reads as its compact text,
+/// the bytes their replay sent; today's lines hold the text.
+#[test]
+fn a_body_recorded_as_a_json_value_reads_as_its_compact_text() {
+    let mut v = serde_json::to_value(cassette()).unwrap();
+    v["exchanges"][0]["body"] = json!({"model": "m", "stream": true, "messages": []});
+    let read = GatewayCassette::from_value(v).unwrap();
+    assert_eq!(
+        read.exchanges[0].body,
+        r#"{"model":"m","stream":true,"messages":[]}"#
+    );
+    assert_eq!(read.exchanges[1].body, "{not json");
+    let written = serde_json::to_value(&read).unwrap();
+    assert!(written["exchanges"][0]["body"].is_string());
 }
