@@ -23,14 +23,13 @@
 //! # Ok::<(), CassetteError>(())
 //! ```
 
-use std::fs::File;
-use std::io::{BufRead, BufReader, Lines};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::jsonl::JsonlLines;
 use crate::error::Error;
 
 /// The file name in an output directory (`uniagent run`, `uniagent gateway --out`).
@@ -286,9 +285,7 @@ pub fn parse_line(text: &str) -> Result<CassetteLine, CassetteError> {
 /// An iterator over the lines of a `cassettes.jsonl` ([`read`]).
 #[derive(Debug)]
 pub struct CassetteLines {
-    path: PathBuf,
-    lines: Lines<BufReader<File>>,
-    line: usize,
+    lines: JsonlLines,
 }
 
 /// Opens `path` and reads it line by line (blank lines skipped); each item is a
@@ -308,11 +305,8 @@ pub struct CassetteLines {
 /// # Ok(()) }
 /// ```
 pub fn read(path: &Path) -> crate::Result<CassetteLines> {
-    let file = File::open(path).map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
     Ok(CassetteLines {
-        path: path.to_owned(),
-        lines: BufReader::new(file).lines(),
-        line: 0,
+        lines: JsonlLines::open(path)?,
     })
 }
 
@@ -320,29 +314,8 @@ impl Iterator for CassetteLines {
     type Item = crate::Result<CassetteLine>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            let text = match self.lines.next()? {
-                Ok(text) => text,
-                Err(e) => {
-                    return Some(Err(Error::io(
-                        format!("reading {}", self.path.display()),
-                        e,
-                    )))
-                }
-            };
-            self.line += 1;
-            if text.trim().is_empty() {
-                continue;
-            }
-            let line = self.line;
-            return Some(
-                parse_line(&text)
-                    .map(|l| CassetteLine { line, ..l })
-                    .map_err(|e| {
-                        Error::invalid_input(format!("{}:{line}: {e}", self.path.display()))
-                    }),
-            );
-        }
+        self.lines
+            .next_parsed(|text, line| parse_line(text).map(|l| CassetteLine { line, ..l }))
     }
 }
 

@@ -3,4 +3,5 @@
 //! the reader, which accepts every earlier version.
 
 pub mod cassettes;
+mod jsonl;
 pub mod trajectories;

@@ -26,13 +26,12 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::fs::File;
-use std::io::{BufRead, BufReader, Lines};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::jsonl::JsonlLines;
 use crate::agent::Trajectory;
 use crate::error::{Error, Result};
 use crate::rollout::AgentLoopOutput;
@@ -138,9 +137,7 @@ pub fn parse_line(text: &str) -> Result<RecordLine> {
 /// An iterator over the records of a `trajectories.jsonl` ([`read`]).
 #[derive(Debug)]
 pub struct RecordLines {
-    path: PathBuf,
-    lines: Lines<BufReader<File>>,
-    line: usize,
+    lines: JsonlLines,
 }
 
 /// Opens `path` and reads it record by record (blank lines skipped); each item is a
@@ -157,11 +154,8 @@ pub struct RecordLines {
 /// # Ok(()) }
 /// ```
 pub fn read(path: &Path) -> Result<RecordLines> {
-    let file = File::open(path).map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
     Ok(RecordLines {
-        path: path.to_owned(),
-        lines: BufReader::new(file).lines(),
-        line: 0,
+        lines: JsonlLines::open(path)?,
     })
 }
 
@@ -169,29 +163,8 @@ impl Iterator for RecordLines {
     type Item = Result<RecordLine>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            let text = match self.lines.next()? {
-                Ok(text) => text,
-                Err(e) => {
-                    return Some(Err(Error::io(
-                        format!("reading {}", self.path.display()),
-                        e,
-                    )))
-                }
-            };
-            self.line += 1;
-            if text.trim().is_empty() {
-                continue;
-            }
-            let line = self.line;
-            return Some(
-                parse_line(&text)
-                    .map(|r| RecordLine { line, ..r })
-                    .map_err(|e| {
-                        Error::invalid_input(format!("{}:{line}: {e}", self.path.display()))
-                    }),
-            );
-        }
+        self.lines
+            .next_parsed(|text, line| parse_line(text).map(|l| RecordLine { line, ..l }))
     }
 }
 

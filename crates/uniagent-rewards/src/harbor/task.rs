@@ -63,106 +63,8 @@ impl HarborTask {
             path: config_path.clone(),
             message: e.to_string(),
         })?;
-        let unsupported = |what: &str| HarborTaskError::Unsupported {
-            dir: dir.to_path_buf(),
-            what: what.to_owned(),
-        };
-        if config.steps.is_some() {
-            return Err(unsupported("a multi-step task ([[steps]])"));
-        }
-        if !config.environment.os.eq_ignore_ascii_case("linux") {
-            return Err(unsupported(&format!(
-                "[environment] os = {:?}",
-                config.environment.os
-            )));
-        }
-        let bad = |message: String| HarborTaskError::BadConfig {
-            path: config_path.clone(),
-            message,
-        };
-        let tables = [
-            ("[environment]", Some(&config.environment)),
-            (
-                "[verifier.environment]",
-                config.verifier.environment.as_ref(),
-            ),
-        ];
-        for (table, env) in tables {
-            let Some(env) = env else { continue };
-            env.memory_mib().map_err(bad)?;
-            env.storage_mib().map_err(bad)?;
-            match env.network() {
-                "public" | "no-network" => {}
-                "allowlist" => {
-                    return Err(unsupported(&format!(
-                        "{table} network_mode = \"allowlist\""
-                    )))
-                }
-                other => {
-                    return Err(bad(format!(
-                        "{table} network_mode = {other:?}: expected \"public\", \"no-network\" \
-                         or \"allowlist\""
-                    )))
-                }
-            }
-            if let Some(cpus) = env.cpus.filter(|c| !(c.is_finite() && *c > 0.0)) {
-                return Err(bad(format!(
-                    "{table} cpus = {cpus}: must be a positive number"
-                )));
-            }
-        }
-        for (name, value) in [
-            ("[verifier] timeout_sec", Some(config.verifier.timeout_sec)),
-            (
-                "[environment] build_timeout_sec",
-                Some(config.environment.build_timeout_sec),
-            ),
-            ("[agent] timeout_sec", config.agent.timeout_sec),
-        ] {
-            if let Some(v) = value.filter(|v| !(v.is_finite() && *v > 0.0)) {
-                return Err(bad(format!("{name} = {v}: must be a positive number")));
-            }
-        }
-        if config.verifier.environment_mode == Some(VerifierMode::Shared)
-            && config.verifier.environment.is_some()
-        {
-            return Err(bad(
-                "[verifier] environment_mode = \"shared\" with a [verifier.environment]".into(),
-            ));
-        }
-        if let Some(env) = &config.verifier.environment {
-            if !env.os.eq_ignore_ascii_case("linux") {
-                return Err(unsupported(&format!(
-                    "[verifier.environment] os = {:?}",
-                    env.os
-                )));
-            }
-        }
-        let tests = dir.join("tests");
-        if verifier_mode(&config) == VerifierMode::Separate
-            && !tests.join("Dockerfile").is_file()
-            && tests.join("docker-compose.yaml").is_file()
-        {
-            return Err(unsupported("a docker-compose verifier environment"));
-        }
-        let environment = dir.join("environment");
-        if config.environment.docker_image.is_none() && !environment.join("Dockerfile").is_file() {
-            return Err(if environment.join("docker-compose.yaml").is_file() {
-                unsupported("a docker-compose environment")
-            } else {
-                HarborTaskError::Missing {
-                    path: environment.join("Dockerfile"),
-                    message: "missing (or set [environment] docker_image)".into(),
-                }
-            });
-        }
-        let test = dir.join("tests/test.sh");
-        if !test.is_file() {
-            return Err(HarborTaskError::Missing {
-                path: test,
-                message: "missing: the verifier runs it".into(),
-            });
-        }
+        check_config(dir, &config_path, &config)?;
+        check_files(dir, &config)?;
         let instruction_path = dir.join("instruction.md");
         let instruction = strip_canary(&read(&instruction_path)?);
         if instruction.trim().is_empty() {
@@ -249,6 +151,127 @@ pub enum VerifierImage {
     Build(PathBuf),
     /// The agent's image.
     TaskImage,
+}
+
+/// A task directory's part of the format that uniagent does not run.
+fn unsupported(dir: &Path, what: &str) -> HarborTaskError {
+    HarborTaskError::Unsupported {
+        dir: dir.to_path_buf(),
+        what: what.to_owned(),
+    }
+}
+
+/// The checks of `task.toml`'s values: what uniagent runs of them, and their ranges.
+fn check_config(
+    dir: &Path,
+    config_path: &Path,
+    config: &TaskConfig,
+) -> Result<(), HarborTaskError> {
+    let unsupported = |what: &str| unsupported(dir, what);
+    if config.steps.is_some() {
+        return Err(unsupported("a multi-step task ([[steps]])"));
+    }
+    if !config.environment.os.eq_ignore_ascii_case("linux") {
+        return Err(unsupported(&format!(
+            "[environment] os = {:?}",
+            config.environment.os
+        )));
+    }
+    let bad = |message: String| HarborTaskError::BadConfig {
+        path: config_path.to_path_buf(),
+        message,
+    };
+    let tables = [
+        ("[environment]", Some(&config.environment)),
+        (
+            "[verifier.environment]",
+            config.verifier.environment.as_ref(),
+        ),
+    ];
+    for (table, env) in tables {
+        let Some(env) = env else { continue };
+        env.memory_mib().map_err(bad)?;
+        env.storage_mib().map_err(bad)?;
+        match env.network() {
+            "public" | "no-network" => {}
+            "allowlist" => {
+                return Err(unsupported(&format!(
+                    "{table} network_mode = \"allowlist\""
+                )))
+            }
+            other => {
+                return Err(bad(format!(
+                    "{table} network_mode = {other:?}: expected \"public\", \"no-network\" \
+                         or \"allowlist\""
+                )))
+            }
+        }
+        if let Some(cpus) = env.cpus.filter(|c| !(c.is_finite() && *c > 0.0)) {
+            return Err(bad(format!(
+                "{table} cpus = {cpus}: must be a positive number"
+            )));
+        }
+    }
+    for (name, value) in [
+        ("[verifier] timeout_sec", Some(config.verifier.timeout_sec)),
+        (
+            "[environment] build_timeout_sec",
+            Some(config.environment.build_timeout_sec),
+        ),
+        ("[agent] timeout_sec", config.agent.timeout_sec),
+    ] {
+        if let Some(v) = value.filter(|v| !(v.is_finite() && *v > 0.0)) {
+            return Err(bad(format!("{name} = {v}: must be a positive number")));
+        }
+    }
+    if config.verifier.environment_mode == Some(VerifierMode::Shared)
+        && config.verifier.environment.is_some()
+    {
+        return Err(bad(
+            "[verifier] environment_mode = \"shared\" with a [verifier.environment]".into(),
+        ));
+    }
+    if let Some(env) = &config.verifier.environment {
+        if !env.os.eq_ignore_ascii_case("linux") {
+            return Err(unsupported(&format!(
+                "[verifier.environment] os = {:?}",
+                env.os
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The files the task needs besides `task.toml`: its image's build context (or an image), the
+/// verifier's script, and no docker-compose setup uniagent cannot run.
+fn check_files(dir: &Path, config: &TaskConfig) -> Result<(), HarborTaskError> {
+    let unsupported = |what: &str| unsupported(dir, what);
+    let tests = dir.join("tests");
+    if verifier_mode(config) == VerifierMode::Separate
+        && !tests.join("Dockerfile").is_file()
+        && tests.join("docker-compose.yaml").is_file()
+    {
+        return Err(unsupported("a docker-compose verifier environment"));
+    }
+    let environment = dir.join("environment");
+    if config.environment.docker_image.is_none() && !environment.join("Dockerfile").is_file() {
+        return Err(if environment.join("docker-compose.yaml").is_file() {
+            unsupported("a docker-compose environment")
+        } else {
+            HarborTaskError::Missing {
+                path: environment.join("Dockerfile"),
+                message: "missing (or set [environment] docker_image)".into(),
+            }
+        });
+    }
+    let test = dir.join("tests/test.sh");
+    if !test.is_file() {
+        return Err(HarborTaskError::Missing {
+            path: test,
+            message: "missing: the verifier runs it".into(),
+        });
+    }
+    Ok(())
 }
 
 fn verifier_mode(config: &TaskConfig) -> VerifierMode {
