@@ -298,7 +298,7 @@ async fn quota_rbac_and_api_failures_are_typed_and_retried_where_retryable() {
         assert!(err.to_string().contains("quota_exceeded"), "{err}");
         fake.faults().clear_request_faults();
         // The API server goes away and comes back: a start during the outage waits it out.
-        fake.stop_api();
+        fake.stop_api().await;
         let restart = async {
             tokio::time::sleep(Duration::from_millis(500)).await;
             fake.restart_api().await.unwrap();

@@ -606,7 +606,7 @@ async fn watcher_sees_changes_and_survives_dropped_watches_and_compaction() {
 
         // The watcher away while history is compacted: its re-watch gets the 410 ERROR event
         // and kube re-lists; changes made meanwhile are in the final state.
-        faults.stop_api();
+        faults.stop_api().await;
         let store = env.fake.store();
         store
             .create(
@@ -1222,14 +1222,15 @@ async fn sandbox_faults_show_on_pods_sandboxes_and_claims() {
 
         faults.set_sandbox_fault(SandboxFault::Unschedulable);
         env.claim("unsched", "empty").await;
+        // Before the pod reports, the condition is already False with `PodSchedulingUnknown`.
         let sandbox = env
             .wait_for("Sandbox", "unsched", |s| {
-                condition(s, "PodScheduled").is_some_and(|c| c["status"] == "False")
+                condition(s, "PodScheduled").is_some_and(|c| c["reason"] == "Unschedulable")
             })
             .await;
         assert_eq!(
-            condition(&sandbox, "PodScheduled").unwrap()["reason"],
-            "Unschedulable"
+            condition(&sandbox, "PodScheduled").unwrap()["status"],
+            "False"
         );
         assert!(!ready(&sandbox));
 
@@ -1270,7 +1271,7 @@ async fn api_restart_and_controller_stop_keep_the_store() {
         let (mirror, task) = spawn_mirror(env.api("SandboxTemplate"), watcher::Config::default());
         wait_mirror(&mirror, |m| names(m) == ["kept"]).await;
 
-        faults.stop_api();
+        faults.stop_api().await;
         assert!(!faults.api_running());
         assert!(env.api("SandboxTemplate").get("kept").await.is_err());
         faults.restart_api().await.unwrap();

@@ -5,9 +5,13 @@
 mod scenarios;
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use uniagent_core::Deployment;
+use serde_json::json;
+use uniagent_core::sandbox::*;
+use uniagent_core::{Deployment, Result, Tool, ToolSpec};
 use uniagent_envs::{HostConfig, HostDeployment};
+use uniagent_tools::ScriptTool;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tools_pass_the_scenarios_on_the_host_sandbox() {
@@ -31,4 +35,93 @@ async fn tools_pass_the_scenarios_on_the_host_sandbox() {
     deployment.start().await.unwrap();
     scenarios::run_all(deployment.clone(), work.path()).await;
     deployment.stop().await.unwrap();
+}
+
+/// A server that never reads exit codes, as SWE-ReX's does when its prompt comes back late
+/// (it waits 0.1 s for it, then reports `exit_code: None`): everything else is the real sandbox.
+#[derive(Debug)]
+struct NoExitCodes(Arc<dyn Deployment>);
+
+#[async_trait::async_trait]
+impl Deployment for NoExitCodes {
+    fn backend(&self) -> &str {
+        self.0.backend()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.0.capabilities()
+    }
+    async fn start(&self) -> Result<()> {
+        self.0.start().await
+    }
+    async fn stop(&self) -> Result<()> {
+        self.0.stop().await
+    }
+    async fn is_alive(&self) -> Result<IsAliveResponse> {
+        self.0.is_alive().await
+    }
+    async fn create_session(&self, r: CreateSessionRequest) -> Result<CreateSessionResponse> {
+        self.0.create_session(r).await
+    }
+    async fn run_in_session(&self, a: Action) -> Result<BashObservation> {
+        let mut observation = self.0.run_in_session(a).await?;
+        observation.exit_code = None;
+        Ok(observation)
+    }
+    async fn close_session(&self, r: CloseSessionRequest) -> Result<CloseSessionResponse> {
+        self.0.close_session(r).await
+    }
+    async fn execute(&self, c: Command) -> Result<CommandResponse> {
+        self.0.execute(c).await
+    }
+    async fn read_file(&self, r: ReadFileRequest) -> Result<ReadFileResponse> {
+        self.0.read_file(r).await
+    }
+    async fn write_file(&self, r: WriteFileRequest) -> Result<()> {
+        self.0.write_file(r).await
+    }
+    async fn upload(&self, r: UploadRequest) -> Result<()> {
+        self.0.upload(r).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_tools_install_themselves_when_the_server_reports_no_exit_code() {
+    let Ok(server) = uniagent_envs::host::find_server_binary(None) else {
+        eprintln!("SKIPPED: no uniagent-sandbox binary (see the test above)");
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let host: Arc<dyn Deployment> = Arc::new(HostDeployment::new(HostConfig {
+        server_binary: Some(server),
+        ..HostConfig::default()
+    }));
+    host.start().await.unwrap();
+    let deployment: Arc<dyn Deployment> = Arc::new(NoExitCodes(host.clone()));
+    deployment
+        .create_session(CreateSessionRequest::new(scenarios::SESSION))
+        .await
+        .unwrap();
+    let ctx = scenarios::context(deployment.clone(), Duration::from_secs(30));
+    let spec = |name: &str| ToolSpec::function(name, "A test script.", json!({"type": "object"}));
+    let install_dir = work.path().join("scripts").to_str().unwrap().to_owned();
+
+    // Not installed: "No such file or directory" names the path, the file system confirms.
+    let mut hello = ScriptTool::new(spec("hello"), b"#!/bin/sh\necho hello\n".to_vec());
+    hello.install_dir = install_dir.clone();
+    let out = hello.call(json!({}), &ctx).await.unwrap();
+    assert_eq!(out.content, "hello");
+
+    // Installed, failing, printing its own path: it ran, so it is not run again.
+    let runs = work.path().join("runs");
+    let script = format!(
+        "#!/bin/sh\necho ran >> '{}'\necho \"$0 failed\"\nexit 1\n",
+        runs.display()
+    );
+    let mut failing = ScriptTool::new(spec("failing"), script.into_bytes());
+    failing.install_dir = install_dir;
+    failing.install(host.as_ref()).await.unwrap();
+    let out = failing.call(json!({}), &ctx).await.unwrap();
+    assert!(out.content.ends_with("/failing failed"), "{}", out.content);
+    assert_eq!(std::fs::read_to_string(&runs).unwrap(), "ran\n");
+    host.stop().await.unwrap();
 }

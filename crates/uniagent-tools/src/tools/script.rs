@@ -103,6 +103,35 @@ impl ScriptTool {
         Ok(())
     }
 
+    /// Whether a run failed because the script is not (yet) installed.
+    ///
+    /// The shell says so with exit code 126 or 127 and the script's path. A server that could
+    /// not read the exit code (SWE-ReX gives up on it when its prompt comes back later than
+    /// 0.1 s, as on a loaded machine) leaves only the path: then the file system decides, so a
+    /// script that ran is never run twice.
+    async fn needs_install(
+        &self,
+        deployment: &dyn Deployment,
+        outcome: &SessionOutcome,
+    ) -> Result<bool> {
+        let SessionOutcome::Completed { output, exit_code } = outcome else {
+            return Ok(false);
+        };
+        let path = self.path();
+        if !output.contains(&path) {
+            return Ok(false);
+        }
+        match exit_code {
+            Some(126 | 127) => Ok(true),
+            Some(_) => Ok(false),
+            None => {
+                let argv = ["test", "-x", path.as_str()];
+                let found = deployment.execute(Command::argv(argv, Some(60.0))).await?;
+                Ok(found.exit_code != Some(0))
+            }
+        }
+    }
+
     async fn run_once(
         &self,
         deployment: &dyn Deployment,
@@ -137,8 +166,7 @@ impl Tool for ScriptTool {
             shell_quote(&encode_base64(&payload))
         );
         let mut outcome = self.run_once(deployment, ctx, &command).await?;
-        if matches!(&outcome, SessionOutcome::Completed { output, exit_code: Some(126 | 127) } if output.contains(&path))
-        {
+        if self.needs_install(deployment, &outcome).await? {
             self.install(deployment).await?;
             outcome = self.run_once(deployment, ctx, &command).await?;
         }

@@ -866,7 +866,7 @@ async fn fake_restart_api(State(state): State<ApiState>, Query(q): Query<Params>
     // After the response is out: the stop closes this very connection.
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        server.stop();
+        server.stop().await;
         tokio::time::sleep(down).await;
         if let Err(e) = server.restart().await {
             tracing::error!("the fake API server could not restart: {e}");

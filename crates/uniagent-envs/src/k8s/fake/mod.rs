@@ -442,9 +442,9 @@ impl FakeCluster {
         }
     }
 
-    /// Stops the API server (every connection closed); the store stays.
-    pub fn stop_api(&self) {
-        self.api.stop();
+    /// Stops the API server; when it returns, every connection is closed. The store stays.
+    pub async fn stop_api(&self) {
+        self.api.stop().await;
     }
 
     /// Serves the API again on the same address with the same store.
@@ -466,8 +466,8 @@ impl FakeCluster {
     /// Stops everything and kills every sandbox process.
     pub async fn shutdown(self) {
         self.controller.shutdown();
-        self.api.stop();
-        self.router.stop();
+        self.api.stop().await;
+        self.router.stop().await;
         // Let the waiter tasks reap the killed processes.
         for _ in 0..100 {
             if self.controller.process_count() == 0 {
@@ -481,8 +481,8 @@ impl FakeCluster {
 impl Drop for FakeCluster {
     fn drop(&mut self) {
         self.controller.shutdown();
-        self.api.stop();
-        self.router.stop();
+        self.api.abort();
+        self.router.abort();
     }
 }
 
@@ -528,10 +528,10 @@ pub fn template_object(name: &str) -> Value {
 }
 
 impl Faults {
-    /// Stops the API server (every connection closed); the store stays.
-    pub fn stop_api(&self) {
+    /// Stops the API server; when it returns, every connection is closed. The store stays.
+    pub async fn stop_api(&self) {
         if let Some(api) = self.hooks.api.get().and_then(Weak::upgrade) {
-            api.stop();
+            api.stop().await;
         }
     }
 
