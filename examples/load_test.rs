@@ -35,7 +35,7 @@ use uniagent_core::{
     ChatModel, Deployment, DeploymentExt, EpisodeSignal, Error, LengthLimits, Message, Result,
     Task, Tool, ToolCall, ToolContext, ToolOutput, ToolSpec,
 };
-use uniagent_envs::{HostConfig, HostDeployment};
+use uniagent_sandboxes::{HostConfig, HostDeployment};
 
 /// The Qwen2.5 tokenizer and chat template the core's tests use.
 const QWEN25_FIXTURE: &str = concat!(

@@ -5,12 +5,12 @@
 #   scripts/build-static-sandbox.sh            release build
 #   CARGO_TARGET_DIR=... scripts/build-static-sandbox.sh
 #
-# See crates/uniagent-envs/SERVER.md.
+# See crates/uniagent-sandboxes/SERVER.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=x86_64-unknown-linux-gnu
 RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
-    cargo build --release -p uniagent-envs --no-default-features --features server \
+    cargo build --release -p uniagent-sandboxes --no-default-features --features server \
     --bin uniagent-sandbox --target "$target" >&2
 out="${CARGO_TARGET_DIR:-target}/$target/release/uniagent-sandbox"
 # A static(-pie) binary needs no shared library: ldd lists none ("statically linked").

@@ -1,4 +1,4 @@
-//! Fuzzes the client's decoding of server answers (`uniagent_envs::client::decode_response`):
+//! Fuzzes the client's decoding of server answers (`uniagent_sandboxes::client::decode_response`):
 //! any status and body must give a value or a typed error, never a panic, and only HTTP 200 may
 //! decode to a value.
 #![no_main]
@@ -7,7 +7,7 @@ use libfuzzer_sys::fuzz_target;
 use uniagent_core::sandbox::{
     BashObservation, CommandResponse, CreateSessionResponse, IsAliveResponse, ReadFileResponse,
 };
-use uniagent_envs::client::decode_response;
+use uniagent_sandboxes::client::decode_response;
 
 fuzz_target!(|data: &[u8]| {
     let (status, body) = match data {

@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use uniagent_cli::dataset::{read_rows, Layout};
+use uniagent_envs::dataset::{read_rows, Layout};
 
 const LAYOUTS: [Layout; 5] = [
     Layout::Plain,

@@ -1,5 +1,5 @@
-//! Fuzzes what a sandbox pool reads from the network (`uniagent_envs::pool`,
-//! `uniagent_envs::leases`): lease and renewal bodies decoded and admitted against a pool's
+//! Fuzzes what a sandbox pool reads from the network (`uniagent_sandboxes::pool`,
+//! `uniagent_sandboxes::leases`): lease and renewal bodies decoded and admitted against a pool's
 //! configuration, and the pool's answers as a `faas` client decodes them. No input may panic;
 //! an admitted request never gets more than the pool allows.
 
@@ -9,8 +9,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-use uniagent_envs::leases::{AcquireRequest, ApiError, Capacity, Lease, LeaseList, RenewRequest};
-use uniagent_envs::pool::{admit, PoolConfig};
+use uniagent_sandboxes::leases::{AcquireRequest, ApiError, Capacity, Lease, LeaseList, RenewRequest};
+use uniagent_sandboxes::pool::{admit, PoolConfig};
 
 fn config() -> &'static PoolConfig {
     static CONFIG: OnceLock<PoolConfig> = OnceLock::new();

@@ -8,7 +8,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use regex::bytes::Regex;
-use uniagent_envs::fuzzing::{
+use uniagent_sandboxes::fuzzing::{
     clean_output, truncation_note, ExpectSearch, OutputBuffer, PromptMarker,
 };
 

@@ -1,11 +1,11 @@
-//! Fuzzes the relay multiplexer's frame decoder (`uniagent_envs::mux`), which reads what the
+//! Fuzzes the relay multiplexer's frame decoder (`uniagent_sandboxes::mux`), which reads what the
 //! process inside a sandbox writes: any bytes, in any chunking, decode to frames or a typed
 //! error, never a panic; decoded frames re-encode to exactly the bytes they came from.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use uniagent_envs::mux::{decode_all, Decoder, MAX_PAYLOAD};
+use uniagent_sandboxes::mux::{decode_all, Decoder, MAX_PAYLOAD};
 
 fuzz_target!(|data: &[u8]| {
     // The first byte picks a chunk size, so the incremental path sees splits everywhere.
@@ -39,7 +39,7 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(frames) = whole {
         let mut again = bytes::BytesMut::new();
         for frame in &frames {
-            if let uniagent_envs::mux::Frame::Data { bytes, .. } = frame {
+            if let uniagent_sandboxes::mux::Frame::Data { bytes, .. } = frame {
                 assert!(bytes.len() <= MAX_PAYLOAD);
             }
             frame.encode(&mut again);

@@ -9,7 +9,7 @@
 use libfuzzer_sys::fuzz_target;
 use uniagent_cli::serve::RolloutRequest;
 use uniagent_core::{ErrorKind, FinishReason};
-use uniagent_envs::models::parse_bridge_answer;
+use uniagent_models::parse_bridge_answer;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&budget, rest)) = data.split_first() else {

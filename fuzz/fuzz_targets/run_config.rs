@@ -6,7 +6,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use uniagent_cli::config::{ConfigDoc, RunConfig};
-use uniagent_cli::env::EnvironmentRegistry;
+use uniagent_envs::EnvironmentRegistry;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

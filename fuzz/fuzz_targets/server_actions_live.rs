@@ -14,9 +14,9 @@ use libfuzzer_sys::fuzz_target;
 use uniagent_core::sandbox::{
     Action, CloseSessionRequest, Command, CommandLine, CreateSessionRequest,
 };
-use uniagent_envs::fuzzing::execute;
-use uniagent_envs::fuzzing::{parse_body, ACTION, CLOSE_SESSION, COMMAND, CREATE_SESSION};
-use uniagent_envs::server::{SessionManager, ShellOptions};
+use uniagent_sandboxes::fuzzing::execute;
+use uniagent_sandboxes::fuzzing::{parse_body, ACTION, CLOSE_SESSION, COMMAND, CREATE_SESSION};
+use uniagent_sandboxes::server::{SessionManager, ShellOptions};
 
 struct Live {
     runtime: tokio::runtime::Runtime,

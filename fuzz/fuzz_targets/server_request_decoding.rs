@@ -13,8 +13,8 @@ use libfuzzer_sys::fuzz_target;
 use uniagent_core::sandbox::{
     Action, CloseSessionRequest, Command, CreateSessionRequest, ReadFileRequest, WriteFileRequest,
 };
-use uniagent_envs::fuzzing::read_form;
-use uniagent_envs::fuzzing::{
+use uniagent_sandboxes::fuzzing::read_form;
+use uniagent_sandboxes::fuzzing::{
     parse_body, ACTION, CLOSE_SESSION, COMMAND, CREATE_SESSION, READ_FILE, WRITE_FILE,
 };
 

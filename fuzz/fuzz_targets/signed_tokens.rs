@@ -1,4 +1,4 @@
-//! Fuzzes the per-sandbox token parser and verifier (`uniagent_envs::signed_token`), which read
+//! Fuzzes the per-sandbox token parser and verifier (`uniagent_sandboxes::signed_token`), which read
 //! the `X-API-Key` of every request a sandbox server gets with `--auth-public-key-file`, and
 //! the key-file parser. No input may panic. A token is accepted only if it is exactly what the
 //! worker's key mints for this sandbox (nothing else verifies: the encoding is canonical and
@@ -10,7 +10,7 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use uniagent_envs::signed_token::{valid_kid, Minter, PublicKeys, Verifier};
+use uniagent_sandboxes::signed_token::{valid_kid, Minter, PublicKeys, Verifier};
 
 const NAME: &str = "ua-fuzz-0123456789ab";
 const NOW: u64 = 1_900_000_000;

@@ -5,8 +5,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use uniagent_envs::fuzzing::extract;
-use uniagent_envs::server::UnzipLimits;
+use uniagent_sandboxes::fuzzing::extract;
+use uniagent_sandboxes::server::UnzipLimits;
 
 const LIMITS: UnzipLimits = UnzipLimits {
     max_entries: 64,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the image on which the docker start benchmark (crates/uniagent-envs/benches/docker_start.rs)
+# Builds the image on which the docker start benchmark (crates/uniagent-sandboxes/benches/docker_start.rs)
 # measures SWE-ReX's own `DockerDeployment` as its baseline. No registry and no network: the
 # sandbox image has python3 (3.11) but no pip, so this copies the site-packages of the project's
 # SWE-ReX venv (.venv-swerex, from scripts/setup/20-swerex.sh; CPython 3.11, pure-Python or

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use serde_json::json;
 use tokio::sync::Notify;
-use uniagent_cli::env::EnvironmentRegistry;
+use uniagent_envs::EnvironmentRegistry;
 use uniagent_cli::run::{execute, prepare, RunOptions};
 use uniagent_core::agent::{AgentInteraction, CancellationToken};
 use uniagent_core::runner::{Runner, RunnerConfig};
@@ -133,7 +133,8 @@ fn watch_sandboxes(mark: String, stop: Arc<Mutex<bool>>) -> std::thread::JoinHan
         let (mut peak_kib, mut peak_n) = (0u64, 0usize);
         let mut last_print = Instant::now();
         while !*stop.lock().unwrap() {
-            let pids = uniagent_envs::host::marked_processes(&format!("UNIAGENT_LOAD_MARK={mark}"));
+            let pids =
+                uniagent_sandboxes::host::marked_processes(&format!("UNIAGENT_LOAD_MARK={mark}"));
             let total: u64 = pids
                 .iter()
                 .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/status")).ok())
@@ -268,6 +269,6 @@ runner:\n  max_concurrent_rollouts: {n}\n  max_concurrent_model_calls: {n}\n  ma
     );
     assert_eq!(summary.rollouts as usize, n);
     assert_eq!(cli_peak, n, "not every rollout was in the loop at once");
-    let left = uniagent_envs::host::marked_processes(&format!("UNIAGENT_LOAD_MARK={mark}"));
+    let left = uniagent_sandboxes::host::marked_processes(&format!("UNIAGENT_LOAD_MARK={mark}"));
     assert!(left.is_empty(), "{} sandbox processes left", left.len());
 }

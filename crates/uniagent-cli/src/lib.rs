@@ -4,8 +4,6 @@
 
 pub mod cli;
 pub mod config;
-pub mod dataset;
-pub mod env;
 mod error;
 pub mod model;
 pub mod output;
@@ -19,3 +17,6 @@ pub mod train;
 pub mod view;
 
 pub use error::{one_line, CliError, ErrorKind, Result};
+/// The environments and datasets, from `uniagent-envs` (where `uniagent_cli::env` and
+/// `uniagent_cli::dataset` moved).
+pub use uniagent_envs::{dataset, env};

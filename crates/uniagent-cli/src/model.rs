@@ -16,7 +16,7 @@ use uniagent_core::cassette::{RecordGenerator, Recorder};
 use uniagent_core::codec::Codec;
 use uniagent_core::parsers::ToolCallFormat;
 use uniagent_core::{ChatModel, GenerateOutput, GenerateRequest, LengthLimits, TokenGenerator};
-use uniagent_envs::models::{
+use uniagent_models::{
     HttpModelConfig, OpenAiChatModel, OpenAiConfig, SglangGenerator, VllmGenerator,
 };
 

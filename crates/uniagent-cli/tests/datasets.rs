@@ -8,7 +8,7 @@ use std::path::Path;
 
 use proptest::prelude::*;
 use uniagent_cli::config::line_of;
-use uniagent_cli::dataset::{load_tasks, Layout, TasksConfig};
+use uniagent_envs::dataset::{load_tasks, Layout, TasksConfig};
 use uniagent_core::config::ConfigFormat;
 
 #[test]

@@ -1,5 +1,5 @@
 //! `uniagent run` with `sandbox: {type: k8s, ...}` against the stand-in cluster
-//! (`uniagent_envs::k8s::fake`): the same environment and results as with the host backend, one
+//! (`uniagent_sandboxes::k8s::fake`): the same environment and results as with the host backend, one
 //! claim per rollout, every claim deleted at the end; a SIGKILLed run's claims deleted by
 //! `uniagent k8s reap --run` and by the next run's start-up sweep.
 
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::{assistant_turns, first_user_text, stderr, tool_call, write, ChatServer};
 use serde_json::{json, Value};
-use uniagent_envs::k8s::fake::{FakeCluster, FakeOptions, Resource, FAKE_KID};
+use uniagent_sandboxes::k8s::fake::{FakeCluster, FakeOptions, Resource, FAKE_KID};
 
 const NS: &str = "uniagent-agent-sandboxes";
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use common::{check_request, tool_call, ChatServer};
 use serde_json::{json, Value};
 use uniagent_core::{Message, SamplingParams, ToolSpec};
-use uniagent_envs::models::{HttpModelConfig, OpenAiChatModel, OpenAiConfig};
+use uniagent_models::{HttpModelConfig, OpenAiChatModel, OpenAiConfig};
 
 fn fixtures() -> Vec<(String, Value)> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/openai");

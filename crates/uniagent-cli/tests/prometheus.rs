@@ -337,7 +337,7 @@ fn prometheus_scrapes_a_gateway_session() {
 fn catalogues() -> Vec<&'static [uniagent_core::telemetry::MetricDef]> {
     vec![
         uniagent_core::telemetry::CATALOGUE,
-        uniagent_envs::telemetry::CATALOGUE,
+        uniagent_sandboxes::telemetry::CATALOGUE,
         uniagent_gateway::telemetry::CATALOGUE,
         uniagent_cli::serve::telemetry::CATALOGUE,
         uniagent_train::telemetry::CATALOGUE,

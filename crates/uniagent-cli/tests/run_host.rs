@@ -52,7 +52,7 @@ fn pairs(lines: &[Value]) -> BTreeSet<(String, u64)> {
 }
 
 fn no_sandbox_left(mark: &str) {
-    let left = uniagent_envs::host::marked_processes(&format!("UNIAGENT_TEST_MARK={mark}"));
+    let left = uniagent_sandboxes::host::marked_processes(&format!("UNIAGENT_TEST_MARK={mark}"));
     assert!(left.is_empty(), "sandbox processes left: {left:?}");
 }
 

@@ -138,8 +138,8 @@ async fn run_swe_with(
     let server = ChatServer::start(responder).await;
     let run_id = format!("test-swe-{}-{:x}", std::process::id(), fastrand::u32(..));
     let (summary, lines) = run_uniagent(&config(&server.base_url), &run_id).await;
-    let docker = uniagent_envs::docker::engine().await.unwrap();
-    let left = uniagent_envs::docker::list_managed(&docker, Some(&run_id))
+    let docker = uniagent_sandboxes::docker::engine().await.unwrap();
+    let left = uniagent_sandboxes::docker::list_managed(&docker, Some(&run_id))
         .await
         .unwrap();
     assert!(left.is_empty(), "containers left behind: {}", left.len());
@@ -307,7 +307,7 @@ fn outcomes(lines: &[Value]) -> std::collections::BTreeMap<String, Value> {
 
 #[test]
 fn k8s_sandboxes_score_as_docker_sandboxes_do() {
-    use uniagent_envs::k8s::fake::{FakeCluster, FakeOptions, PodRunner, Resource, FAKE_KID};
+    use uniagent_sandboxes::k8s::fake::{FakeCluster, FakeOptions, PodRunner, Resource, FAKE_KID};
     const NS: &str = "swe-mini";
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -385,12 +385,13 @@ fn k8s_sandboxes_score_as_docker_sandboxes_do() {
             .store()
             .list(Resource::SandboxClaims, Some(NS), |_| true);
         assert!(claims.is_empty(), "{claims:?}");
-        let docker = uniagent_envs::docker::engine().await.unwrap();
+        let docker = uniagent_sandboxes::docker::engine().await.unwrap();
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
         loop {
-            let left = uniagent_envs::docker::list_managed(&docker, Some(&fake.container_run_id()))
-                .await
-                .unwrap();
+            let left =
+                uniagent_sandboxes::docker::list_managed(&docker, Some(&fake.container_run_id()))
+                    .await
+                    .unwrap();
             if left.is_empty() {
                 break;
             }

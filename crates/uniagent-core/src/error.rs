@@ -398,7 +398,7 @@ mod tests {
         let e = Error::FeatureDisabled {
             backend: "docker".into(),
             feature: "docker".into(),
-            krate: "uniagent-envs".into(),
+            krate: "uniagent-sandboxes".into(),
         };
         assert!(e.to_string().contains("cargo feature `docker`"));
         assert_eq!(e.kind(), ErrorKind::Config);

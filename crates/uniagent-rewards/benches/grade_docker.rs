@@ -13,8 +13,8 @@ use std::time::Duration;
 use std::time::Instant;
 
 use uniagent_core::{Deployment, DeploymentExt, Task};
-use uniagent_envs::{DockerConfig, DockerDeployment};
 use uniagent_rewards::grade::{grade_predictions, GradeRun, Prediction, SweInstance};
+use uniagent_sandboxes::{DockerConfig, DockerDeployment};
 
 #[path = "../tests/calc_task/mod.rs"]
 mod calc_task;
@@ -25,7 +25,7 @@ fn config(image: &str) -> DockerConfig {
     DockerConfig {
         image: image.to_owned(),
         memory_bytes: Some(512 << 20),
-        server_binary: uniagent_envs::host::find_server_binary(None).ok(),
+        server_binary: uniagent_sandboxes::host::find_server_binary(None).ok(),
         ..DockerConfig::default()
     }
 }
@@ -50,7 +50,7 @@ async fn main() {
         .filter_map(|a| a.parse().ok())
         .next()
         .unwrap_or(6);
-    if let Err(e) = uniagent_envs::docker::daemon_reachable().await {
+    if let Err(e) = uniagent_sandboxes::docker::daemon_reachable().await {
         eprintln!("grade_docker: no Docker daemon ({e}); nothing measured");
         return;
     }

@@ -10,9 +10,9 @@
 use std::time::Instant;
 
 use uniagent_core::{Deployment, Task};
-use uniagent_envs::docker::{daemon_reachable, list_managed};
-use uniagent_envs::{DockerConfig, DockerDeployment};
 use uniagent_rewards::grade::{grade_predictions, GradeRun, Prediction, SweInstance};
+use uniagent_sandboxes::docker::{daemon_reachable, list_managed};
+use uniagent_sandboxes::{DockerConfig, DockerDeployment};
 
 mod calc_task;
 
@@ -44,7 +44,7 @@ async fn grades_a_swe_style_dataset_in_fresh_containers() {
         pred("calc-wrong", wrong),
     ];
     let run_id = format!("grade-test-{}", std::process::id());
-    let server = uniagent_envs::host::find_server_binary(None).ok();
+    let server = uniagent_sandboxes::host::find_server_binary(None).ok();
     let factory = {
         let run_id = run_id.clone();
         move |task: &Task| -> uniagent_core::Result<Box<dyn Deployment>> {
@@ -77,7 +77,7 @@ async fn grades_a_swe_style_dataset_in_fresh_containers() {
     assert_eq!(report.empty_patch_ids, ["calc-empty"], "{report:?}");
     assert!(report.error_ids.is_empty(), "{report:?}");
 
-    let docker = uniagent_envs::docker::engine().await.unwrap();
+    let docker = uniagent_sandboxes::docker::engine().await.unwrap();
     let left = list_managed(&docker, Some(&run_id)).await.unwrap();
     assert!(left.is_empty(), "containers left behind: {left:?}");
 }

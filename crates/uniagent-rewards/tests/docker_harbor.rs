@@ -14,10 +14,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use uniagent_core::{Deployment, DeploymentExt};
-use uniagent_envs::docker::daemon_reachable;
-use uniagent_envs::{DockerConfig, DockerDeployment};
 use uniagent_rewards::harbor::{HarborTask, HarborVerifier, VerifierMode};
 use uniagent_rewards::RewardError;
+use uniagent_sandboxes::docker::daemon_reachable;
+use uniagent_sandboxes::{DockerConfig, DockerDeployment};
 
 /// A task whose verifier runs `test` (a bash body), with `toml` as its task.toml.
 fn task(toml: &str, test: &str) -> (tempfile::TempDir, HarborTask) {
@@ -55,7 +55,7 @@ async fn the_verifier_scores_by_its_reward_files_and_fails_loudly_without_one() 
             image: "uniagent-sandbox-base:latest".into(),
             memory_bytes: Some(256 << 20),
             run_id: Some(format!("harbor-test-{}", std::process::id())),
-            server_binary: uniagent_envs::host::find_server_binary(None).ok(),
+            server_binary: uniagent_sandboxes::host::find_server_binary(None).ok(),
             ..DockerConfig::default()
         }));
         sandbox.start().await.unwrap();
@@ -135,7 +135,7 @@ fn base_sandbox(tag: &str) -> Arc<dyn Deployment> {
         image: "uniagent-sandbox-base:latest".into(),
         memory_bytes: Some(256 << 20),
         run_id: Some(format!("harbor-{tag}-{}", std::process::id())),
-        server_binary: uniagent_envs::host::find_server_binary(None).ok(),
+        server_binary: uniagent_sandboxes::host::find_server_binary(None).ok(),
         ..DockerConfig::default()
     }))
 }

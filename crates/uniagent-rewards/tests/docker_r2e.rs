@@ -18,12 +18,12 @@ use reward_common::score_submission;
 use serde_json::{json, Map, Value};
 use uniagent_core::runner::SandboxFactory;
 use uniagent_core::{Deployment, DeploymentExt, Task};
-use uniagent_envs::docker::{daemon_reachable, list_managed};
-use uniagent_envs::{DockerConfig, DockerDeployment};
 use uniagent_rewards::grade::{
     grade_patch, sandbox_task, FreshSandboxTests, GradeOptions, InstanceGrade, R2eInSandbox,
     SweInstance, Verdict,
 };
+use uniagent_sandboxes::docker::{daemon_reachable, list_managed};
+use uniagent_sandboxes::{DockerConfig, DockerDeployment};
 
 mod reward_common;
 
@@ -96,7 +96,7 @@ async fn r2e_gym_instances_grade_in_fresh_containers_and_resist_tampering() {
     );
     let docker = Arc::new(Docker {
         run_id: format!("r2e-test-{}", std::process::id()),
-        server: uniagent_envs::host::find_server_binary(None).ok(),
+        server: uniagent_sandboxes::host::find_server_binary(None).ok(),
     });
     let options = GradeOptions::default();
     let faithful = GradeOptions {
@@ -205,7 +205,7 @@ async fn r2e_gym_instances_grade_in_fresh_containers_and_resist_tampering() {
     assert_eq!(out.details["comparison"]["matches"], true, "{out:?}");
     agent.stop().await.unwrap();
 
-    let engine = uniagent_envs::docker::engine().await.unwrap();
+    let engine = uniagent_sandboxes::docker::engine().await.unwrap();
     let left = list_managed(&engine, Some(&docker.run_id)).await.unwrap();
     assert!(left.is_empty(), "containers left behind: {left:?}");
 }

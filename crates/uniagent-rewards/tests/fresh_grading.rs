@@ -16,12 +16,12 @@ use std::time::Duration;
 use serde_json::json;
 use uniagent_core::runner::SandboxFactory;
 use uniagent_core::{Deployment, Task};
-use uniagent_envs::{HostConfig, HostDeployment};
 use uniagent_rewards::grade::{
     grade_patch, grade_predictions, FreshSandboxTests, GradeOptions, GradeRun, InfraError,
     Prediction, SweInstance, Verdict,
 };
 use uniagent_rewards::swebench::Parser;
+use uniagent_sandboxes::{HostConfig, HostDeployment};
 
 mod calc_task;
 mod reward_common;

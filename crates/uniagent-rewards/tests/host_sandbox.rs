@@ -11,8 +11,8 @@ use serde_json::json;
 use uniagent_core::{
     Deployment, DeploymentExt, ErrorKind, Message, RewardContext, RewardSpec, Task,
 };
-use uniagent_envs::{HostConfig, HostDeployment};
 use uniagent_rewards::{CommandReward, CommandScore, LogFormat, TestsReward};
+use uniagent_sandboxes::{HostConfig, HostDeployment};
 
 mod reward_common;
 

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use uniagent_core::{Deployment, DeploymentExt};
-use uniagent_envs::docker::{daemon_reachable, engine, list_managed};
-use uniagent_envs::{DockerConfig, DockerDeployment};
+use uniagent_sandboxes::docker::{daemon_reachable, engine, list_managed};
+use uniagent_sandboxes::{DockerConfig, DockerDeployment};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tools_pass_the_scenarios_on_a_docker_sandbox() {
@@ -32,9 +32,9 @@ async fn tools_pass_the_scenarios_on_a_docker_sandbox() {
     );
     // `cargo test --workspace` builds the server next to this test; `-p uniagent-tools` alone
     // may not, so say how.
-    let server = uniagent_envs::docker::Payload::locate(None, None)
+    let server = uniagent_sandboxes::docker::Payload::locate(None, None)
         .unwrap_or_else(|e| {
-            panic!("{e} (`cargo build -p uniagent-envs --features server --bin uniagent-sandbox` builds it)")
+            panic!("{e} (`cargo build -p uniagent-sandboxes --features server --bin uniagent-sandbox` builds it)")
         })
         .server;
     let run = format!("test-tools-{}-{:x}", std::process::id(), fastrand::u32(..));

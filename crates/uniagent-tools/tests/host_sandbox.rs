@@ -10,16 +10,16 @@ use std::time::Duration;
 use serde_json::json;
 use uniagent_core::sandbox::*;
 use uniagent_core::{Deployment, Result, Tool, ToolSpec};
-use uniagent_envs::{HostConfig, HostDeployment};
+use uniagent_sandboxes::{HostConfig, HostDeployment};
 use uniagent_tools::ScriptTool;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tools_pass_the_scenarios_on_the_host_sandbox() {
-    let server = match uniagent_envs::host::find_server_binary(None) {
+    let server = match uniagent_sandboxes::host::find_server_binary(None) {
         Ok(path) => path,
         // `cargo test --workspace` builds the server next to this test; `-p uniagent-tools` may not.
         Err(e) if std::env::var_os("UNIAGENT_SWEREX_VENV").is_none() => {
-            eprintln!("SKIPPED: {e} (build it with `cargo build -p uniagent-envs --features server --bin uniagent-sandbox`)");
+            eprintln!("SKIPPED: {e} (build it with `cargo build -p uniagent-sandboxes --features server --bin uniagent-sandbox`)");
             return;
         }
         Err(e) => {
@@ -86,7 +86,7 @@ impl Deployment for NoExitCodes {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_tools_install_themselves_when_the_server_reports_no_exit_code() {
-    let Ok(server) = uniagent_envs::host::find_server_binary(None) else {
+    let Ok(server) = uniagent_sandboxes::host::find_server_binary(None) else {
         eprintln!("SKIPPED: no uniagent-sandbox binary (see the test above)");
         return;
     };

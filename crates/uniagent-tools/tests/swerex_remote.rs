@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use uniagent_core::testing::{free_port, sandbox_server_args};
 use uniagent_core::Deployment;
-use uniagent_envs::{RemoteConfig, RemoteDeployment};
+use uniagent_sandboxes::{RemoteConfig, RemoteDeployment};
 
 /// `swerex-remote` in the venv, `None` (skip) when the variable is unset; a set variable with
 /// no server behind it is a failure, since CI installs it.

@@ -1,7 +1,7 @@
 //! The HTTP weight-sync path end to end, against a real server process: no SGLang or vLLM can
 //! run here (they need CUDA builds), so the server is `uniagent-sglang-tch`, SGLang's native
 //! API over the tch engine, which really loads every checkpoint from disk and generates with
-//! it. Rollouts go through `uniagent_envs::models::SglangGenerator`, weights through
+//! it. Rollouts go through `uniagent_models::SglangGenerator`, weights through
 //! `HttpWeightSync`.
 
 #![cfg(all(feature = "tch", feature = "http-sync", feature = "sglang-server"))]
@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use uniagent_core::{Error, GenerateOutput, GenerateRequest, SamplingParams, TokenGenerator};
-use uniagent_envs::models::{HttpModelConfig, SglangGenerator};
+use uniagent_models::{HttpModelConfig, SglangGenerator};
 use uniagent_train::generate::generate_batch;
 use uniagent_train::model::Qwen2ForCausalLM;
 use uniagent_train::pipeline::{

@@ -11,9 +11,9 @@ use clap::Args;
 use serde_json::{json, Value};
 use uniagent_core::codec::Codec;
 use uniagent_core::TokenGenerator;
-use uniagent_envs::models::{SglangGenerator, VllmGenerator};
 use uniagent_gateway::cassette::CASSETTES;
 use uniagent_gateway::{model_context_len, Gateway, GatewayConfig, Recorder};
+use uniagent_models::{SglangGenerator, VllmGenerator};
 
 use crate::error::{CliError, Result};
 use crate::model::ModelConfig;

@@ -8,10 +8,10 @@ use std::path::PathBuf;
 
 use clap::Args;
 use uniagent_core::{Deployment, Task};
-use uniagent_envs::DeploymentConfig;
 use uniagent_rewards::grade::{
     grade_predictions, load_dataset, load_predictions, sandbox_task, GradeRun,
 };
+use uniagent_sandboxes::DeploymentConfig;
 
 use crate::env::fill_template;
 use crate::error::{CliError, Result};

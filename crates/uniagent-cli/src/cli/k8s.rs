@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use uniagent_envs::k8s::K8sConfig;
+use uniagent_sandboxes::k8s::K8sConfig;
 
 use crate::error::{CliError, Result};
 
@@ -93,8 +93,8 @@ pub(super) fn main(args: K8sArgs) -> Result<()> {
             let cfg = cluster(&args.cluster)?;
             let reaped = runtime.block_on(async {
                 match &args.run {
-                    Some(run) => uniagent_envs::k8s::reaper::reap_run(&cfg, run).await,
-                    None => uniagent_envs::k8s::reaper::reap_stale(&cfg).await,
+                    Some(run) => uniagent_sandboxes::k8s::reaper::reap_run(&cfg, run).await,
+                    None => uniagent_sandboxes::k8s::reaper::reap_stale(&cfg).await,
                 }
             });
             let reaped = reaped.map_err(|e| CliError::runtime(format!("k8s reap: {e}")))?;
@@ -117,13 +117,16 @@ pub(super) fn main(args: K8sArgs) -> Result<()> {
         K8sCommand::List(args) => {
             let cfg = cluster(&args.cluster)?;
             let claims = runtime
-                .block_on(uniagent_envs::k8s::reaper::list(&cfg, args.run.as_deref()))
+                .block_on(uniagent_sandboxes::k8s::reaper::list(
+                    &cfg,
+                    args.run.as_deref(),
+                ))
                 .map_err(|e| CliError::runtime(format!("k8s list: {e}")))?;
             for c in claims {
                 let owner = c.owner.map(|o| o.label()).unwrap_or_default();
                 let shutdown = c
                     .shutdown_unix
-                    .and_then(|t| uniagent_envs::k8s::render::rfc3339(t).ok())
+                    .and_then(|t| uniagent_sandboxes::k8s::render::rfc3339(t).ok())
                     .unwrap_or_default();
                 println!(
                     "{}\trun={}\trollout={}\towner={owner}\tshutdown={shutdown}\tready={}\tdeleting={}",
@@ -170,8 +173,8 @@ fn from_config(file: &std::path::Path) -> Result<K8sConfig> {
             "missing: `k8s --config` reads the k8s settings there",
         ));
     };
-    match doc.decode::<uniagent_envs::DeploymentConfig>(&path, value)? {
-        uniagent_envs::DeploymentConfig::K8s(cfg) => Ok(cfg),
+    match doc.decode::<uniagent_sandboxes::DeploymentConfig>(&path, value)? {
+        uniagent_sandboxes::DeploymentConfig::K8s(cfg) => Ok(cfg),
         other => Err(CliError::config(
             file.display().to_string(),
             "environment.sandbox.type",

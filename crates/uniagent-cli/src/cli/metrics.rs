@@ -48,7 +48,7 @@ impl MetricsArgs {
 pub(crate) fn catalogues() -> Vec<&'static [MetricDef]> {
     [
         uniagent_core::telemetry::CATALOGUE,
-        uniagent_envs::telemetry::CATALOGUE,
+        uniagent_sandboxes::telemetry::CATALOGUE,
         uniagent_gateway::telemetry::CATALOGUE,
         crate::serve::telemetry::CATALOGUE,
         #[cfg(any(feature = "tch", feature = "parquet"))]

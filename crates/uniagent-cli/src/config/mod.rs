@@ -4,11 +4,9 @@
 //! Every section rejects unknown keys. Errors name the file, the line and the key path; a
 //! value set with `--set KEY=VALUE` is blamed on that override instead.
 
-mod doc;
-mod locate;
 mod rollout;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -16,9 +14,8 @@ use serde_json::Value;
 use uniagent_core::agent::LoopConfig;
 use uniagent_core::runner::RunnerConfig;
 
-pub use doc::{ConfigDoc, Override};
-pub use locate::line_of;
 pub use rollout::{harness_gateway, RolloutSection};
+pub use uniagent_envs::config::{line_of, resolve, ConfigDoc, Override};
 
 use crate::dataset::TasksConfig;
 use crate::error::Result;
@@ -147,14 +144,5 @@ impl RunConfig {
             .get("type")
             .and_then(Value::as_str)
             .unwrap_or_default()
-    }
-}
-
-/// `path` against `base` unless it is absolute.
-pub fn resolve(base: &Path, path: &Path) -> PathBuf {
-    if path.is_absolute() || base.as_os_str().is_empty() {
-        path.to_path_buf()
-    } else {
-        base.join(path)
     }
 }

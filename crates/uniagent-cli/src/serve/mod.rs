@@ -22,8 +22,8 @@ use uniagent_core::codec::Codec;
 use uniagent_core::runner::{RolloutPhase, RolloutSource, Runner, RunnerConfig};
 use uniagent_core::telemetry::RunLabels;
 use uniagent_core::{LengthLimits, RetryConfig, Task, TokenGenerator, ToolSpec};
-use uniagent_envs::models::{HttpModelConfig, VerlBridgeGenerator};
 use uniagent_gateway::harness::HarnessRollouts;
+use uniagent_models::{HttpModelConfig, VerlBridgeGenerator};
 
 pub use answer::rollout_answer;
 pub use request::{BadRequest, RolloutRequest};

@@ -10,8 +10,10 @@ use serde::de::DeserializeOwned;
 use crate::error::{Error, Result};
 
 mod nesting;
+mod secret;
 
 pub use nesting::{check_nesting, nesting_depth, MAX_NESTING};
+pub use secret::{redacted, REDACTED};
 
 /// A configuration file format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,11 +14,11 @@ use uniagent_core::{
 /// The built `uniagent-sandbox` server of the host backend, or `None` (with the reason printed)
 /// when it is not built and the suite does not require it.
 pub fn server_binary() -> Option<PathBuf> {
-    match uniagent_envs::host::find_server_binary(None) {
+    match uniagent_sandboxes::host::find_server_binary(None) {
         Ok(path) => Some(path),
         // `cargo test --workspace` builds the server next to this test; `-p` alone may not.
         Err(e) if std::env::var_os("UNIAGENT_SWEREX_VENV").is_none() => {
-            eprintln!("SKIPPED: {e} (build it with `cargo build -p uniagent-envs --features server --bin uniagent-sandbox`)");
+            eprintln!("SKIPPED: {e} (build it with `cargo build -p uniagent-sandboxes --features server --bin uniagent-sandbox`)");
             None
         }
         Err(e) => {

@@ -1,0 +1,388 @@
+//! Our `uniagent-sandbox` against SWE-ReX's `swerex-remote` (not part of the test suite): runs
+//! both side by side on this machine, drives both with the same HTTP client (one TCP connection
+//! per request, as SWE-ReX's `RemoteRuntime` does) and prints the figures of issue 4 with ratios
+//! measured in the same run.
+//!
+//! ```text
+//! cargo bench -p uniagent-sandboxes --features server --bench sandbox_server -- [--quick] [--ours PATH] [--swerex PATH] [--no-swerex]
+//! ```
+//!
+//! `--swerex` defaults to `$UNIAGENT_SWEREX_VENV/bin/swerex-remote` (see `scripts/env/swerex.sh`);
+//! `--ours` to the `uniagent-sandbox` cargo built with this bench (same profile). Both servers
+//! start with `TERM` unset, an empty `HOME` and an empty working directory.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use serde_json::{json, Value};
+use uniagent_core::testing::{free_port, sandbox_server_args};
+
+#[derive(Debug, Parser)]
+#[command(name = "sandbox_server", about = "uniagent-sandbox vs swerex-remote")]
+struct Args {
+    /// Fewer iterations and a smaller concurrency run (seconds instead of minutes for SWE-ReX).
+    #[arg(long)]
+    quick: bool,
+    /// Our server binary.
+    #[arg(long)]
+    ours: Option<PathBuf>,
+    /// The `swerex-remote` executable.
+    #[arg(long)]
+    swerex: Option<PathBuf>,
+    /// Measure only our server.
+    #[arg(long)]
+    no_swerex: bool,
+    /// Passed by `cargo bench` to every bench binary; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+const TOKEN: &str = "bench-token";
+
+struct Server {
+    name: &'static str,
+    child: Child,
+    url: String,
+    ready: Duration,
+    _home: tempfile::TempDir,
+    _cwd: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn start(
+    name: &'static str,
+    program: &PathBuf,
+    client: &reqwest::Client,
+) -> Result<Server, String> {
+    let port = free_port().map_err(|e| e.to_string())?;
+    let home = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let cwd = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let url = format!("http://127.0.0.1:{port}");
+    let started = Instant::now();
+    let child = Command::new(program)
+        .args(sandbox_server_args(port, TOKEN))
+        .env_remove("TERM")
+        .env("HOME", home.path())
+        .current_dir(cwd.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
+    let mut server = Server {
+        name,
+        child,
+        url,
+        ready: Duration::ZERO,
+        _home: home,
+        _cwd: cwd,
+    };
+    loop {
+        let alive = client
+            .get(format!("{}/is_alive", server.url))
+            .header("X-API-Key", TOKEN)
+            .send()
+            .await;
+        if alive.map(|r| r.status().is_success()).unwrap_or(false) {
+            server.ready = started.elapsed();
+            return Ok(server);
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            return Err(format!("{name} did not become alive within 30 s"));
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+async fn post(
+    client: &reqwest::Client,
+    url: &str,
+    path: &str,
+    body: Value,
+) -> Result<Value, String> {
+    let r = client
+        .post(format!("{url}{path}"))
+        .header("X-API-Key", TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = r.status();
+    let body: Value = r.json().await.map_err(|e| e.to_string())?;
+    if status.is_success() {
+        Ok(body)
+    } else {
+        Err(format!("{path}: {status} {body}"))
+    }
+}
+
+fn echo(session: &str) -> Value {
+    json!({"action_type": "bash", "session": session, "command": "echo hi", "timeout": 30, "check": "raise",
+           "error_msg": "", "is_interactive_command": false, "is_interactive_quit": false, "expect": []})
+}
+
+fn stats(mut ms: Vec<f64>) -> (f64, f64) {
+    ms.sort_by(f64::total_cmp);
+    if ms.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    let at = |q: f64| ms[((ms.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.95))
+}
+
+#[derive(Debug, Default, Clone)]
+struct Figures {
+    ready_ms: f64,
+    session_echo: (f64, f64),
+    execute_echo: (f64, f64),
+    throughput: f64,
+    hol_is_alive_ms: f64,
+    hol_echo_ms: f64,
+}
+
+async fn measure(
+    server: &Server,
+    client: &reqwest::Client,
+    quick: bool,
+) -> Result<Figures, String> {
+    let url = server.url.as_str();
+    let n = if quick { 30 } else { 200 };
+    post(
+        client,
+        url,
+        "/create_session",
+        json!({"session_type": "bash", "session": "main"}),
+    )
+    .await?;
+    let mut samples = Vec::new();
+    for _ in 0..n {
+        let t = Instant::now();
+        let out = post(client, url, "/run_in_session", echo("main")).await?;
+        samples.push(t.elapsed().as_secs_f64() * 1e3);
+        if out["output"] != "hi\n" {
+            return Err(format!("{}: wrong output {out}", server.name));
+        }
+    }
+    let session_echo = stats(samples);
+    let mut samples = Vec::new();
+    for _ in 0..n {
+        let t = Instant::now();
+        post(
+            client,
+            url,
+            "/execute",
+            json!({"command": "echo hi", "shell": true, "timeout": 10}),
+        )
+        .await?;
+        samples.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let execute_echo = stats(samples);
+
+    let (sessions, per) = if quick { (8, 5) } else { (32, 20) };
+    for i in 0..sessions {
+        post(
+            client,
+            url,
+            "/create_session",
+            json!({"session_type": "bash", "session": format!("c{i}")}),
+        )
+        .await?;
+    }
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..sessions {
+        let client = client.clone();
+        let url = url.to_owned();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..per {
+                let out = post(&client, &url, "/run_in_session", echo(&format!("c{i}"))).await?;
+                if out["output"] != "hi\n" {
+                    return Err(format!("wrong output {out}"));
+                }
+            }
+            Ok::<(), String>(())
+        }));
+    }
+    for task in tasks {
+        task.await.map_err(|e| e.to_string())??;
+    }
+    let throughput = f64::from(sessions * per) / t.elapsed().as_secs_f64();
+
+    post(
+        client,
+        url,
+        "/create_session",
+        json!({"session_type": "bash", "session": "hol-a"}),
+    )
+    .await?;
+    post(
+        client,
+        url,
+        "/create_session",
+        json!({"session_type": "bash", "session": "hol-b"}),
+    )
+    .await?;
+    let slow = {
+        let client = client.clone();
+        let url = url.to_owned();
+        tokio::spawn(async move {
+            post(&client, &url, "/run_in_session", json!({"action_type": "bash", "session": "hol-a", "command": "sleep 2", "timeout": 10})).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let alive = async {
+        let t = Instant::now();
+        client
+            .get(format!("{url}/is_alive"))
+            .header("X-API-Key", TOKEN)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<f64, String>(t.elapsed().as_secs_f64() * 1e3)
+    };
+    let other = async {
+        let t = Instant::now();
+        post(client, url, "/run_in_session", echo("hol-b")).await?;
+        Ok::<f64, String>(t.elapsed().as_secs_f64() * 1e3)
+    };
+    let (alive, other) = tokio::join!(alive, other);
+    slow.await.map_err(|e| e.to_string())??;
+    Ok(Figures {
+        ready_ms: server.ready.as_secs_f64() * 1e3,
+        session_echo,
+        execute_echo,
+        throughput,
+        hol_is_alive_ms: alive?,
+        hol_echo_ms: other?,
+    })
+}
+
+fn print_report(ours: &Figures, theirs: Option<&Figures>, quick: bool) {
+    let (sessions, per) = if quick { (8, 5) } else { (32, 20) };
+    println!(
+        "{:<52} {:>14} {:>14} {:>10}",
+        "figure", "uniagent", "swerex-remote", "ratio"
+    );
+    let row = |name: String, a: f64, b: Option<f64>, higher_is_better: bool| {
+        let (b_text, ratio) = match b {
+            Some(b) => (
+                format!("{b:.2}"),
+                if higher_is_better { a / b } else { b / a },
+            ),
+            None => ("-".into(), f64::NAN),
+        };
+        println!("{name:<52} {a:>14.3} {b_text:>14} {:>9.1}x", ratio);
+    };
+    row(
+        "start -> first is_alive (ms)".into(),
+        ours.ready_ms,
+        theirs.map(|t| t.ready_ms),
+        false,
+    );
+    row(
+        "run_in_session `echo hi` median (ms)".into(),
+        ours.session_echo.0,
+        theirs.map(|t| t.session_echo.0),
+        false,
+    );
+    row(
+        "run_in_session `echo hi` p95 (ms)".into(),
+        ours.session_echo.1,
+        theirs.map(|t| t.session_echo.1),
+        false,
+    );
+    row(
+        "execute `echo hi` median (ms)".into(),
+        ours.execute_echo.0,
+        theirs.map(|t| t.execute_echo.0),
+        false,
+    );
+    row(
+        "execute `echo hi` p95 (ms)".into(),
+        ours.execute_echo.1,
+        theirs.map(|t| t.execute_echo.1),
+        false,
+    );
+    row(
+        format!("throughput {sessions} sessions x {per} cmds (cmd/s)"),
+        ours.throughput,
+        theirs.map(|t| t.throughput),
+        true,
+    );
+    row(
+        "is_alive while `sleep 2` runs (ms)".into(),
+        ours.hol_is_alive_ms,
+        theirs.map(|t| t.hol_is_alive_ms),
+        false,
+    );
+    row(
+        "echo in session B while `sleep 2` runs (ms)".into(),
+        ours.hol_echo_ms,
+        theirs.map(|t| t.hol_echo_ms),
+        false,
+    );
+    println!("(ratio: how many times better uniagent is; same client, same machine, same run)");
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let ours_path = match args.ours {
+        Some(p) => p,
+        None => PathBuf::from(env!("CARGO_BIN_EXE_uniagent-sandbox")),
+    };
+    let swerex_path = args.swerex.or_else(|| {
+        std::env::var_os("UNIAGENT_SWEREX_VENV")
+            .map(|v| PathBuf::from(v).join("bin").join("swerex-remote"))
+    });
+    // One TCP connection per request, as SWE-ReX's RemoteRuntime.
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let client = Arc::new(client);
+    let ours_server = start("uniagent-sandbox", &ours_path, &client).await?;
+    let ours = measure(&ours_server, &client, args.quick).await?;
+    drop(ours_server);
+    let theirs = match (args.no_swerex, swerex_path) {
+        (true, _) => None,
+        (false, None) => {
+            eprintln!("sandbox_server: no swerex-remote (set UNIAGENT_SWEREX_VENV or --swerex); measuring only ours");
+            None
+        }
+        (false, Some(path)) => {
+            let server = start("swerex-remote", &path, &client).await?;
+            let figures = measure(&server, &client, args.quick).await?;
+            Some(figures)
+        }
+    };
+    print_report(&ours, theirs.as_ref(), args.quick);
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sandbox_server: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sandbox_server: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
