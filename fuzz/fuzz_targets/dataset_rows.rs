@@ -29,7 +29,10 @@ fuzz_target!(|data: &[u8]| {
     for (number, fields) in rows {
         for layout in LAYOUTS {
             if let Ok(mapped) = layout.map(number, fields.clone()) {
-                assert!(!mapped.id.is_empty(), "{layout:?} mapped row {number} to an empty id");
+                assert!(
+                    !mapped.id.is_empty(),
+                    "{layout:?} mapped row {number} to an empty id"
+                );
             }
         }
     }

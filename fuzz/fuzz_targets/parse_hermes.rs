@@ -11,7 +11,11 @@ use uniagent_core::ToolSpec;
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
     let tools = [
-        ToolSpec::function("bash", "", json!({"type": "object", "properties": {"command": {"type": "string"}}})),
+        ToolSpec::function(
+            "bash",
+            "",
+            json!({"type": "object", "properties": {"command": {"type": "string"}}}),
+        ),
         ToolSpec::function("finish", "", json!({"type": "object", "properties": {}})),
     ];
     if let Ok(parsed) = parse_hermes(&text, &tools) {

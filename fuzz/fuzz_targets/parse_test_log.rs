@@ -16,7 +16,10 @@ fuzz_target!(|data: &[u8]| {
     let pytest = parse_test_log(&text, LogFormat::Pytest);
     let unittest = parse_test_log(&text, LogFormat::Unittest);
     for id in auto.keys() {
-        assert!(pytest.contains_key(id) || unittest.contains_key(id), "only Auto found {id:?}");
+        assert!(
+            pytest.contains_key(id) || unittest.contains_key(id),
+            "only Auto found {id:?}"
+        );
     }
     for path in patch_paths(&text) {
         assert!(!path.is_empty() && path != "/dev/null");

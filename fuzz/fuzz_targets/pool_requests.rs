@@ -9,7 +9,9 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-use uniagent_sandboxes::leases::{AcquireRequest, ApiError, Capacity, Lease, LeaseList, RenewRequest};
+use uniagent_sandboxes::leases::{
+    AcquireRequest, ApiError, Capacity, Lease, LeaseList, RenewRequest,
+};
 use uniagent_sandboxes::pool::{admit, PoolConfig};
 
 fn config() -> &'static PoolConfig {

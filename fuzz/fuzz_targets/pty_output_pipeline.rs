@@ -46,6 +46,10 @@ fuzz_target!(|data: &[u8]| {
     let (out, _) = buf.take(end, end);
     let note = truncation_note(omitted).len();
     // The buffer never holds more than the head, two tail windows and the note.
-    assert!(out.len() <= LIMIT + 2 * TAIL + note, "{} bytes kept", out.len());
+    assert!(
+        out.len() <= LIMIT + 2 * TAIL + note,
+        "{} bytes kept",
+        out.len()
+    );
     let _ = clean_output(&out);
 });

@@ -15,8 +15,13 @@ use uniagent_core::{LengthLimits, Message, Role};
 fn codec() -> Option<&'static Codec> {
     static C: OnceLock<Option<Codec>> = OnceLock::new();
     C.get_or_init(|| {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../crates/uniagent-core/tests/fixtures/tokenizers/qwen3");
-        Codec::from_dir(dir).ok().map(|c| c.with_tool_parser(ToolCallFormat::Hermes))
+        let dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../crates/uniagent-core/tests/fixtures/tokenizers/qwen3"
+        );
+        Codec::from_dir(dir)
+            .ok()
+            .map(|c| c.with_tool_parser(ToolCallFormat::Hermes))
     })
     .as_ref()
 }
@@ -38,15 +43,33 @@ fuzz_target!(|data: &[u8]| {
         })
         .collect();
     if let Ok(json) = messages_to_json(&messages) {
-        let input = ChatInput { messages: json, add_generation_prompt: true, ..ChatInput::default() };
+        let input = ChatInput {
+            messages: json,
+            add_generation_prompt: true,
+            ..ChatInput::default()
+        };
         if let Ok(text) = codec.render(&input) {
             let _ = codec.encode(&text);
         }
         let _ = codec.replay(&input);
     }
-    let first = messages.iter().position(|m| m.role == Role::Assistant).unwrap_or(messages.len());
-    let limits = LengthLimits { max_model_len: Some(4096), ..LengthLimits::default() };
-    let Ok(mut cache) = codec.start("f", messages[..first].to_vec(), vec![], Default::default(), limits) else { return };
+    let first = messages
+        .iter()
+        .position(|m| m.role == Role::Assistant)
+        .unwrap_or(messages.len());
+    let limits = LengthLimits {
+        max_model_len: Some(4096),
+        ..LengthLimits::default()
+    };
+    let Ok(mut cache) = codec.start(
+        "f",
+        messages[..first].to_vec(),
+        vec![],
+        Default::default(),
+        limits,
+    ) else {
+        return;
+    };
     for m in &messages[first..] {
         if m.role == Role::Assistant {
             if let Ok(mut ids) = codec.encode(m.text()) {

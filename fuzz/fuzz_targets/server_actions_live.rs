@@ -31,7 +31,8 @@ fn live() -> &'static Live {
             .enable_all()
             .build()
             .expect("runtime");
-        let scratch = std::env::temp_dir().join(format!("uniagent-fuzz-live-{}", std::process::id()));
+        let scratch =
+            std::env::temp_dir().join(format!("uniagent-fuzz-live-{}", std::process::id()));
         let options = ShellOptions {
             max_output_bytes: 64 << 10,
             scratch_dir: scratch,
@@ -74,7 +75,13 @@ fuzz_target!(|data: &[u8]| {
                 match &mut action {
                     Action::Bash(a) => {
                         a.command = if a.is_interactive_command || a.is_interactive_quit {
-                            harmless(&a.command.chars().take(1000).map(|c| if c.is_control() { ' ' } else { c }).collect::<String>())
+                            harmless(
+                                &a.command
+                                    .chars()
+                                    .take(1000)
+                                    .map(|c| if c.is_control() { ' ' } else { c })
+                                    .collect::<String>(),
+                            )
                         } else {
                             harmless(&a.command)
                         };
@@ -107,8 +114,7 @@ fuzz_target!(|data: &[u8]| {
                     CommandLine::Text(s) => s.clone(),
                     CommandLine::Argv(v) => v.join(" "),
                 };
-                command.command =
-                    CommandLine::Argv(vec!["printf".into(), "%s".into(), text]);
+                command.command = CommandLine::Argv(vec!["printf".into(), "%s".into(), text]);
                 command.shell = false;
                 command.timeout = clamp(command.timeout);
                 if let Some(env) = &mut command.env {
@@ -119,7 +125,11 @@ fuzz_target!(|data: &[u8]| {
         }
         // Still serving: a plain command in the main session answers.
         if live.sessions.get("s").is_ok() {
-            let probe = Action::Bash(uniagent_core::sandbox::BashAction::new("s", "true", Some(5.0)));
+            let probe = Action::Bash(uniagent_core::sandbox::BashAction::new(
+                "s",
+                "true",
+                Some(5.0),
+            ));
             let _ = live.sessions.run(&probe).await;
         }
     });

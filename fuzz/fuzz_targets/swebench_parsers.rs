@@ -29,10 +29,20 @@ fuzz_target!(|data: &[u8]| {
     let Ok(eval) = eval_log(parser, &text) else {
         return;
     };
-    let ids: Vec<String> = eval.status_map.iter().map(|(id, _)| id.to_owned()).take(4).collect();
+    let ids: Vec<String> = eval
+        .status_map
+        .iter()
+        .map(|(id, _)| id.to_owned())
+        .take(4)
+        .collect();
     let groups = TestGroups {
         fail_to_pass: ids.iter().take(2).cloned().collect(),
-        pass_to_pass: ids.iter().skip(2).cloned().chain(["t.py::x[".to_owned()]).collect(),
+        pass_to_pass: ids
+            .iter()
+            .skip(2)
+            .cloned()
+            .chain(["t.py::x[".to_owned()])
+            .collect(),
         ..TestGroups::default()
     };
     for eval_type in [EvalType::PassAndFail, EvalType::FailOnly] {

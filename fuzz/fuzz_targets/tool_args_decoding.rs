@@ -11,7 +11,10 @@ fuzz_target!(|data: &[u8]| {
     let direct = EditorArgs::from_json(data);
     let via_base64 = EditorArgs::from_base64(&encode_base64(data));
     assert_eq!(direct, via_base64);
-    assert_eq!(decode_base64(&encode_base64(data)).ok().as_deref(), Some(data));
+    assert_eq!(
+        decode_base64(&encode_base64(data)).ok().as_deref(),
+        Some(data)
+    );
     let text = String::from_utf8_lossy(data);
     let _ = EditorArgs::from_base64(&text);
     let argv: Vec<&str> = text.split('\0').collect();

@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use serde_json::json;
 use tokio::sync::Notify;
-use uniagent_envs::EnvironmentRegistry;
 use uniagent_cli::run::{execute, prepare, RunOptions};
 use uniagent_core::agent::{AgentInteraction, CancellationToken};
 use uniagent_core::runner::{Runner, RunnerConfig};
@@ -31,6 +30,7 @@ use uniagent_core::{
     AssistantTurn, ChatModel, FinishReason, Message, Result, Role, RolloutCache, SamplingParams,
     Task, ToolCall,
 };
+use uniagent_envs::EnvironmentRegistry;
 
 /// Reads the asked file, then finishes with its digits; the first turn waits until every
 /// rollout has reached its own.

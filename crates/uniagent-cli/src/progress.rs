@@ -16,7 +16,7 @@ struct State {
 
 /// A progress display shared by the runner's callbacks and the output sink.
 #[derive(Debug, Clone)]
-pub struct Progress {
+pub(crate) struct Progress {
     bar: Option<ProgressBar>,
     state: Arc<Mutex<State>>,
 }
@@ -24,7 +24,7 @@ pub struct Progress {
 impl Progress {
     /// A bar over `total` rollouts to run (`already` done before); hidden when `visible` is
     /// false or stderr is not a terminal.
-    pub fn new(total: u64, already: u64, visible: bool) -> Self {
+    pub(crate) fn new(total: u64, already: u64, visible: bool) -> Self {
         let bar = visible.then(|| {
             let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
             let style = ProgressStyle::with_template(
@@ -44,7 +44,7 @@ impl Progress {
     }
 
     /// A rollout started.
-    pub fn started(&self) {
+    pub(crate) fn started(&self) {
         if let Ok(mut s) = self.state.lock() {
             s.running += 1;
         }
@@ -52,7 +52,7 @@ impl Progress {
     }
 
     /// A rollout finished and was written (`line` is its JSON record).
-    pub fn finished(&self, line: &Value) {
+    pub(crate) fn finished(&self, line: &Value) {
         if let Ok(mut s) = self.state.lock() {
             s.running = s.running.saturating_sub(1);
             s.finished += 1;
@@ -84,7 +84,7 @@ impl Progress {
     }
 
     /// The run ended.
-    pub fn done(&self) {
+    pub(crate) fn done(&self) {
         if let Some(bar) = &self.bar {
             bar.finish();
         }

@@ -40,7 +40,7 @@ pub enum ReplayTools {
 
 /// The summary `replay` prints.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ReplaySummary {
+pub(crate) struct ReplaySummary {
     /// `recorded` or `live`.
     pub tools: ReplayTools,
     /// Cassettes replayed.
@@ -53,7 +53,7 @@ pub struct ReplaySummary {
 
 /// One cassette that diverged.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Diverged {
+pub(crate) struct Diverged {
     /// Its rollout id (a gateway cassette: the session id).
     pub id: String,
     /// The first divergence.
@@ -66,7 +66,7 @@ pub struct Diverged {
 /// tagged by `kind`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
-pub enum AnyDivergence {
+pub(crate) enum AnyDivergence {
     /// A loop cassette's.
     Loop(Divergence),
     /// A gateway cassette's.
@@ -84,7 +84,7 @@ impl std::fmt::Display for AnyDivergence {
 
 /// One line of a cassettes file.
 #[derive(Debug, Clone, PartialEq)]
-pub enum AnyCassette {
+pub(crate) enum AnyCassette {
     /// A rollout of `uniagent run`.
     Loop(Box<Cassette>),
     /// A session of `uniagent gateway`.
@@ -93,7 +93,7 @@ pub enum AnyCassette {
 
 impl AnyCassette {
     /// The rollout or session id.
-    pub fn id(&self) -> &str {
+    pub(crate) fn id(&self) -> &str {
         match self {
             Self::Loop(c) => &c.id,
             Self::Gateway(c) => &c.id,
@@ -104,7 +104,7 @@ impl AnyCassette {
 /// Reads every cassette of `path` (JSON lines; blank lines skipped), loop or gateway by each
 /// line's `kind` (uniagent-core's [`formats::cassettes`](uniagent_core::formats::cassettes)
 /// reads the envelope). Bad input names the line.
-pub fn read_cassettes(path: &Path) -> Result<Vec<AnyCassette>> {
+pub(crate) fn read_cassettes(path: &Path) -> Result<Vec<AnyCassette>> {
     let lines = cassettes::read(path).map_err(|e| CliError::preflight(e.to_string()))?;
     let mut read = Vec::new();
     for line in lines {
@@ -129,7 +129,7 @@ pub fn read_cassettes(path: &Path) -> Result<Vec<AnyCassette>> {
 }
 
 /// The replay setup of a cassette's recorded run.
-pub fn setup_for(
+pub(crate) fn setup_for(
     cassette: &Cassette,
     tools: ReplayTools,
     registry: &EnvironmentRegistry,
@@ -170,7 +170,7 @@ pub fn setup_for(
 
 /// The codec of a gateway cassette's recording gateway: `context.codec_dir` (the model
 /// directory or the server's tokenizer directory, as `uniagent gateway` records it).
-pub fn gateway_codec(cassette: &GatewayCassette) -> Result<Codec> {
+pub(crate) fn gateway_codec(cassette: &GatewayCassette) -> Result<Codec> {
     let Some(dir) = cassette.context.get("codec_dir").and_then(Value::as_str) else {
         return Err(CliError::preflight(format!(
             "gateway cassette `{}` does not name its codec directory (context.codec_dir): record it with `uniagent gateway --out DIR --cassettes`",
@@ -188,7 +188,7 @@ pub fn gateway_codec(cassette: &GatewayCassette) -> Result<Codec> {
 /// Replays every cassette in order; a loop cassette's setup is rebuilt only when the
 /// recorded run changes. `--tools live` with a gateway cassette is an input error (its
 /// tools ran in the harness).
-pub async fn replay_all(
+pub(crate) async fn replay_all(
     cassettes: &[AnyCassette],
     tools: ReplayTools,
     registry: &EnvironmentRegistry,

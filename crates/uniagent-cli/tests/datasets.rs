@@ -8,8 +8,8 @@ use std::path::Path;
 
 use proptest::prelude::*;
 use uniagent_cli::config::line_of;
-use uniagent_envs::dataset::{load_tasks, Layout, TasksConfig};
 use uniagent_core::config::ConfigFormat;
+use uniagent_envs::dataset::{load_tasks, Layout, TasksConfig};
 
 #[test]
 fn parquet_and_jsonl_give_the_same_swe_bench_tasks() {

@@ -12,7 +12,7 @@ const MAX_PENDING: usize = 4;
 
 /// The text of every token of `ids` and the indices of the partial ones (their character is
 /// shown on the next non-partial token). Concatenated, the texts equal the decoded stream.
-pub fn token_texts(codec: &Codec, ids: &[u32]) -> (Vec<String>, Vec<usize>) {
+pub(super) fn token_texts(codec: &Codec, ids: &[u32]) -> (Vec<String>, Vec<usize>) {
     let decode = |range: &[u32]| codec.decode(range, false).unwrap_or_default();
     let mut texts = Vec::with_capacity(ids.len());
     let mut partial = Vec::new();

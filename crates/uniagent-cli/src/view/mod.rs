@@ -1,7 +1,7 @@
 //! `uniagent view`: a web viewer over output directories of `run`, `train` and the gateway.
 //!
 //! Each directory is a run. `trajectories.jsonl` and `metrics.jsonl` are indexed by byte
-//! offset ([`JsonlIndex`]) and followed as they grow, so a run still writing shows new
+//! offset (`index::JsonlIndex`) and followed as they grow, so a run still writing shows new
 //! rollouts on the next request; pages read only the lines they show. The UI (HTML, CSS,
 //! framework-free JS) is embedded in the binary.
 //!
@@ -53,16 +53,10 @@ use axum::routing::get;
 use axum::Router;
 use uniagent_http::{error_body, Hardening, SitePolicy};
 
-pub use decode::token_texts;
 pub use diff::{edit_script, DiffOp};
-pub use error::ViewError;
-pub use index::{Entry, JsonlIndex};
-pub use query::{ListQuery, Search, DEFAULT_LIMIT, MAX_LIMIT};
-pub use rerender::{rerender_diff, DiffRun, RerenderDiff, MAX_DIFF_EDITS};
+pub(crate) use error::ViewError;
 pub use row::TrajRow;
-pub use run::{Run, METRICS, REQUEST_BUDGET};
-pub use stats::{compare, run_stats, Comparison, RunStats};
-pub use tokens::{token_view, TokenView};
+use run::Run;
 
 /// The runs being viewed.
 #[derive(Debug)]

@@ -9,13 +9,13 @@ use super::error::ViewError;
 use super::row::TrajRow;
 
 /// The largest page the list serves.
-pub const MAX_LIMIT: usize = 500;
+pub(super) const MAX_LIMIT: usize = 500;
 /// The page size when none is asked for.
-pub const DEFAULT_LIMIT: usize = 50;
+pub(super) const DEFAULT_LIMIT: usize = 50;
 
 /// Filters, full-text search and paging of `GET /api/runs/{run}/trajectories`.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ListQuery {
+pub(super) struct ListQuery {
     /// Task id, exact.
     pub task: Option<String>,
     /// Exit reason, exact.
@@ -42,7 +42,7 @@ pub struct ListQuery {
 
 impl ListQuery {
     /// Parses `key=value&...` (percent-decoded by the caller); unknown keys are an error.
-    pub fn parse(params: &HashMap<String, String>) -> Result<Self, ViewError> {
+    pub(super) fn parse(params: &HashMap<String, String>) -> Result<Self, ViewError> {
         let mut q = ListQuery {
             limit: DEFAULT_LIMIT,
             ..Self::default()
@@ -78,7 +78,7 @@ impl ListQuery {
     }
 
     /// Whether the index row passes every filter (the search is checked separately).
-    pub fn matches(&self, r: &TrajRow) -> bool {
+    pub(super) fn matches(&self, r: &TrajRow) -> bool {
         self.task.as_ref().is_none_or(|t| *t == r.task_id)
             && self
                 .exit_reason
@@ -113,7 +113,7 @@ where
 
 /// Full-text search over the messages of one trajectory line.
 #[derive(Debug, Clone)]
-pub struct Search {
+pub(super) struct Search {
     needle: Vec<u8>,
     /// Whether the needle appears in the JSON text unchanged (no character JSON escapes), so
     /// a raw byte scan can rule lines out before parsing.
@@ -122,14 +122,14 @@ pub struct Search {
 
 impl Search {
     /// A search for `text` (ASCII case-insensitive).
-    pub fn new(text: &str) -> Self {
+    pub(super) fn new(text: &str) -> Self {
         let needle = text.to_ascii_lowercase().into_bytes();
         let prefilter = !needle.iter().any(|&b| b == b'"' || b == b'\\' || b < 0x20);
         Self { needle, prefilter }
     }
 
     /// Whether the messages of `line` (a trajectory's JSON) contain the text.
-    pub fn matches(&self, line: &[u8]) -> bool {
+    pub(super) fn matches(&self, line: &[u8]) -> bool {
         if self.needle.is_empty() {
             return true;
         }

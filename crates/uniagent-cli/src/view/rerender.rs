@@ -10,11 +10,11 @@ use super::diff::{edit_script, DiffOp};
 
 /// The most inserted plus deleted tokens the re-render diff aligns; past it the diff is
 /// reported as not aligned (bounded time and memory per request).
-pub const MAX_DIFF_EDITS: usize = 4000;
+pub(super) const MAX_DIFF_EDITS: usize = 4000;
 
 /// The recorded stream aligned with the template's full re-render of its conversation.
 #[derive(Debug, Clone, Serialize, PartialEq, Default)]
-pub struct RerenderDiff {
+pub(super) struct RerenderDiff {
     /// Tokens of the re-render.
     pub len: usize,
     /// Whether the alignment fit [`MAX_DIFF_EDITS`]; `runs` is empty when not.
@@ -30,7 +30,7 @@ pub struct RerenderDiff {
 
 /// One run of the edit script.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct DiffRun {
+pub(super) struct DiffRun {
     /// `equal`, `delete` or `insert`.
     pub op: DiffOp,
     /// Tokens in the run.
@@ -44,7 +44,11 @@ pub struct DiffRun {
 }
 
 /// Aligns `stream` with `rerender` (see [`RerenderDiff`]).
-pub fn rerender_diff(stream: &[u32], rerender: &[u32], codec: Option<&Codec>) -> RerenderDiff {
+pub(super) fn rerender_diff(
+    stream: &[u32],
+    rerender: &[u32],
+    codec: Option<&Codec>,
+) -> RerenderDiff {
     let mut d = RerenderDiff {
         len: rerender.len(),
         ..RerenderDiff::default()

@@ -13,10 +13,10 @@ use crate::output::{SUMMARY, TRAJECTORIES};
 
 /// Bytes a request indexes at most before answering from what is indexed (the background
 /// indexer does the rest).
-pub const REQUEST_BUDGET: u64 = 16 << 20;
+pub(super) const REQUEST_BUDGET: u64 = 16 << 20;
 
 /// `metrics.jsonl` of a `train` run.
-pub const METRICS: &str = "metrics.jsonl";
+pub(super) const METRICS: &str = "metrics.jsonl";
 
 /// The numeric top-level fields of one `metrics.jsonl` line.
 pub(super) type MetricRow = Map<String, Value>;

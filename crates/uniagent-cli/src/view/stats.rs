@@ -13,7 +13,7 @@ const REWARD_BINS: usize = 10;
 
 /// Statistics of one run's trajectories.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct RunStats {
+pub(super) struct RunStats {
     /// Trajectories.
     pub rollouts: usize,
     /// Distinct tasks.
@@ -40,7 +40,7 @@ pub struct RunStats {
 
 /// Equal-width bins over `[lo, hi]`.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Histogram {
+pub(super) struct Histogram {
     /// Lower edge of the first bin.
     pub lo: f64,
     /// Upper edge of the last bin.
@@ -51,7 +51,7 @@ pub struct Histogram {
 
 /// Token counts of a run.
 #[derive(Debug, Clone, Serialize, PartialEq, Default)]
-pub struct TokenStats {
+pub(super) struct TokenStats {
     /// Prompt tokens, summed.
     pub prompt: u64,
     /// Response tokens (sampled + inserted), summed.
@@ -66,7 +66,7 @@ pub struct TokenStats {
 
 /// Mean time per phase (seconds).
 #[derive(Debug, Clone, Serialize, PartialEq, Default)]
-pub struct TimingStats {
+pub(super) struct TimingStats {
     /// Whole rollout.
     pub total: f64,
     /// Model calls.
@@ -82,7 +82,7 @@ pub struct TimingStats {
 }
 
 /// Computes the statistics of `rows`.
-pub fn run_stats(rows: &[Entry<TrajRow>]) -> RunStats {
+pub(super) fn run_stats(rows: &[Entry<TrajRow>]) -> RunStats {
     let n = rows.len();
     let mut tasks = std::collections::HashSet::new();
     let mut exit_reasons = BTreeMap::new();
@@ -153,7 +153,7 @@ fn histogram(scores: &[f64]) -> Histogram {
 
 /// One task in a comparison of runs A and B.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct TaskPair {
+pub(super) struct TaskPair {
     /// Task id.
     pub task_id: String,
     /// Rollouts and success rate in A.
@@ -166,7 +166,7 @@ pub struct TaskPair {
 
 /// A task's result in one run.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Default)]
-pub struct TaskScore {
+pub(super) struct TaskScore {
     /// Rollouts of the task.
     pub rollouts: usize,
     /// Their success rate.
@@ -177,14 +177,14 @@ pub struct TaskScore {
 
 impl TaskScore {
     /// A task passes in a run when at least half its rollouts succeeded.
-    pub fn passes(&self) -> bool {
+    pub(super) fn passes(&self) -> bool {
         self.rollouts > 0 && self.success_rate >= 0.5
     }
 }
 
 /// The comparison of two runs on the tasks both have.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Comparison {
+pub(super) struct Comparison {
     /// Tasks in both runs.
     pub common: usize,
     /// Tasks only in A.
@@ -222,7 +222,7 @@ fn per_task(rows: &[Entry<TrajRow>]) -> BTreeMap<&str, TaskScore> {
 }
 
 /// Compares runs `a` and `b` task by task.
-pub fn compare(a: &[Entry<TrajRow>], b: &[Entry<TrajRow>]) -> Comparison {
+pub(super) fn compare(a: &[Entry<TrajRow>], b: &[Entry<TrajRow>]) -> Comparison {
     let (ta, tb) = (per_task(a), per_task(b));
     let mut tasks: Vec<TaskPair> = ta
         .iter()

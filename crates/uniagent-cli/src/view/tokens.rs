@@ -20,7 +20,7 @@ use super::rerender::{rerender_diff, RerenderDiff};
 
 /// The token view.
 #[derive(Debug, Clone, Serialize, PartialEq, Default)]
-pub struct TokenView {
+pub(super) struct TokenView {
     /// Prompt tokens (the first `prompt_len` entries of every array).
     pub prompt_len: usize,
     /// Token ids.
@@ -57,7 +57,7 @@ fn ids(v: &Value, key: &str) -> Vec<u32> {
 
 /// Builds the token view of trajectory `t`, decoding with `codec` when given. Arrays that
 /// are shorter than `response_ids` (a malformed line) leave `null`s, never a panic.
-pub fn token_view(t: &Value, codec: Option<&Codec>) -> TokenView {
+pub(super) fn token_view(t: &Value, codec: Option<&Codec>) -> TokenView {
     let prompt = ids(t, "prompt_ids");
     let response = ids(t, "response_ids");
     let at = |key: &str, i: usize| t.get(key).and_then(Value::as_array).and_then(|a| a.get(i));
