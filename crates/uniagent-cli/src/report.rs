@@ -27,14 +27,13 @@
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use uniagent_core::agent::{ExitClass, ExitReason};
 
 use crate::output::TRAJECTORIES;
-use crate::view::TrajRow;
+use crate::view::{read_rows, TrajRow};
 
 /// Why a report could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -271,7 +270,7 @@ impl Report {
         } else {
             path.to_path_buf()
         };
-        let file = std::fs::File::open(&file_path).map_err(|e| match e.kind() {
+        let rows = read_rows(&file_path).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => ReportError::NoTrajectories {
                 path: path.to_path_buf(),
             },
@@ -280,16 +279,6 @@ impl Report {
                 source: e,
             },
         })?;
-        let mut rows = Vec::new();
-        for line in BufReader::new(file).split(b'\n') {
-            let line = line.map_err(|source| ReportError::Read {
-                path: file_path.clone(),
-                source,
-            })?;
-            if let Ok(row) = TrajRow::from_line(&line) {
-                rows.push(row);
-            }
-        }
         Ok(Self::build(&rows))
     }
 }

@@ -20,7 +20,7 @@ use uniagent_core::formats::trajectories;
 use uniagent_core::runner::TrajectorySink;
 
 pub use cassettes::{CassetteFile, CassetteRun};
-pub use summary::{summarize, RunSummary};
+pub use summary::{count_by, summarize, RunSummary};
 
 use crate::error::{CliError, Result};
 use crate::model::VersionLog;

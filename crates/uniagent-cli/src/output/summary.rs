@@ -1,15 +1,13 @@
 //! `summary.json`: counts over every trajectory of the output directory.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::error::{CliError, Result};
 use crate::report::Report;
-use crate::view::TrajRow;
+use crate::view::{read_rows, TrajRow};
 
 /// The summary of an output directory.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -35,60 +33,86 @@ pub struct RunSummary {
     pub report: Report,
 }
 
-/// Reads `trajectories` and counts.
+/// Reads `trajectories` and counts (all zero when the file is not there yet).
 pub fn summarize(trajectories: &Path, tasks: usize, wall_time: f64) -> Result<RunSummary> {
-    let mut s = RunSummary {
+    let rows = match read_rows(trajectories) {
+        Ok(rows) => rows,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => {
+            return Err(CliError::runtime(format!(
+                "reading {}: {e}",
+                trajectories.display()
+            )))
+        }
+    };
+    let rollouts = rows.len() as u64;
+    let succeeded = rows.iter().filter(|r| r.success == Some(true)).count() as u64;
+    let scores: Vec<f64> = rows.iter().filter_map(|r| r.score).collect();
+    let tasks_seen: BTreeSet<&str> = rows.iter().map(|r| r.task_id.as_str()).collect();
+    Ok(RunSummary {
         tasks,
-        rollouts: 0,
-        tasks_seen: 0,
-        succeeded: 0,
-        success_rate: 0.0,
-        mean_reward: None,
-        exit_reasons: BTreeMap::new(),
+        rollouts,
+        tasks_seen: tasks_seen.len(),
+        succeeded,
+        success_rate: if rollouts > 0 {
+            succeeded as f64 / rollouts as f64
+        } else {
+            0.0
+        },
+        mean_reward: (!scores.is_empty()).then(|| scores.iter().sum::<f64>() / scores.len() as f64),
+        exit_reasons: count_by(&rows, |r| r.exit_reason.as_str()),
         wall_time,
-        report: Report::build(&[]),
-    };
-    let Ok(file) = std::fs::File::open(trajectories) else {
-        return Ok(s);
-    };
-    let mut rows = Vec::new();
-    let mut seen = BTreeSet::new();
-    let (mut reward_sum, mut rewarded) = (0.0, 0u64);
-    for line in BufReader::new(file).lines() {
-        let line = line
-            .map_err(|e| CliError::runtime(format!("reading {}: {e}", trajectories.display())))?;
-        let Ok(v) = serde_json::from_str::<Value>(&line) else {
-            continue;
-        };
-        if let Ok(row) = TrajRow::from_line(line.as_bytes()) {
-            rows.push(row);
-        }
-        s.rollouts += 1;
-        if let Some(task) = v.get("task_id").and_then(Value::as_str) {
-            seen.insert(task.to_owned());
-        }
-        let reason = v
-            .get("exit_reason")
-            .and_then(Value::as_str)
-            .unwrap_or("unknown");
-        *s.exit_reasons.entry(reason.to_owned()).or_default() += 1;
-        if let Some(r) = v.get("reward").filter(|r| r.is_object()) {
-            if r.get("success").and_then(Value::as_bool) == Some(true) {
-                s.succeeded += 1;
-            }
-            if let Some(score) = r.get("score").and_then(Value::as_f64) {
-                reward_sum += score;
-                rewarded += 1;
-            }
-        }
+        report: Report::build(&rows),
+    })
+}
+
+/// Rows per value of `key`.
+pub fn count_by<'a>(
+    rows: &'a [TrajRow],
+    key: impl Fn(&'a TrajRow) -> &'a str,
+) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for row in rows {
+        *counts.entry(key(row).to_owned()).or_default() += 1;
     }
-    s.tasks_seen = seen.len();
-    s.report = Report::build(&rows);
-    if s.rollouts > 0 {
-        s.success_rate = s.succeeded as f64 / s.rollouts as f64;
+    counts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_whole_trajectories_and_skips_blank_foreign_and_torn_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("trajectories.jsonl");
+        let lines = [
+            r#"{"id":"a:0","task_id":"a","exit_reason":"finished","reward":{"score":1.0,"success":true}}"#,
+            "",
+            r#"{"id":"a:1","task_id":"a","exit_reason":"max_turns","reward":{"score":0.0,"success":false}}"#,
+            r#"{"not":"a trajectory"}"#,
+            r#"{"id":"b:0","task_id":"b","exit_reason":"sandbox_error","reward":null}"#,
+            r#"{"id":"c:0","task_id":"c","exit_re"#,
+        ];
+        std::fs::write(&path, lines.join("\n")).unwrap();
+        let s = summarize(&path, 5, 2.5).unwrap();
+        assert_eq!(
+            (s.tasks, s.rollouts, s.tasks_seen, s.succeeded),
+            (5, 3, 2, 1)
+        );
+        assert!((s.success_rate - 1.0 / 3.0).abs() < 1e-12);
+        assert_eq!(s.mean_reward, Some(0.5));
+        let reasons: Vec<(&str, u64)> = s
+            .exit_reasons
+            .iter()
+            .map(|(k, v)| (k.as_str(), *v))
+            .collect();
+        assert_eq!(
+            reasons,
+            [("finished", 1), ("max_turns", 1), ("sandbox_error", 1)]
+        );
+
+        let none = summarize(&dir.path().join("absent.jsonl"), 5, 0.0).unwrap();
+        assert_eq!((none.rollouts, none.mean_reward), (0, None));
     }
-    if rewarded > 0 {
-        s.mean_reward = Some(reward_sum / rewarded as f64);
-    }
-    Ok(s)
 }

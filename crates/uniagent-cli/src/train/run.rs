@@ -3,7 +3,7 @@
 //! reward and sandboxes to `uniagent_train::pipeline`, export the policy. The training itself
 //! — SFT, the sync or fully-async RL loop, metrics — is the pipeline's.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -27,10 +27,10 @@ use super::section::{RolloutSection, TrainerSection};
 use crate::env::DEMONSTRATION_TURNS;
 use crate::error::{CliError, Result};
 use crate::model::ModelConfig;
-use crate::output::{OutputDir, TRAJECTORIES};
+use crate::output::{count_by, OutputDir, TRAJECTORIES};
 use crate::report::Report;
 use crate::run::Prepared;
-use crate::view::TrajRow;
+use crate::view::read_rows;
 
 /// What `train` leaves besides the pipeline's files.
 #[derive(Debug, Clone)]
@@ -287,25 +287,11 @@ pub async fn train(prepared: &Prepared, section: &TrainerSection) -> Result<Trai
 /// the last held-out evaluation) and the [`Report`] (RL rollouts, curve, held-out gain).
 fn write_summary(prepared: &Prepared, summary: &Summary, wall: f64) -> Result<Value> {
     let path = prepared.out.join(TRAJECTORIES);
-    let text = std::fs::read_to_string(&path)
+    let rows = read_rows(&path)
         .map_err(|e| CliError::runtime(format!("reading {}: {e}", path.display())))?;
-    let mut exit_reasons: BTreeMap<String, u64> = BTreeMap::new();
-    let mut phases: BTreeMap<String, u64> = BTreeMap::new();
-    let mut rollouts = 0u64;
-    let mut rows = Vec::new();
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let Ok(v) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        if let Ok(row) = TrajRow::from_line(line.as_bytes()) {
-            rows.push(row);
-        }
-        rollouts += 1;
-        let reason = v["exit_reason"].as_str().unwrap_or("unknown").to_owned();
-        *exit_reasons.entry(reason).or_default() += 1;
-        let phase = v["phase"].as_str().unwrap_or("unknown").to_owned();
-        *phases.entry(phase).or_default() += 1;
-    }
+    let exit_reasons = count_by(&rows, |r| r.exit_reason.as_str());
+    let phases = count_by(&rows, |r| r.phase.as_deref().unwrap_or("unknown"));
+    let rollouts = rows.len();
     let mut v = serde_json::to_value(summary)
         .map_err(|e| CliError::runtime(format!("encoding the summary: {e}")))?;
     if let Value::Object(map) = &mut v {

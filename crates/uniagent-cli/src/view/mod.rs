@@ -55,7 +55,7 @@ use uniagent_http::{error_body, Hardening, SitePolicy};
 
 pub use diff::{edit_script, DiffOp};
 pub(crate) use error::ViewError;
-pub use row::TrajRow;
+pub use row::{read_rows, TrajRow};
 use run::Run;
 
 /// The runs being viewed.

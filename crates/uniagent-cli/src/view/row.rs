@@ -2,6 +2,8 @@
 //! keys), read without materialising the token arrays.
 
 use std::fmt;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
 
 use serde::de::{self, Deserializer, IgnoredAny, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
@@ -132,6 +134,21 @@ impl TrajRow {
     pub fn from_line(line: &[u8]) -> Result<Self, String> {
         extract(line)
     }
+}
+
+/// Every trajectory of a `trajectories.jsonl` file, in file order: the one reader of the
+/// summaries (`summary.json` of `run` and `train`, `uniagent report`). Blank lines, a torn last
+/// line (a run killed mid-write) and lines that are not trajectories are skipped, as the viewer
+/// skips them; the error is the file's, unopened or unreadable.
+pub fn read_rows(path: &Path) -> std::io::Result<Vec<TrajRow>> {
+    let file = std::fs::File::open(path)?;
+    let mut rows = Vec::new();
+    for line in BufReader::new(file).split(b'\n') {
+        if let Ok(row) = TrajRow::from_line(&line?) {
+            rows.push(row);
+        }
+    }
+    Ok(rows)
 }
 
 /// The length of a JSON array, counted without keeping its elements.
