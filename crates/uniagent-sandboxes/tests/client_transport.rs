@@ -1,7 +1,7 @@
 //! `RemoteRuntime` on the wire, against scripted raw-TCP peers: what it sends (SWE-ReX's full
 //! bodies, `X-API-Key`, `X-Request-ID`), which failures it retries (connection failures only,
 //! with the same idempotency key; a connection lost after a non-idempotent request went out is
-//! not retried) and which it does not (deadlines, 511, HTTP errors), and that a request's
+//! not retried, unless it was a pooled connection the server had closed) and which it does not (deadlines, 511, HTTP errors), and that a request's
 //! deadline outlasts the command timeout it carries.
 
 #![cfg(feature = "client")]
@@ -37,6 +37,10 @@ impl Seen {
 enum Reply {
     /// Read the request, then close without answering.
     Hangup,
+    /// Answer the first request and keep the connection open; read the next one and close
+    /// without answering, as uvicorn closes a connection after an answer whose handler raised.
+    /// With `then_exit`, the peer then stops listening, as a server that died would.
+    AnswerThenHangup { body: &'static str, then_exit: bool },
     /// Answer after a delay.
     Answer {
         delay_ms: u64,
@@ -87,35 +91,54 @@ async fn peer(replies: Vec<Reply>) -> (String, Arc<Mutex<Vec<Seen>>>) {
     let log = seen.clone();
     tokio::spawn(async move {
         for i in 0.. {
-            let Ok((mut stream, _)) = listener.accept().await else {
+            let Ok((stream, _)) = listener.accept().await else {
                 return;
             };
             let reply = replies[i.min(replies.len() - 1)];
-            let log = log.clone();
-            tokio::spawn(async move {
-                let Some(request) = read_request(&mut stream).await else {
-                    return;
-                };
-                log.lock().unwrap().push(request);
-                match reply {
-                    Reply::Hangup => drop(stream),
-                    Reply::Answer {
-                        delay_ms,
-                        status,
-                        body,
-                    } => {
-                        tokio::time::sleep(Duration::from_millis(delay_ms)).await;
-                        let text = format!(
-                            "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                            body.len()
-                        );
-                        let _ = stream.write_all(text.as_bytes()).await;
-                    }
-                }
-            });
+            let handled = tokio::spawn(serve(stream, reply, log.clone()));
+            if let Reply::AnswerThenHangup {
+                then_exit: true, ..
+            } = reply
+            {
+                let _ = handled.await;
+                return;
+            }
         }
     });
     (url, seen)
+}
+
+/// Handles one connection of [`peer`].
+async fn serve(mut stream: TcpStream, reply: Reply, log: Arc<Mutex<Vec<Seen>>>) {
+    let Some(request) = read_request(&mut stream).await else {
+        return;
+    };
+    log.lock().unwrap().push(request);
+    match reply {
+        Reply::Hangup => drop(stream),
+        Reply::AnswerThenHangup { body, .. } => {
+            let text = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(text.as_bytes()).await;
+            if let Some(next) = read_request(&mut stream).await {
+                log.lock().unwrap().push(next);
+            }
+        }
+        Reply::Answer {
+            delay_ms,
+            status,
+            body,
+        } => {
+            tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+            let text = format!(
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(text.as_bytes()).await;
+        }
+    }
 }
 
 fn client(url: &str, margin_ms: u64) -> RemoteRuntime {
@@ -232,6 +255,56 @@ async fn a_command_is_not_resent_after_the_connection_broke() {
         matches!(&err, Error::RetriesExhausted { attempts: 4, .. }),
         "{err:?}"
     );
+}
+
+#[tokio::test]
+async fn a_command_on_a_pooled_connection_the_server_closed_is_resent() {
+    // The second command goes out on the kept-alive connection, which the peer closes without
+    // answering: no connection was opened for it, so it is the idle-close race, resent under
+    // the same request id on a new connection.
+    const ANSWER: &str = r#"{"stdout":"hi\n","stderr":"","exit_code":0}"#;
+    let (url, seen) = peer(vec![
+        Reply::AnswerThenHangup {
+            body: ANSWER,
+            then_exit: false,
+        },
+        Reply::Answer {
+            delay_ms: 0,
+            status: 200,
+            body: ANSWER,
+        },
+    ])
+    .await;
+    let client = client(&url, 1000);
+    let command = Command::shell("echo hi", Some(5.0));
+    assert_eq!(client.execute(&command).await.unwrap().stdout, "hi\n");
+    assert_eq!(client.execute(&command).await.unwrap().stdout, "hi\n");
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    let ids: Vec<_> = seen.iter().map(|s| s.header("x-request-id")).collect();
+    assert_ne!(ids[0], ids[1]);
+    assert_eq!(ids[1], ids[2]);
+}
+
+#[tokio::test]
+async fn a_command_on_a_closed_pooled_connection_of_a_dead_server_is_not_retried() {
+    // The same, but the server is gone: the resend is refused, and the command (which a dying
+    // server may have started) is not sent again later, when a restarted one could run it twice.
+    const ANSWER: &str = r#"{"stdout":"hi\n","stderr":"","exit_code":0}"#;
+    let (url, seen) = peer(vec![Reply::AnswerThenHangup {
+        body: ANSWER,
+        then_exit: true,
+    }])
+    .await;
+    let client = client(&url, 1000);
+    let command = Command::shell("echo hi", Some(5.0));
+    client.execute(&command).await.unwrap();
+    let err = client.execute(&command).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::Sandbox { retryable: false, message, .. } if message.contains("connection failed during POST /execute")),
+        "{err:?}"
+    );
+    assert_eq!(seen.lock().unwrap().len(), 2);
 }
 
 #[tokio::test]

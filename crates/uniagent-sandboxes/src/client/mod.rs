@@ -8,13 +8,16 @@
 //!   `CommandTimeoutError` always arrives before the client gives up (see [`run_in_session_timeout`]).
 //! - **Safe retries.** Only connection failures are retried, each logical request keeping one
 //!   `X-Request-ID` so that a server which already ran it replays the answer instead of running
-//!   it twice. Deadlines, 511 exceptions and HTTP errors are never retried.
+//!   it twice. A command is resent only after a refused connection, or when it went out on a
+//!   pooled keep-alive connection that ended before any answer: the server had closed it (uvicorn
+//!   closes one after every SWE-ReX 511), and the request id covers the rare rest. Deadlines, 511 exceptions and HTTP errors are never retried.
 //! - **Typed errors.** HTTP 511 becomes [`Error::Runtime`] with the server's class path,
 //!   connection failures a retryable [`Error::Sandbox`] (see [`decode_response`]).
 //! - **Keep-alive.** One pooled HTTP client per runtime instead of a connection per request.
 
 mod archive;
 mod decode;
+mod pooled;
 mod timeouts;
 mod transport;
 
@@ -150,7 +153,9 @@ impl RemoteRuntime {
             value.set_sensitive(true);
             headers.insert(name, value);
         }
+        let pooled = pooled::Pooled::default();
         let http = reqwest::Client::builder()
+            .connector_layer(pooled.clone())
             .default_headers(headers)
             .connect_timeout(options.connect_timeout)
             .tcp_keepalive(Duration::from_secs(15))
@@ -169,6 +174,7 @@ impl RemoteRuntime {
             token: auth_token,
             backend: options.backend.clone(),
             retry: options.retry.clone(),
+            pooled,
         };
         Ok(Self {
             transport: Arc::new(transport),

@@ -7,6 +7,7 @@ use serde::de::DeserializeOwned;
 use uniagent_core::{Error, Result, RetryConfig};
 
 use super::decode::decode_response;
+use super::pooled::{closed_before_answer, Pooled};
 
 /// What to send; rebuilt for every attempt because multipart bodies are single-use.
 pub(crate) enum Body<'a> {
@@ -30,13 +31,16 @@ pub(crate) struct Transport {
     pub(crate) token: Option<String>,
     pub(crate) backend: String,
     pub(crate) retry: RetryConfig,
+    /// Counts the connections `http` opens.
+    pub(crate) pooled: Pooled,
 }
 
 impl Transport {
     /// Sends `body` to `path` and decodes the answer. Failures to connect are retried (nothing
     /// reached the server); a connection that broke after the request went out is retried (with
     /// the same `X-Request-ID`) only for idempotent calls: the server may have run a command, and
-    /// one that restarted in between has no memory of the id.
+    /// one that restarted in between has no memory of the id. (A request that met a pooled
+    /// connection the server had closed is resent at once by [`Transport::exchange`].)
     pub(crate) async fn call<T: DeserializeOwned>(
         &self,
         method: Method,
@@ -64,7 +68,42 @@ impl Transport {
     }
 
     /// One attempt: the status and the whole body, or a classified transport error.
+    ///
+    /// A request that went out on a pooled keep-alive connection which ended before any answer
+    /// met a server that had closed that connection (see [`super::pooled`]); it is resent at
+    /// once, under the same `X-Request-ID`, a few times at most. Only at once: a server that
+    /// died with the request could not have restarted yet, so a refused resend ends the attempt
+    /// with the original, non-retryable error instead of waiting for a restart that would run
+    /// the command a second time.
     pub(crate) async fn exchange(
+        &self,
+        method: Method,
+        path: &str,
+        body: &Body<'_>,
+        deadline: Option<Duration>,
+        request_id: &str,
+    ) -> std::result::Result<(u16, bytes::Bytes), ExchangeError> {
+        const STALE_RESENDS: usize = 3;
+        let mut first_stale = None;
+        let mut resends = 0;
+        loop {
+            match self
+                .send_once(method.clone(), path, body, deadline, request_id)
+                .await
+            {
+                Err(e) if e.stale && resends < STALE_RESENDS => {
+                    tracing::debug!(path, request_id, "pooled connection was closed; resending");
+                    resends += 1;
+                    first_stale.get_or_insert(e);
+                }
+                Err(e) => return Err(first_stale.unwrap_or(e)),
+                Ok(answer) => return Ok(answer),
+            }
+        }
+    }
+
+    /// Sends the request once.
+    async fn send_once(
         &self,
         method: Method,
         path: &str,
@@ -86,15 +125,19 @@ impl Transport {
         request = attach(request, body).map_err(|error| ExchangeError {
             error,
             connected: false,
+            stale: false,
         })?;
         let operation = || format!("{method} {path}");
+        let mark = self.pooled.mark();
         let response = request.send().await.map_err(|e| ExchangeError {
             connected: !(e.is_connect() || never_read(&e)),
+            stale: closed_before_answer(&e) && self.pooled.none_opened_since(mark),
             error: self.transport_error(&operation(), deadline, e),
         })?;
         let status = response.status().as_u16();
         let bytes = response.bytes().await.map_err(|e| ExchangeError {
             connected: true,
+            stale: false,
             error: self.transport_error(&operation(), deadline, e),
         })?;
         Ok((status, bytes))
@@ -151,6 +194,8 @@ fn is_idempotent(method: &Method, path: &str) -> bool {
 pub(crate) struct ExchangeError {
     error: Error,
     connected: bool,
+    /// It went out on a pooled connection that ended before any answer.
+    stale: bool,
 }
 
 impl ExchangeError {
