@@ -1,7 +1,10 @@
-//! Our `uniagent-sandbox` against SWE-ReX's `swerex-remote` (not part of the test suite): runs
-//! both side by side on this machine, drives both with the same HTTP client (one TCP connection
-//! per request, as SWE-ReX's `RemoteRuntime` does) and prints the figures of issue 4 with ratios
-//! measured in the same run.
+//! Our `uniagent-sandbox` against SWE-ReX's `swerex-remote` and against the floor (not part of
+//! the test suite), all in one run on this machine:
+//! - **against SWE-ReX**: both servers driven by the same HTTP client, one TCP connection per
+//!   request as SWE-ReX's `RemoteRuntime` does;
+//! - **against the floor** ([`floor`]): our server driven over keep-alive connections, as our
+//!   `RemoteRuntime` does, against the same commands with no server at all (a bare `bash` over
+//!   pipes, a plain spawn of `/bin/sh -c`).
 //!
 //! ```text
 //! cargo bench -p uniagent-sandboxes --features server --bench sandbox_server -- [--quick] [--ours PATH] [--swerex PATH] [--no-swerex]
@@ -19,6 +22,8 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use serde_json::{json, Value};
 use uniagent_core::testing::{free_port, sandbox_server_args};
+
+mod floor;
 
 #[derive(Debug, Parser)]
 #[command(name = "sandbox_server", about = "uniagent-sandbox vs swerex-remote")]
@@ -129,6 +134,15 @@ fn echo(session: &str) -> Value {
            "error_msg": "", "is_interactive_command": false, "is_interactive_quit": false, "expect": []})
 }
 
+/// Samples per latency figure, sessions and commands per session of the throughput run.
+fn sizes(quick: bool) -> (usize, usize, usize) {
+    if quick {
+        (30, 8, 5)
+    } else {
+        (200, 32, 20)
+    }
+}
+
 fn stats(mut ms: Vec<f64>) -> (f64, f64) {
     ms.sort_by(f64::total_cmp);
     if ms.is_empty() {
@@ -141,6 +155,8 @@ fn stats(mut ms: Vec<f64>) -> (f64, f64) {
 #[derive(Debug, Default, Clone)]
 struct Figures {
     ready_ms: f64,
+    /// `GET /is_alive`: the HTTP round trip with no work behind it.
+    is_alive: (f64, f64),
     session_echo: (f64, f64),
     execute_echo: (f64, f64),
     throughput: f64,
@@ -154,7 +170,7 @@ async fn measure(
     quick: bool,
 ) -> Result<Figures, String> {
     let url = server.url.as_str();
-    let n = if quick { 30 } else { 200 };
+    let (n, sessions, per) = sizes(quick);
     post(
         client,
         url,
@@ -175,6 +191,19 @@ async fn measure(
     let mut samples = Vec::new();
     for _ in 0..n {
         let t = Instant::now();
+        let alive = client
+            .get(format!("{url}/is_alive"))
+            .header("X-API-Key", TOKEN)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        alive.bytes().await.map_err(|e| e.to_string())?;
+        samples.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let is_alive = stats(samples);
+    let mut samples = Vec::new();
+    for _ in 0..n {
+        let t = Instant::now();
         post(
             client,
             url,
@@ -186,7 +215,6 @@ async fn measure(
     }
     let execute_echo = stats(samples);
 
-    let (sessions, per) = if quick { (8, 5) } else { (32, 20) };
     for i in 0..sessions {
         post(
             client,
@@ -214,7 +242,7 @@ async fn measure(
     for task in tasks {
         task.await.map_err(|e| e.to_string())??;
     }
-    let throughput = f64::from(sessions * per) / t.elapsed().as_secs_f64();
+    let throughput = (sessions * per) as f64 / t.elapsed().as_secs_f64();
 
     post(
         client,
@@ -257,6 +285,7 @@ async fn measure(
     slow.await.map_err(|e| e.to_string())??;
     Ok(Figures {
         ready_ms: server.ready.as_secs_f64() * 1e3,
+        is_alive,
         session_echo,
         execute_echo,
         throughput,
@@ -266,7 +295,7 @@ async fn measure(
 }
 
 fn print_report(ours: &Figures, theirs: Option<&Figures>, quick: bool) {
-    let (sessions, per) = if quick { (8, 5) } else { (32, 20) };
+    let (_, sessions, per) = sizes(quick);
     println!(
         "{:<52} {:>14} {:>14} {:>10}",
         "figure", "uniagent", "swerex-remote", "ratio"
@@ -332,6 +361,55 @@ fn print_report(ours: &Figures, theirs: Option<&Figures>, quick: bool) {
     println!("(ratio: how many times better uniagent is; same client, same machine, same run)");
 }
 
+/// Our server (keep-alive client) against the floor; a ratio is the server's cost in units of
+/// the floor's (latency: ours / floor; throughput: ours / floor), next to the target.
+fn print_floor(ours: &Figures, floor: &Figures, quick: bool) {
+    let (_, sessions, per) = sizes(quick);
+    println!();
+    println!(
+        "{:<52} {:>14} {:>14} {:>10} {:>8}",
+        "figure (uniagent over keep-alive)", "uniagent", "floor", "ratio", "target"
+    );
+    let row = |name: String, a: f64, b: f64, target: &str| {
+        println!("{name:<52} {a:>14.3} {b:>14.3} {:>9.2}x {target:>8}", a / b);
+    };
+    row(
+        "run_in_session `echo hi` median (ms) / bash on a pipe".into(),
+        ours.session_echo.0,
+        floor.session_echo.0,
+        "<= 3x",
+    );
+    row(
+        "run_in_session `echo hi` p95 (ms)".into(),
+        ours.session_echo.1,
+        floor.session_echo.1,
+        "",
+    );
+    row(
+        format!("throughput {sessions} sessions x {per} cmds (cmd/s)"),
+        ours.throughput,
+        floor.throughput,
+        ">= 0.5x",
+    );
+    row(
+        "execute `echo hi` median (ms) / spawn of sh -c".into(),
+        ours.execute_echo.0,
+        floor.execute_echo.0,
+        "<= 1.3x",
+    );
+    row(
+        "execute `echo hi` p95 (ms)".into(),
+        ours.execute_echo.1,
+        floor.execute_echo.1,
+        "",
+    );
+    println!(
+        "of which the HTTP round trip (is_alive median / p95): {:.3} / {:.3} ms",
+        ours.is_alive.0, ours.is_alive.1
+    );
+    println!("(ratio: the server's figure over the floor's; same machine, same run)");
+}
+
 async fn run(args: Args) -> Result<(), String> {
     let ours_path = match args.ours {
         Some(p) => p,
@@ -350,6 +428,13 @@ async fn run(args: Args) -> Result<(), String> {
     let ours_server = start("uniagent-sandbox", &ours_path, &client).await?;
     let ours = measure(&ours_server, &client, args.quick).await?;
     drop(ours_server);
+    // Keep-alive connections, as our RemoteRuntime keeps them, on a fresh server.
+    let kept_alive = Arc::new(reqwest::Client::new());
+    let ours_server = start("uniagent-sandbox", &ours_path, &kept_alive).await?;
+    let ours_kept_alive = measure(&ours_server, &kept_alive, args.quick).await?;
+    drop(ours_server);
+    let (n, sessions, per) = sizes(args.quick);
+    let floor = floor::measure(n, sessions, per).await?;
     let theirs = match (args.no_swerex, swerex_path) {
         (true, _) => None,
         (false, None) => {
@@ -363,6 +448,7 @@ async fn run(args: Args) -> Result<(), String> {
         }
     };
     print_report(&ours, theirs.as_ref(), args.quick);
+    print_floor(&ours_kept_alive, &floor, args.quick);
     Ok(())
 }
 
