@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use uniagent_core::agent::{AgentInteraction, CancellationToken, ExitReason, LoopConfig};
+use uniagent_core::agent::{CancellationToken, ExitReason, LoopConfig};
 use uniagent_core::cassette::{RecordTool, Recorder};
 use uniagent_core::runner::{ProgressEvent, Runner, RunnerConfig};
 use uniagent_core::telemetry::RunLabels;
@@ -15,7 +15,7 @@ use uniagent_core::{ChatModel, Task};
 
 use crate::config::{ConfigDoc, RunConfig};
 use crate::dataset::load_tasks;
-use crate::env::{check_tasks, Environment, EnvironmentParts, EnvironmentRegistry};
+use crate::env::{check_tasks, Environment, EnvironmentRegistry, RolloutParts};
 use crate::error::{CliError, Result};
 use crate::model::VersionLog;
 use crate::output::{CassetteRun, OutputDir, RunSummary, TrajectoryFile};
@@ -61,7 +61,7 @@ impl Prepared {
 
     /// The pieces a rollout needs (for the training pipeline): tools, reward, sandbox
     /// factory, loop and runner configuration.
-    pub fn rollout_parts(&self) -> Result<(EnvironmentParts, LoopConfig, RunnerConfig)> {
+    pub fn rollout_parts(&self) -> Result<(RolloutParts, LoopConfig, RunnerConfig)> {
         Ok((
             self.environment.parts()?,
             self.loop_config(),
@@ -232,16 +232,13 @@ pub async fn execute(
     let plan = Plan::new(&prepared.tasks, samples, &finished);
     let remaining = plan.remaining(samples);
 
-    let parts = prepared.environment.parts()?;
-    let tools = match &recorder {
-        Some(r) => RecordTool::wrap_all(&parts.tools, r),
-        None => parts.tools.clone(),
-    };
-    let mut agent = AgentInteraction::new(Arc::clone(&model), tools, prepared.loop_config())
-        .map_err(|e| prepared.doc.error_at(&["loop".into()], e))?;
-    if let Some(reward) = &parts.reward {
-        agent = agent.with_reward(Arc::clone(reward));
+    let mut parts = prepared.environment.parts()?;
+    if let Some(recorder) = &recorder {
+        parts.tools = RecordTool::wrap_all(&parts.tools, recorder);
     }
+    let agent = parts
+        .agent(Arc::clone(&model), prepared.loop_config())
+        .map_err(|e| prepared.doc.error_at(&["loop".into()], e))?;
 
     let progress = Progress::new(remaining as u64, plan.done as u64, options.progress);
     let mut sink = out.sink(model.capabilities().token_level, versions)?;
@@ -285,13 +282,10 @@ pub async fn execute(
             samples_per_task,
             ..prepared.config.runner.clone()
         };
-        let mut runner = Runner::new(agent.clone(), runner_config)
-            .map_err(|e| prepared.doc.error_at(&["runner".into()], e))?
-            .with_labels(RunLabels::new(prepared.environment.name(), "run"));
-        if let Some(factory) = &parts.sandboxes {
-            let factory = Arc::clone(factory);
-            runner = runner.with_sandboxes(move |task: &Task| factory.create(task));
-        }
+        let labels = RunLabels::new(prepared.environment.name(), "run");
+        let mut runner = parts
+            .runner(agent.clone(), runner_config, labels)
+            .map_err(|e| prepared.doc.error_at(&["runner".into()], e))?;
         let p = progress.clone();
         let errs = Arc::clone(&errors);
         runner = runner.with_progress(move |event| {

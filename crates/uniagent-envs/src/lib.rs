@@ -7,7 +7,7 @@ pub mod env;
 pub mod error;
 
 pub use env::{
-    check_tasks, Environment, EnvironmentBuilder, EnvironmentParts, EnvironmentRegistry,
-    EnvironmentSettings, DEMONSTRATION_TURNS,
+    check_tasks, Environment, EnvironmentBuilder, EnvironmentRegistry, EnvironmentSettings,
+    RolloutParts, DEMONSTRATION_TURNS,
 };
 pub use error::{one_line, EnvError, ErrorKind, Result};

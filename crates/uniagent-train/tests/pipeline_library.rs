@@ -178,3 +178,23 @@ async fn a_user_trains_a_policy_on_their_own_task_family() {
     }
     assert!(rl.rollout_idle_ratio >= 0.0 && rl.trainer_idle_ratio <= 1.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollouts_without_a_reward_are_refused_before_any_runs() {
+    use uniagent_core::runner::{RolloutPhase, RolloutSource};
+    let (codec, _policy) = codec_and_policy(3);
+    let mut spec = spec(codec.clone());
+    spec.parts.reward = None;
+    let err = spec
+        .run(
+            demonstrator(codec, 2),
+            RolloutPhase::greedy(tasks("sft", 2), 2),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("environment `word-family` has no reward"),
+        "{err}"
+    );
+}

@@ -1,7 +1,7 @@
 //! The library side of `uniagent serve`: the rollout service verl's agent loop calls (through
 //! the `uniagent-verl` Python package), one rollout per request. It runs the config's
-//! environment (tools, sandbox, reward, loop limits, mask policy) through the same [`Runner`]
-//! as `uniagent run`; only the generator differs: every generation goes to the request's
+//! environment (tools, sandbox, reward, loop limits, mask policy) through a runner assembled
+//! as `uniagent run`'s ([`RolloutParts::runner`]); only the generator differs: every generation goes to the request's
 //! generation bridge, that is to verl's own LLM client. `docs/verl.md` describes the routes.
 
 mod answer;
@@ -15,11 +15,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::Semaphore;
-use uniagent_core::agent::{
-    AgentInteraction, CancellationToken, ExitReason, LoopConfig, TokenChatModel, Trajectory,
-};
+use uniagent_core::agent::{CancellationToken, ExitReason, LoopConfig, TokenChatModel, Trajectory};
 use uniagent_core::codec::Codec;
-use uniagent_core::runner::{RolloutPhase, RolloutSource, Runner, RunnerConfig};
+use uniagent_core::runner::{RolloutPhase, RolloutSource, RunnerConfig};
 use uniagent_core::telemetry::RunLabels;
 use uniagent_core::{LengthLimits, RetryConfig, Task, TokenGenerator, ToolSpec};
 use uniagent_gateway::harness::HarnessRollouts;
@@ -30,7 +28,7 @@ pub use request::{BadRequest, RolloutRequest};
 pub use routes::router;
 
 use crate::config::{harness_gateway, RolloutSection};
-use crate::env::{Environment, EnvironmentParts, EnvironmentRegistry};
+use crate::env::{Environment, EnvironmentRegistry, RolloutParts};
 use crate::error::{CliError, Result};
 use crate::model::{ModelConfig, VersionLog, Versioned};
 use crate::run::{config_tasks, configure, RunOptions};
@@ -57,7 +55,7 @@ impl Default for ServeOptions {
 /// the rollouts in flight.
 pub struct RolloutService {
     environment: Box<dyn Environment>,
-    parts: EnvironmentParts,
+    parts: RolloutParts,
     tool_specs: Vec<ToolSpec>,
     codec: Arc<Codec>,
     limits: LengthLimits,
@@ -254,8 +252,8 @@ impl RolloutService {
         Ok(answer)
     }
 
-    /// Our own loop over the environment's tools, reward and sandbox, through the same
-    /// [`Runner`] as `uniagent run`.
+    /// Our own loop over the environment's tools, reward and sandbox, through a runner
+    /// assembled as `uniagent run`'s ([`RolloutParts::runner`]).
     async fn run_loop(
         &self,
         request: &RolloutRequest,
@@ -272,24 +270,21 @@ impl RolloutService {
             config.wall_clock_budget =
                 Some(config.wall_clock_budget.map_or(timeout, |b| b.min(timeout)));
         }
-        let mut agent = AgentInteraction::new(Arc::new(model), self.parts.tools.clone(), config)
+        let agent = self
+            .parts
+            .agent(Arc::new(model), config)
             .map_err(|e| Refusal::Internal(format!("the interaction: {e}")))?;
-        if let Some(reward) = &self.parts.reward {
-            agent = agent.with_reward(Arc::clone(reward));
-        }
         let runner_config = RunnerConfig {
             samples_per_task: 1,
             max_concurrent_rollouts: 1,
             ..self.runner.clone()
         };
-        let mut runner = Runner::new(agent, runner_config)
+        let labels = RunLabels::new(self.environment.name(), "serve");
+        let runner = self
+            .parts
+            .runner(agent, runner_config, labels)
             .map_err(|e| Refusal::Internal(format!("runner: {e}")))?
-            .with_labels(RunLabels::new(self.environment.name(), "serve"))
             .with_start_permits(Arc::clone(&self.starts));
-        if let Some(factory) = &self.parts.sandboxes {
-            let factory = Arc::clone(factory);
-            runner = runner.with_sandboxes(move |task: &Task| factory.create(task));
-        }
         let mut finished = Vec::new();
         runner
             .run(vec![request.task.clone()], stop, &mut finished)

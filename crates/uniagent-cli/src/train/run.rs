@@ -190,7 +190,7 @@ fn rollout_source(
         return Ok(Arc::new(source));
     }
     let (parts, loop_config, _runner) = prepared.rollout_parts()?;
-    let Some(reward) = parts.reward else {
+    if parts.reward.is_none() {
         return Err(prepared.doc.error_at(
             &["environment".into()],
             format!(
@@ -198,12 +198,10 @@ fn rollout_source(
                 prepared.environment.name()
             ),
         ));
-    };
+    }
     Ok(Arc::new(RolloutSpec {
-        tools: parts.tools,
-        reward,
+        parts,
         loop_config,
-        sandboxes: parts.sandboxes,
         codec,
         progress: Some(progress_printer(64)),
         environment: prepared.environment.name().to_owned(),

@@ -6,11 +6,12 @@ use std::sync::Arc;
 use super::divergence::Divergence;
 use super::tape::{replay_tool, ReplayGenerator, Tape};
 use super::{Cassette, RecordedTrajectory};
-use crate::agent::{AgentInteraction, CancellationToken, TokenChatModel, Trajectory};
+use crate::agent::{CancellationToken, TokenChatModel, Trajectory};
 use crate::codec::Codec;
 use crate::error::{Error, Result};
 use crate::rollout::LengthLimits;
-use crate::runner::{Runner, RunnerConfig, SandboxFactory};
+use crate::runner::{RolloutParts, RunnerConfig, SandboxFactory};
+use crate::telemetry::RunLabels;
 use crate::tool::Tool;
 
 /// Where the tool observations of a replay come from.
@@ -92,11 +93,13 @@ pub async fn replay(cassette: &Cassette, setup: ReplaySetup) -> Result<ReplayOut
         ),
     };
     let model = TokenChatModel::new(Arc::new(generator), setup.codec, setup.limits);
-    let agent = AgentInteraction::new(Arc::new(model), tools, cassette.loop_config.clone())?;
-    let mut runner = Runner::new(agent, RunnerConfig::default())?;
-    if let Some(factory) = sandboxes {
-        runner = runner.with_sandboxes(move |task: &crate::Task| factory.create(task));
-    }
+    let parts = RolloutParts {
+        tools,
+        reward: None,
+        sandboxes,
+    };
+    let agent = parts.agent(Arc::new(model), cassette.loop_config.clone())?;
+    let runner = parts.runner(agent, RunnerConfig::default(), RunLabels::default())?;
     let mut out: Vec<Trajectory> = Vec::new();
     runner
         .run(

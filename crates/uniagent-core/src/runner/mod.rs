@@ -7,6 +7,7 @@
 //! after a panic or a cancel. One rollout's error or panic becomes its own trajectory's exit
 //! reason; the batch goes on. Progress is reported as [`ProgressEvent`]s (binaries draw bars).
 
+mod parts;
 mod sink;
 #[cfg(feature = "codec")]
 mod source;
@@ -22,6 +23,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+pub use parts::RolloutParts;
 pub use sink::{JsonlSink, TrajectorySink};
 #[cfg(feature = "codec")]
 pub use source::{RolloutPhase, RolloutSource};

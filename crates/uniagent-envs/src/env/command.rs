@@ -10,9 +10,7 @@ use uniagent_core::Task;
 use uniagent_rewards::CommandReward;
 use uniagent_sandboxes::DeploymentConfig;
 
-use super::{
-    Environment, EnvironmentParts, EnvironmentSettings, SandboxSettings, TemplatedSandboxes,
-};
+use super::{Environment, EnvironmentSettings, RolloutParts, SandboxSettings, TemplatedSandboxes};
 use crate::error::Result;
 
 /// Settings of `command`.
@@ -90,9 +88,9 @@ impl Environment for CommandEnvironment {
         Ok(())
     }
 
-    fn parts(&self) -> Result<EnvironmentParts> {
+    fn parts(&self) -> Result<RolloutParts> {
         let tools = super::shell_tools(self.settings.bash_timeout, self.settings.editor);
-        Ok(EnvironmentParts {
+        Ok(RolloutParts {
             tools,
             reward: Some(Arc::new(self.settings.reward.clone())),
             sandboxes: Some(Arc::new(self.sandboxes())),

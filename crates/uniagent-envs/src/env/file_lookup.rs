@@ -17,8 +17,7 @@ use uniagent_sandboxes::DeploymentConfig;
 use uniagent_tools::{ExecuteBash, Finish};
 
 use super::{
-    Environment, EnvironmentParts, EnvironmentSettings, SandboxSettings, TaskSetup,
-    TemplatedSandboxes,
+    Environment, EnvironmentSettings, RolloutParts, SandboxSettings, TaskSetup, TemplatedSandboxes,
 };
 use crate::dataset::GenerateConfig;
 use crate::error::Result;
@@ -210,12 +209,12 @@ impl Environment for FileLookup {
             .collect())
     }
 
-    fn parts(&self) -> Result<EnvironmentParts> {
+    fn parts(&self) -> Result<RolloutParts> {
         let setup: TaskSetup = Arc::new(|task: &Task| {
             let q = FileQuestion::from_task(task).map_err(Error::invalid_input)?;
             Ok(vec![q.setup_script()])
         });
-        Ok(EnvironmentParts {
+        Ok(RolloutParts {
             tools: vec![
                 Arc::new(ExecuteBash {
                     timeout: self.settings.bash_timeout,

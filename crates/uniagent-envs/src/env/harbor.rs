@@ -19,7 +19,7 @@ use uniagent_rewards::RewardError;
 use uniagent_sandboxes::DeploymentConfig;
 
 use super::{
-    Environment, EnvironmentParts, EnvironmentSettings, SandboxSettings, TemplatedSandboxes,
+    Environment, EnvironmentSettings, RolloutParts, SandboxSettings, TemplatedSandboxes,
     SANDBOX_LIMITS_FIELD,
 };
 use crate::dataset::{VERIFIER_IMAGE_FIELD, VERIFIER_LIMITS_FIELD};
@@ -103,13 +103,13 @@ impl Environment for HarborEnvironment {
         Ok(())
     }
 
-    fn parts(&self) -> Result<EnvironmentParts> {
+    fn parts(&self) -> Result<RolloutParts> {
         let tools = super::shell_tools(self.settings.bash_timeout, self.settings.editor);
         let reward = HarborReward {
             verifier: self.settings.verifier.clone(),
             sandboxes: self.sandboxes(),
         };
-        Ok(EnvironmentParts {
+        Ok(RolloutParts {
             tools,
             reward: Some(Arc::new(reward)),
             sandboxes: Some(Arc::new(self.sandboxes())),

@@ -1,8 +1,8 @@
 //! Environments pair a task with its sandbox, tools and reward.
 //!
-//! An [`Environment`] produces exactly the pieces [`Runner`](uniagent_core::runner::Runner)
-//! takes — tools, reward, a [`SandboxFactory`], adjustments of the [`LoopConfig`] — so the same
-//! environment serves `run` and the training pipeline's rollouts. Environments are found by
+//! An [`Environment`] produces exactly the pieces a runner is assembled from — its
+//! [`RolloutParts`] (tools, reward, a sandbox factory) and adjustments of the [`LoopConfig`] —
+//! so the same environment serves `run`, `serve` and the training pipeline's rollouts. Environments are found by
 //! the config's `environment.type` in an [`EnvironmentRegistry`]; the built-ins are
 //! `file-lookup`, `command`, `search-qa`, `swe` and `harbor`, and users register their own.
 //!
@@ -11,7 +11,7 @@
 //! ```
 //! use std::sync::Arc;
 //! use serde::Deserialize;
-//! use uniagent_envs::{Environment, EnvironmentParts, EnvironmentRegistry, EnvironmentSettings};
+//! use uniagent_envs::{Environment, EnvironmentRegistry, EnvironmentSettings, RolloutParts};
 //! use uniagent_core::{EpisodeSignal, RewardContext, RewardOutcome, RewardSpec, Task};
 //! use uniagent_tools::Finish;
 //!
@@ -38,8 +38,8 @@
 //!     fn check_task(&self, task: &Task) -> Result<(), String> {
 //!         task.metadata.get("answer").and_then(|v| v.as_str()).map(|_| ()).ok_or_else(|| "missing field `answer`".into())
 //!     }
-//!     fn parts(&self) -> uniagent_envs::Result<EnvironmentParts> {
-//!         Ok(EnvironmentParts {
+//!     fn parts(&self) -> uniagent_envs::Result<RolloutParts> {
+//!         Ok(RolloutParts {
 //!             tools: vec![Arc::new(Finish)],
 //!             reward: Some(Arc::new(EchoReward { case_sensitive: self.case_sensitive })),
 //!             sandboxes: None,
@@ -74,8 +74,11 @@ use async_trait::async_trait;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use uniagent_core::agent::LoopConfig;
-use uniagent_core::runner::SandboxFactory;
-use uniagent_core::{RewardSpec, Task, Tool};
+use uniagent_core::{Task, Tool};
+
+/// What an environment hands the runner (and the training pipeline's rollouts): the one bundle
+/// every rollout path assembles its runner from.
+pub use uniagent_core::runner::RolloutParts;
 
 pub use command::CommandEnvironment;
 pub use file_lookup::{FileLookup, FileQuestion};
@@ -89,32 +92,6 @@ pub use swe::Swe;
 use crate::config::ConfigDoc;
 use crate::dataset::GenerateConfig;
 use crate::error::{EnvError, Result};
-
-/// What an environment hands the runner (and the training pipeline's rollouts).
-#[derive(Clone)]
-pub struct EnvironmentParts {
-    /// The tools offered to the model.
-    pub tools: Vec<Arc<dyn Tool>>,
-    /// How finished trajectories are scored.
-    pub reward: Option<Arc<dyn RewardSpec>>,
-    /// Each rollout's sandbox (setup included); `None` when the tools need none.
-    pub sandboxes: Option<Arc<dyn SandboxFactory>>,
-}
-
-impl Debug for EnvironmentParts {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let names: Vec<String> = self
-            .tools
-            .iter()
-            .map(|t| t.spec().name().to_owned())
-            .collect();
-        f.debug_struct("EnvironmentParts")
-            .field("tools", &names)
-            .field("reward", &self.reward)
-            .field("sandboxes", &self.sandboxes.is_some())
-            .finish()
-    }
-}
 
 /// The tools of a shell task: `execute_bash` with `bash_timeout`, the file editor when
 /// `editor`, and `finish` (the `command` and `harbor` environments).
@@ -154,7 +131,7 @@ pub trait Environment: Send + Sync + Debug {
     fn configure_loop(&self, _config: &mut LoopConfig) {}
 
     /// The tools, reward and sandbox factory.
-    fn parts(&self) -> Result<EnvironmentParts>;
+    fn parts(&self) -> Result<RolloutParts>;
 
     /// What a correct agent writes at turn `turn` (0-based) of `task`: the demonstrations of
     /// the SFT warm start of `uniagent train`, run through the real loop, sandbox and reward

@@ -11,7 +11,7 @@ use uniagent_rewards::{AnswerMatch, AnswerMetric};
 use uniagent_tools::search::{Bm25Builder, Bm25Index};
 use uniagent_tools::{Finish, SearchTool};
 
-use super::{Environment, EnvironmentParts, EnvironmentSettings};
+use super::{Environment, EnvironmentSettings, RolloutParts};
 use crate::config::resolve;
 use crate::error::{EnvError, Result};
 
@@ -80,10 +80,10 @@ impl Environment for SearchQa {
         }
     }
 
-    fn parts(&self) -> Result<EnvironmentParts> {
+    fn parts(&self) -> Result<RolloutParts> {
         let mut search = SearchTool::new(Arc::clone(&self.index));
         search.default_top_k = self.settings.top_k.max(1);
-        Ok(EnvironmentParts {
+        Ok(RolloutParts {
             tools: vec![Arc::new(search), Arc::new(Finish)],
             reward: Some(Arc::new(
                 AnswerMatch::new(self.settings.metric).with_field("golden_answers"),

@@ -21,9 +21,7 @@ use uniagent_rewards::{LogFormat, TestsReward};
 use uniagent_sandboxes::{DeploymentConfig, DockerConfig};
 use uniagent_tools::{ExecuteBash, StrReplaceEditor, Submit, ToolboxConfig};
 
-use super::{
-    Environment, EnvironmentParts, EnvironmentSettings, SandboxSettings, TemplatedSandboxes,
-};
+use super::{Environment, EnvironmentSettings, RolloutParts, SandboxSettings, TemplatedSandboxes};
 use crate::error::Result;
 
 /// Where `swe` runs the tests that score a rollout.
@@ -214,7 +212,7 @@ impl Environment for Swe {
         }
     }
 
-    fn parts(&self) -> Result<EnvironmentParts> {
+    fn parts(&self) -> Result<RolloutParts> {
         let toolbox = ToolboxConfig {
             binary: self.settings.toolbox_binary.clone(),
             ..ToolboxConfig::default()
@@ -246,7 +244,7 @@ impl Environment for Swe {
                 Arc::new(fresh)
             }
         };
-        Ok(EnvironmentParts {
+        Ok(RolloutParts {
             tools: vec![
                 Arc::new(ExecuteBash {
                     timeout: self.settings.bash_timeout,

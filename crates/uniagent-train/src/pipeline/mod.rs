@@ -22,6 +22,7 @@
 //! use std::sync::Arc;
 //! use uniagent_core::agent::LoopConfig;
 //! use uniagent_core::codec::Codec;
+//! use uniagent_core::runner::RolloutParts;
 //! use uniagent_core::{Deployment, RewardSpec, Task, Tool};
 //! use uniagent_train::model::{ModelDtype, Qwen2ForCausalLM};
 //! use uniagent_train::pipeline::{Demonstrator, Pipeline, PipelineConfig, RolloutSpec, TaskSource};
@@ -36,10 +37,10 @@
 //! let codec = Arc::new(Codec::from_dir(dir)?);
 //! let policy = Qwen2ForCausalLM::load(dir, tch::Device::Cpu, ModelDtype::F32)?;
 //! let spec = RolloutSpec {
-//!     tools,
-//!     reward,
+//!     parts: RolloutParts::new(tools)
+//!         .with_reward(reward)
+//!         .with_sandboxes(Arc::new(new_sandbox)),
 //!     loop_config: LoopConfig::default(),
-//!     sandboxes: Some(Arc::new(new_sandbox)),
 //!     codec: codec.clone(),
 //!     progress: None,
 //!     environment: "my-tasks".into(),

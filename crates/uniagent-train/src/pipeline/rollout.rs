@@ -7,35 +7,27 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use uniagent_core::agent::{
-    AgentInteraction, CancellationToken, LoopConfig, TokenChatModel, Trajectory,
-};
+use uniagent_core::agent::{CancellationToken, LoopConfig, TokenChatModel, Trajectory};
 use uniagent_core::codec::Codec;
 use uniagent_core::runner::{
-    ProgressEvent, RolloutPhase, RolloutSource, Runner, RunnerConfig, SandboxFactory,
+    ProgressEvent, RolloutParts, RolloutPhase, RolloutSource, RunnerConfig,
 };
 use uniagent_core::telemetry::RunLabels;
-use uniagent_core::{
-    Error, FinishReason, GenerateOutput, GenerateRequest, Result, RewardSpec, Task, TokenGenerator,
-    Tool,
-};
+use uniagent_core::{Error, FinishReason, GenerateOutput, GenerateRequest, Result, TokenGenerator};
 
 /// Called on every finished rollout (progress bars); keep it cheap.
 pub type RolloutProgress = Arc<dyn Fn(&ProgressEvent) + Send + Sync>;
 
-/// The environment and agent of a run: exactly what a [`Runner`] takes, plus the policy's
-/// codec (tokenizer and chat template).
+/// The environment and agent of a run: the environment's [`RolloutParts`] (which must score
+/// episodes: training needs a reward) and the loop, plus the policy's codec (tokenizer and
+/// chat template).
 #[derive(Clone)]
 pub struct RolloutSpec {
-    /// The agent's tools.
-    pub tools: Vec<Arc<dyn Tool>>,
-    /// Scores each episode while its sandbox is up.
-    pub reward: Arc<dyn RewardSpec>,
+    /// The agent's tools, the reward and a fresh sandbox per rollout.
+    pub parts: RolloutParts,
     /// The loop (turns, sampling, length limits, mask policy). RL overrides the temperature;
     /// evaluation is greedy.
     pub loop_config: LoopConfig,
-    /// A fresh sandbox per rollout (`None`: the tools and reward need none).
-    pub sandboxes: Option<Arc<dyn SandboxFactory>>,
     /// The policy's tokenizer and chat template.
     pub codec: Arc<Codec>,
     /// Reports rollouts as they start and finish, if set.
@@ -47,15 +39,7 @@ pub struct RolloutSpec {
 impl std::fmt::Debug for RolloutSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RolloutSpec")
-            .field(
-                "tools",
-                &self
-                    .tools
-                    .iter()
-                    .map(|t| t.spec().name().to_owned())
-                    .collect::<Vec<_>>(),
-            )
-            .field("reward", &self.reward.name())
+            .field("parts", &self.parts)
             .field("loop_config", &self.loop_config)
             .field("environment", &self.environment)
             .finish_non_exhaustive()
@@ -72,8 +56,8 @@ impl uniagent_core::runner::TrajectorySink for Collect {
     }
 }
 
-/// Our own loop as a rollout source: every rollout runs [`AgentInteraction`] through
-/// `Runner`, with a fresh sandbox per rollout.
+/// Our own loop as a rollout source: every rollout runs the agent loop through the runner that
+/// [`RolloutParts::runner`] assembles, with a fresh sandbox per rollout.
 #[async_trait]
 impl RolloutSource for RolloutSpec {
     fn codec(&self) -> &Arc<Codec> {
@@ -85,24 +69,24 @@ impl RolloutSource for RolloutSpec {
         generator: Arc<dyn TokenGenerator>,
         phase: RolloutPhase,
     ) -> Result<Vec<Trajectory>> {
+        if self.parts.reward.is_none() {
+            return Err(Error::invalid_input(format!(
+                "environment `{}` has no reward: nothing to train on",
+                self.environment
+            )));
+        }
         let mut config = self.loop_config.clone();
         config.sampling.temperature = phase.temperature;
         let model = TokenChatModel::new(generator, self.codec.clone(), config.limits);
-        let agent = AgentInteraction::new(Arc::new(model), self.tools.clone(), config)?
-            .with_reward(self.reward.clone());
-        let mut runner = Runner::new(
-            agent,
-            RunnerConfig {
-                samples_per_task: phase.samples,
-                max_concurrent_rollouts: phase.concurrency,
-                max_concurrent_sandbox_starts: phase.concurrency,
-                ..RunnerConfig::default()
-            },
-        )?
-        .with_labels(RunLabels::new(&self.environment, phase.label));
-        if let Some(factory) = self.sandboxes.clone() {
-            runner = runner.with_sandboxes(move |task: &Task| factory.create(task));
-        }
+        let agent = self.parts.agent(Arc::new(model), config)?;
+        let runner_config = RunnerConfig {
+            samples_per_task: phase.samples,
+            max_concurrent_rollouts: phase.concurrency,
+            max_concurrent_sandbox_starts: phase.concurrency,
+            ..RunnerConfig::default()
+        };
+        let labels = RunLabels::new(&self.environment, phase.label);
+        let mut runner = self.parts.runner(agent, runner_config, labels)?;
         if let Some(progress) = self.progress.clone() {
             runner = runner.with_progress(move |e| progress(e));
         }

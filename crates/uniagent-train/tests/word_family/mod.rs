@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use serde_json::json;
 use uniagent_core::agent::LoopConfig;
 use uniagent_core::codec::Codec;
+use uniagent_core::runner::RolloutParts;
 use uniagent_core::{
     EpisodeSignal, LengthLimits, Message, Result, RewardContext, RewardOutcome, RewardSpec,
     SamplingParams, Task,
@@ -76,8 +77,8 @@ pub fn codec_and_policy(seed: i64) -> (Arc<Codec>, Qwen2ForCausalLM) {
 /// The rollout side: one turn, `finish` only, no sandbox.
 pub fn spec(codec: Arc<Codec>) -> RolloutSpec {
     RolloutSpec {
-        tools: vec![Arc::new(uniagent_tools::Finish)],
-        reward: Arc::new(SameWord),
+        parts: RolloutParts::new(vec![Arc::new(uniagent_tools::Finish)])
+            .with_reward(Arc::new(SameWord)),
         loop_config: LoopConfig {
             max_turns: 1,
             sampling: SamplingParams {
@@ -91,7 +92,6 @@ pub fn spec(codec: Arc<Codec>) -> RolloutSpec {
             create_session: false,
             ..LoopConfig::default()
         },
-        sandboxes: None,
         codec,
         progress: None,
         environment: "word-family".into(),
