@@ -73,8 +73,8 @@ impl Transport {
     /// met a server that had closed that connection (see [`super::pooled`]); it is resent at
     /// once, under the same `X-Request-ID`, a few times at most. Only at once: a server that
     /// died with the request could not have restarted yet, so a refused resend ends the attempt
-    /// with the original, non-retryable error instead of waiting for a restart that would run
-    /// the command a second time.
+    /// with the original error, which [`Transport::call`] does not retry for a command, instead
+    /// of waiting for a restart that would run the command a second time.
     pub(crate) async fn exchange(
         &self,
         method: Method,
