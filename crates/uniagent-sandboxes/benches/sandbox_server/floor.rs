@@ -9,7 +9,7 @@ use std::time::Instant;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
-use super::{stats, Figures};
+use super::{stats, time_each, Figures};
 
 const MARKER: &str = "__uniagent_floor_end__";
 
@@ -72,6 +72,7 @@ impl PipeShell {
 /// each).
 pub async fn measure(n: usize, sessions: usize, per: usize) -> Result<Figures, String> {
     let mut shell = PipeShell::start()?;
+    // A plain loop: each call borrows the shell mutably, which `time_each`'s closure cannot lend.
     let mut samples = Vec::with_capacity(n);
     for _ in 0..n {
         let t = Instant::now();
@@ -82,22 +83,19 @@ pub async fn measure(n: usize, sessions: usize, per: usize) -> Result<Figures, S
         }
     }
     let session_echo = stats(samples);
-
-    let mut samples = Vec::with_capacity(n);
-    for _ in 0..n {
-        let t = Instant::now();
+    let execute_echo = time_each(n, || async {
         let out = Command::new("/bin/sh")
             .args(["-c", "echo hi"])
             .stdin(Stdio::null())
             .output()
             .await
             .map_err(|e| format!("cannot spawn /bin/sh: {e}"))?;
-        samples.push(t.elapsed().as_secs_f64() * 1e3);
         if out.stdout != b"hi\n" {
             return Err(format!("floor: wrong execute output {:?}", out.stdout));
         }
-    }
-    let execute_echo = stats(samples);
+        Ok(())
+    })
+    .await?;
 
     let mut shells = (0..sessions)
         .map(|_| PipeShell::start())

@@ -143,6 +143,32 @@ fn sizes(quick: bool) -> (usize, usize, usize) {
     }
 }
 
+/// Runs `call` `n` times, one after another; the median and p95 of its latency in ms.
+async fn time_each<F, Fut>(n: usize, mut call: F) -> Result<(f64, f64), String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        call().await?;
+        samples.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(stats(samples))
+}
+
+/// `GET /is_alive`, its whole answer read.
+async fn get_is_alive(client: &reqwest::Client, url: &str) -> Result<(), String> {
+    let answer = client
+        .get(format!("{url}/is_alive"))
+        .header("X-API-Key", TOKEN)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    answer.bytes().await.map(drop).map_err(|e| e.to_string())
+}
+
 fn stats(mut ms: Vec<f64>) -> (f64, f64) {
     ms.sort_by(f64::total_cmp);
     if ms.is_empty() {
@@ -178,42 +204,22 @@ async fn measure(
         json!({"session_type": "bash", "session": "main"}),
     )
     .await?;
-    let mut samples = Vec::new();
-    for _ in 0..n {
-        let t = Instant::now();
+    let session_echo = time_each(n, || async {
         let out = post(client, url, "/run_in_session", echo("main")).await?;
-        samples.push(t.elapsed().as_secs_f64() * 1e3);
         if out["output"] != "hi\n" {
             return Err(format!("{}: wrong output {out}", server.name));
         }
-    }
-    let session_echo = stats(samples);
-    let mut samples = Vec::new();
-    for _ in 0..n {
-        let t = Instant::now();
-        let alive = client
-            .get(format!("{url}/is_alive"))
-            .header("X-API-Key", TOKEN)
-            .send()
+        Ok(())
+    })
+    .await?;
+    let is_alive = time_each(n, || get_is_alive(client, url)).await?;
+    let execute = json!({"command": "echo hi", "shell": true, "timeout": 10});
+    let execute_echo = time_each(n, || async {
+        post(client, url, "/execute", execute.clone())
             .await
-            .map_err(|e| e.to_string())?;
-        alive.bytes().await.map_err(|e| e.to_string())?;
-        samples.push(t.elapsed().as_secs_f64() * 1e3);
-    }
-    let is_alive = stats(samples);
-    let mut samples = Vec::new();
-    for _ in 0..n {
-        let t = Instant::now();
-        post(
-            client,
-            url,
-            "/execute",
-            json!({"command": "echo hi", "shell": true, "timeout": 10}),
-        )
-        .await?;
-        samples.push(t.elapsed().as_secs_f64() * 1e3);
-    }
-    let execute_echo = stats(samples);
+            .map(drop)
+    })
+    .await?;
 
     for i in 0..sessions {
         post(
@@ -268,12 +274,7 @@ async fn measure(
     tokio::time::sleep(Duration::from_millis(300)).await;
     let alive = async {
         let t = Instant::now();
-        client
-            .get(format!("{url}/is_alive"))
-            .header("X-API-Key", TOKEN)
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
+        get_is_alive(client, url).await?;
         Ok::<f64, String>(t.elapsed().as_secs_f64() * 1e3)
     };
     let other = async {
