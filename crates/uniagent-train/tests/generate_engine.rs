@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use tch::{Kind, Tensor};
 use uniagent_core::{FinishReason, GenerateRequest, SamplingParams, TokenGenerator};
-use uniagent_train::generate::{generate_batch, DecodeBatch, EngineConfig, LogprobKind, TchEngine};
+use uniagent_train::generate::{
+    generate_batch, score_token, DecodeBatch, EngineConfig, LogprobKind, TchEngine,
+};
 
 fn chat_prompt() -> Vec<u32> {
     common::ids_of(&common::reference()["sequences"][0]["input_ids"])
@@ -365,6 +367,80 @@ fn rows_joining_a_running_batch_decode_as_they_would_alone() {
     assert_as_alone(&model, &requests, &done);
     let expected: u64 = done.iter().map(|(_, o)| o.token_ids.len() as u64).sum();
     assert_eq!(batch.tokens_sampled(), expected);
+}
+
+/// With batch-invariant logprobs on, a request's logprobs are the same bits whatever it was
+/// decoded beside (alone, or joining a running batch of longer and shorter prompts), for both
+/// kinds, and they are the scores of one lone forward pass over its sequence.
+#[test]
+fn batch_invariant_logprobs_do_not_depend_on_the_company() {
+    let model = common::tiny_model();
+    let target = GenerateRequest::new(vec![151644, 872, 198, 9707], sampled(21), 10);
+    let company = [
+        GenerateRequest::new(chat_prompt(), sampled(22), 14),
+        GenerateRequest::new(vec![9707], SamplingParams::greedy(), 5),
+    ];
+    for kind in [LogprobKind::Raw, LogprobKind::Processed] {
+        let decode = |others: &[GenerateRequest]| {
+            let mut batch = DecodeBatch::new(kind).batch_invariant_logprobs(true);
+            let mut done = Vec::new();
+            for (i, other) in others.iter().enumerate() {
+                let tagged = vec![(i + 1, other.clone())];
+                done.extend(batch.admit(&model, tagged, None, &|_| false).unwrap());
+                done.extend(batch.step(&model, &|_| false).unwrap());
+            }
+            let tagged = vec![(0, target.clone())];
+            done.extend(batch.admit(&model, tagged, None, &|_| false).unwrap());
+            while !batch.is_empty() {
+                done.extend(batch.step(&model, &|_| false).unwrap());
+            }
+            done.into_iter().find(|(i, _)| *i == 0).unwrap().1
+        };
+        let alone = decode(&[]);
+        let beside = decode(&company);
+        assert_eq!(alone.token_ids, beside.token_ids, "{kind:?}");
+        let bits = |o: &uniagent_core::GenerateOutput| {
+            o.logprobs
+                .as_ref()
+                .unwrap()
+                .iter()
+                .map(|l| l.to_bits())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(bits(&alone), bits(&beside), "{kind:?}");
+
+        // The scores of a lone pass over the prompt and every token but the last.
+        let tokens = &alone.token_ids;
+        let ids: Vec<i64> = target
+            .prompt_ids
+            .iter()
+            .chain(&tokens[..tokens.len() - 1])
+            .map(|&t| i64::from(t))
+            .collect();
+        // (The response is shorter than one rescoring chunk: one projection of its positions.)
+        let first = (target.prompt_ids.len() - 1) as i64;
+        let logits = tch::no_grad(|| {
+            let input = Tensor::from_slice(&ids).unsqueeze(0);
+            let hidden = model.hidden_states(&input, None, None, None).unwrap();
+            model.logits(&hidden.narrow(1, first, tokens.len() as i64))
+        })
+        .get(0)
+        .to_kind(Kind::Float);
+        for (k, &token) in tokens.iter().enumerate() {
+            let row = logits.get(k as i64);
+            let row = Vec::<f32>::try_from(row.contiguous()).unwrap();
+            let scored = score_token(&row, &target.sampling, token).unwrap();
+            let want = match kind {
+                LogprobKind::Raw => scored.logprob,
+                LogprobKind::Processed => scored.processed_logprob,
+            };
+            assert_eq!(
+                alone.logprobs.as_ref().unwrap()[k].to_bits(),
+                want.to_bits(),
+                "{kind:?}, token {k}"
+            );
+        }
+    }
 }
 
 /// A short request sent while a long one is being decoded is answered after its own tokens,

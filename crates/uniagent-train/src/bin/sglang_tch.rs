@@ -120,6 +120,7 @@ async fn serve(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             } else {
                 LogprobKind::Raw
             },
+            ..EngineConfig::default()
         },
     );
     let server = Arc::new(Server {

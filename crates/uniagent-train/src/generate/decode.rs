@@ -5,7 +5,7 @@ use tch::{Kind, Tensor};
 use uniagent_core::{Error, FinishReason, GenerateOutput, GenerateRequest, Result};
 
 use super::batch::LogprobKind;
-use super::sampler::sample_token;
+use super::sampler::{sample_token, score_token};
 use crate::model::{KvCache, Qwen2ForCausalLM};
 
 /// One request being decoded.
@@ -19,6 +19,9 @@ struct Running<T> {
     logprobs: Vec<f32>,
     weight_version: Option<u64>,
     prompt_len: usize,
+    /// The prompt, kept only to rescore the row alone when it ends (batch-invariant
+    /// logprobs); empty otherwise.
+    prompt: Vec<u32>,
 }
 
 impl<T> Running<T> {
@@ -71,7 +74,10 @@ impl<T> From<Rejected<T>> for Error {
 ///
 /// Each row samples with its own generator (seeded by `sampling.seed`), so a seeded request
 /// gives the same tokens whenever it joins and whatever it runs beside, up to float rounding of
-/// padded batches.
+/// padded batches. The logprobs carry that rounding too, unless
+/// [`batch_invariant_logprobs`](Self::batch_invariant_logprobs) is on: then each row's
+/// logprobs are recomputed, when it ends, by a forward pass of its sequence alone, so they are
+/// the same bits whatever it was decoded beside.
 ///
 /// ```no_run
 /// # fn demo(model: &uniagent_train::model::Qwen2ForCausalLM) -> uniagent_core::Result<()> {
@@ -94,6 +100,11 @@ pub struct DecodeBatch<T> {
     kind: LogprobKind,
     state: Option<State<T>>,
     sampled: u64,
+    /// Rescore each row alone when it ends.
+    rescore: bool,
+    /// Rows that ended in a step whose rescoring failed: their callers are told through
+    /// [`abandon`](Self::abandon).
+    orphans: Vec<T>,
 }
 
 impl<T> std::fmt::Debug for DecodeBatch<T> {
@@ -113,7 +124,24 @@ impl<T> DecodeBatch<T> {
             kind,
             state: None,
             sampled: 0,
+            rescore: false,
+            orphans: Vec::new(),
         }
+    }
+
+    /// Makes the reported logprobs independent of batching: when a row ends, its logprobs are
+    /// recomputed by one forward pass over its prompt and tokens alone (batch of one, no
+    /// padding, no cache) and scored with [`score_token`](super::score_token). The cost is one
+    /// prefill-sized pass per request. The sampled tokens are still drawn from the batched
+    /// logits; in the rare case where the lone pass puts a drawn token outside the truncated
+    /// set (a top-p boundary within rounding), that token keeps the logprob it was drawn with.
+    ///
+    /// What it is for: a run whose schedule is fixed (`rl.async.deterministic`) and whose loss
+    /// reads the engine's logprobs (rollout correction) trains on the same bits whatever the
+    /// clock made of the decode batches.
+    pub fn batch_invariant_logprobs(mut self, on: bool) -> Self {
+        self.rescore = on;
+        self
     }
 
     /// Rows being decoded.
@@ -137,12 +165,13 @@ impl<T> DecodeBatch<T> {
     }
 
     /// Removes every running row, returning their tags (after a failed pass, whose callers
-    /// must be told).
+    /// must be told), with those of rows that ended in a step whose rescoring failed.
     pub fn abandon(&mut self) -> Vec<T> {
-        self.state
-            .take()
-            .map(|s| s.rows.into_iter().map(|r| r.tag).collect())
-            .unwrap_or_default()
+        let mut tags = std::mem::take(&mut self.orphans);
+        if let Some(state) = self.state.take() {
+            tags.extend(state.rows.into_iter().map(|r| r.tag));
+        }
+        tags
     }
 
     /// Prefills `requests` (validated against `model`) together and samples their first
@@ -150,8 +179,8 @@ impl<T> DecodeBatch<T> {
     /// gone per `cancelled`) are returned, the others join the running batch. Outputs report
     /// `weight_version`.
     ///
-    /// Errors: a failed prefill, with the tags of all of `requests` (none joined); the
-    /// running rows are left as they were.
+    /// Errors: a failed prefill (or rescoring), with the tags of all of `requests` (none
+    /// joined); the running rows are left as they were.
     pub fn admit(
         &mut self,
         model: &Qwen2ForCausalLM,
@@ -179,8 +208,14 @@ impl<T> DecodeBatch<T> {
                 logprobs: Vec::new(),
                 weight_version,
                 prompt_len: request.prompt_ids.len(),
+                prompt: if self.rescore {
+                    request.prompt_ids.clone()
+                } else {
+                    Vec::new()
+                },
             };
             if request.max_new_tokens == 0 {
+                // Nothing sampled, nothing to rescore.
                 done.push(row.finish(FinishReason::Length));
             } else {
                 joining.push(row);
@@ -228,7 +263,18 @@ impl<T> DecodeBatch<T> {
             mask,
         };
         let ended = self.sample(&mut fresh, &flat, model, cancelled);
-        done.extend(ended);
+        match self.finish(model, ended) {
+            Ok(finished) => done.extend(finished),
+            Err((error, ended)) => {
+                let tags = done
+                    .into_iter()
+                    .map(|(tag, _)| tag)
+                    .chain(ended)
+                    .chain(fresh.rows.into_iter().map(|r| r.tag))
+                    .collect();
+                return Err(Rejected { error, tags });
+            }
+        }
         if fresh.rows.is_empty() {
             return Ok(done);
         }
@@ -241,8 +287,8 @@ impl<T> DecodeBatch<T> {
 
     /// Decodes one token for every running row; returns the rows that ended with it.
     ///
-    /// Errors: a failed forward pass; the batch's rows are then in an unknown state and should
-    /// be [`abandon`](Self::abandon)ed.
+    /// Errors: a failed forward pass (or rescoring); the batch's rows are then in an unknown
+    /// state and should be [`abandon`](Self::abandon)ed.
     pub fn step(
         &mut self,
         model: &Qwen2ForCausalLM,
@@ -286,22 +332,48 @@ impl<T> DecodeBatch<T> {
             last_logits(model, &hidden)
         })?;
         state.mask = mask;
-        let done = self.sample(&mut state, &flat, model, cancelled);
+        let ended = self.sample(&mut state, &flat, model, cancelled);
         if !state.rows.is_empty() {
             self.state = Some(state);
         }
-        Ok(done)
+        self.finish(model, ended).map_err(|(error, tags)| {
+            self.orphans.extend(tags);
+            error
+        })
+    }
+
+    /// The outputs of the rows that ended, rescored alone first when that is on. Errors: a
+    /// failed rescoring, with the tags of every row that ended.
+    #[allow(clippy::type_complexity)]
+    fn finish(
+        &self,
+        model: &Qwen2ForCausalLM,
+        mut ended: Vec<(Running<T>, FinishReason)>,
+    ) -> std::result::Result<Vec<(T, GenerateOutput)>, (Error, Vec<T>)> {
+        if self.rescore {
+            let failed = ended
+                .iter_mut()
+                .map(|(row, _)| rescore(model, row, self.kind))
+                .find_map(Result::err);
+            if let Some(error) = failed {
+                return Err((error, ended.into_iter().map(|(row, _)| row.tag).collect()));
+            }
+        }
+        Ok(ended
+            .into_iter()
+            .map(|(row, why)| row.finish(why))
+            .collect())
     }
 
     /// Samples every row's next token from `flat` (`[rows * vocab]` logits), removes the rows
-    /// that end, and trims padding no remaining row needs.
+    /// that end (returned with why), and trims padding no remaining row needs.
     fn sample(
         &mut self,
         state: &mut State<T>,
         flat: &[f32],
         model: &Qwen2ForCausalLM,
         cancelled: &dyn Fn(&T) -> bool,
-    ) -> Vec<(T, GenerateOutput)> {
+    ) -> Vec<(Running<T>, FinishReason)> {
         let vocab = model.config().vocab_size;
         let mut keep = Vec::with_capacity(state.rows.len());
         let mut ended = Vec::new();
@@ -330,7 +402,7 @@ impl<T> DecodeBatch<T> {
         let mut kept = Vec::with_capacity(keep.len());
         for (slot, row) in std::mem::take(&mut state.rows).into_iter().enumerate() {
             match reasons.next_if(|(s, _)| *s == slot) {
-                Some((_, reason)) => done.push(row.finish(reason)),
+                Some((_, reason)) => done.push((row, reason)),
                 None => kept.push(row),
             }
         }
@@ -343,6 +415,54 @@ impl<T> DecodeBatch<T> {
         }
         done
     }
+}
+
+/// Positions whose logits one rescoring step brings to the CPU at once (bounds the memory of a
+/// long response over a large vocabulary).
+const RESCORE_CHUNK: usize = 64;
+
+/// Replaces `row`'s logprobs by those of a forward pass over its prompt and tokens alone.
+fn rescore<T>(model: &Qwen2ForCausalLM, row: &mut Running<T>, kind: LogprobKind) -> Result<()> {
+    let n = row.tokens.len();
+    if n == 0 {
+        return Ok(());
+    }
+    // The last sampled token predicts nothing that was kept: it is not fed.
+    let ids: Vec<i64> = row
+        .prompt
+        .iter()
+        .chain(&row.tokens[..n - 1])
+        .map(|&t| i64::from(t))
+        .collect();
+    let input = Tensor::from_slice(&ids)
+        .view([1, ids.len() as i64])
+        .to_device(model.device());
+    let vocab = model.config().vocab_size;
+    // Position `prompt_len - 1 + i` predicts token `i`.
+    let first = row.prompt.len() - 1;
+    tch::no_grad(|| -> Result<()> {
+        let hidden = model.hidden_states(&input, None, None, None)?;
+        for start in (0..n).step_by(RESCORE_CHUNK) {
+            let len = RESCORE_CHUNK.min(n - start);
+            let logits = model
+                .logits(&hidden.narrow(1, (first + start) as i64, len as i64))
+                .to_kind(Kind::Float)
+                .to_device(tch::Device::Cpu)
+                .contiguous();
+            let flat = Vec::<f32>::try_from(logits.view([-1]))
+                .map_err(crate::model::tch_error("reading rescored logits"))?;
+            for (j, logits) in flat.chunks_exact(vocab).enumerate() {
+                let i = start + j;
+                if let Some(scored) = score_token(logits, &row.sampling, row.tokens[i]) {
+                    row.logprobs[i] = match kind {
+                        LogprobKind::Raw => scored.logprob,
+                        LogprobKind::Processed => scored.processed_logprob,
+                    };
+                }
+            }
+        }
+        Ok(())
+    })
 }
 
 /// The last position's logits of every row, as float32 on the CPU, flattened.

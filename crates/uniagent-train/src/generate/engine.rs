@@ -19,6 +19,10 @@ pub struct EngineConfig {
     pub max_batch_size: usize,
     /// Which logprobs the outputs carry (raw by default).
     pub logprobs: LogprobKind,
+    /// Recompute each request's logprobs alone when it ends, so they do not depend on what it
+    /// was batched with (see [`DecodeBatch::batch_invariant_logprobs`]); off by default (it
+    /// costs one prefill-sized pass per request).
+    pub batch_invariant_logprobs: bool,
 }
 
 impl Default for EngineConfig {
@@ -26,6 +30,7 @@ impl Default for EngineConfig {
         Self {
             max_batch_size: 64,
             logprobs: LogprobKind::Raw,
+            batch_invariant_logprobs: false,
         }
     }
 }
@@ -121,6 +126,7 @@ impl TchEngine {
             updates: Arc::clone(&updates),
             max_batch: config.max_batch_size.max(1),
             kind: config.logprobs,
+            batch_invariant: config.batch_invariant_logprobs,
         };
         std::thread::spawn(move || {
             worker.run(jobs);
@@ -201,6 +207,7 @@ struct Worker {
     updates: Arc<AtomicUsize>,
     max_batch: usize,
     kind: LogprobKind,
+    batch_invariant: bool,
 }
 
 /// How often a worker that let go of the model checks whether the weight updates are done.
@@ -221,7 +228,8 @@ impl Worker {
                     .send(Err(Error::internal("engine model lock poisoned")));
                 continue;
             };
-            let mut batch = DecodeBatch::new(self.kind);
+            let mut batch =
+                DecodeBatch::new(self.kind).batch_invariant_logprobs(self.batch_invariant);
             let mut waiting = vec![first];
             loop {
                 // Admission between steps: queued jobs join while there is room and no weight

@@ -10,4 +10,4 @@ mod sampler;
 pub use batch::{generate_batch, generate_batch_with, LogprobKind};
 pub use decode::{DecodeBatch, Rejected};
 pub use engine::{EngineConfig, TchEngine};
-pub use sampler::{sample_token, Sampled};
+pub use sampler::{sample_token, score_token, Sampled};

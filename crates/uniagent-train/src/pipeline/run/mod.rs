@@ -9,7 +9,7 @@ use uniagent_core::runner::RolloutSource;
 use uniagent_core::{Error, Result, Task, TokenGenerator};
 
 use super::checkpoint::{self, RunCheckpoint};
-use super::config::{parse_device, PipelineConfig};
+use super::config::{parse_device, Mode, PipelineConfig};
 use super::emulation::EmulatedDevice;
 use super::metrics::{Records, Summary};
 use super::rollout::Seeded;
@@ -174,6 +174,10 @@ impl Pipeline {
                         } else {
                             LogprobKind::Processed
                         },
+                        // A fixed schedule trains on the same bits only if the engine's
+                        // logprobs do not depend on the clock-made decode batches.
+                        batch_invariant_logprobs: matches!(config.rl.mode, Mode::Async)
+                            && config.rl.r#async.deterministic,
                     },
                 ));
                 let generator: Arc<dyn TokenGenerator> = engine.clone();
