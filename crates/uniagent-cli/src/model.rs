@@ -12,8 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use uniagent_core::cassette::{RecordGenerator, Recorder};
+use uniagent_core::cassette::Recorder;
 use uniagent_core::codec::Codec;
+use uniagent_core::layer::{Layer, With};
 use uniagent_core::parsers::ToolCallFormat;
 use uniagent_core::{ChatModel, GenerateOutput, GenerateRequest, LengthLimits, TokenGenerator};
 use uniagent_models::{
@@ -152,12 +153,6 @@ impl ModelConfig {
     /// error.
     pub fn build_recording(&self, recorder: Option<&Arc<Recorder>>) -> Result<BuiltModel> {
         let bad = |e: uniagent_core::Error| CliError::config("model", self.backend(), e);
-        let record = |g: Arc<dyn TokenGenerator>| -> Arc<dyn TokenGenerator> {
-            match recorder {
-                Some(r) => Arc::new(RecordGenerator::new(g, Arc::clone(r))),
-                None => g,
-            }
-        };
         match self {
             Self::Openai(_) if recorder.is_some() => Err(CliError::config(
                 "model",
@@ -166,21 +161,20 @@ impl ModelConfig {
             )),
             Self::Openai(c) => Ok((Arc::new(OpenAiChatModel::new(c).map_err(bad)?), None)),
             Self::Vllm(c) | Self::Sglang(c) => {
-                let generator: Arc<dyn TokenGenerator> = match self {
+                let server: Arc<dyn TokenGenerator> = match self {
                     Self::Vllm(_) => Arc::new(VllmGenerator::new(&c.http).map_err(bad)?),
                     _ => Arc::new(SglangGenerator::new(&c.http).map_err(bad)?),
                 };
                 let codec = self.codec()?;
                 let log = Arc::new(VersionLog::default());
-                let generator: Arc<dyn TokenGenerator> = Arc::new(Versioned {
-                    inner: record(generator),
-                    log: Arc::clone(&log),
-                });
+                let generator = server
+                    .with(&recorder)
+                    .with(&LogVersions(Arc::clone(&log)));
                 let model =
                     uniagent_core::agent::TokenChatModel::new(generator, Arc::new(codec), c.limits);
                 Ok((Arc::new(model), Some(log)))
             }
-            Self::Tch(c) => build_tch(c, &record),
+            Self::Tch(c) => build_tch(c, recorder),
             Self::Verl(_) => Err(CliError::config(
                 "model",
                 "type",
@@ -257,12 +251,9 @@ impl ModelConfig {
 /// The `tch` backend: the policy directory served in-process by the training crate's engine
 /// (GPU when libtorch sees one), each request seeded from `seed`, the rollout and its length.
 #[cfg(feature = "tch")]
-fn build_tch(
-    c: &TchConfig,
-    record: &dyn Fn(Arc<dyn TokenGenerator>) -> Arc<dyn TokenGenerator>,
-) -> Result<BuiltModel> {
+fn build_tch(c: &TchConfig, recorder: Option<&Arc<Recorder>>) -> Result<BuiltModel> {
     use uniagent_train::generate::{EngineConfig, TchEngine};
-    use uniagent_train::pipeline::Seeded;
+    use uniagent_train::pipeline::Seeding;
 
     let Some(dir) = &c.dir else {
         return Err(CliError::preflight(
@@ -274,20 +265,18 @@ fn build_tch(
         .map_err(|e| CliError::preflight(format!("model.dir {}: {e}", dir.display())))?;
     let engine = TchEngine::new(policy, EngineConfig::default());
     let log = Arc::new(VersionLog::default());
-    let generator: Arc<dyn TokenGenerator> = Arc::new(Versioned {
-        // Recorded inside the seeding, so that cassettes hold each request's seed.
-        inner: Arc::new(Seeded::new(record(Arc::new(engine)), c.seed)),
-        log: Arc::clone(&log),
-    });
+    let engine: Arc<dyn TokenGenerator> = Arc::new(engine);
+    // Recorded inside the seeding, so that cassettes hold each request's seed.
+    let generator = engine
+        .with(&recorder)
+        .with(&Seeding(c.seed))
+        .with(&LogVersions(Arc::clone(&log)));
     let model = uniagent_core::agent::TokenChatModel::new(generator, Arc::new(codec), c.limits);
     Ok((Arc::new(model), Some(log)))
 }
 
 #[cfg(not(feature = "tch"))]
-fn build_tch(
-    c: &TchConfig,
-    _record: &dyn Fn(Arc<dyn TokenGenerator>) -> Arc<dyn TokenGenerator>,
-) -> Result<BuiltModel> {
+fn build_tch(c: &TchConfig, _recorder: Option<&Arc<Recorder>>) -> Result<BuiltModel> {
     Err(CliError::preflight(format!(
         "model type `tch` (dir {}) needs libtorch, which this build of uniagent does not include: rebuild with `--features tch`",
         c.dir.as_ref().map_or_else(|| "unset".into(), |d| d.display().to_string())
@@ -321,11 +310,24 @@ impl VersionLog {
     }
 }
 
-/// A generator that logs the weight version of what it samples.
+/// A generator that logs the weight version of what it samples (put on by [`LogVersions`]).
 #[derive(Debug)]
-pub(crate) struct Versioned {
-    pub(crate) inner: Arc<dyn TokenGenerator>,
-    pub(crate) log: Arc<VersionLog>,
+struct Versioned {
+    inner: Arc<dyn TokenGenerator>,
+    log: Arc<VersionLog>,
+}
+
+/// The [`Layer`] that logs the weight version of every sampled token into its log.
+#[derive(Debug, Clone)]
+pub(crate) struct LogVersions(pub(crate) Arc<VersionLog>);
+
+impl Layer<Arc<dyn TokenGenerator>> for LogVersions {
+    fn wrap(&self, inner: Arc<dyn TokenGenerator>) -> Arc<dyn TokenGenerator> {
+        Arc::new(Versioned {
+            inner,
+            log: Arc::clone(&self.0),
+        })
+    }
 }
 
 #[async_trait::async_trait]

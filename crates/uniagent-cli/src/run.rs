@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use uniagent_core::agent::{CancellationToken, ExitReason, LoopConfig};
-use uniagent_core::cassette::{RecordTool, Recorder};
+use uniagent_core::cassette::Recorder;
+use uniagent_core::layer::With;
 use uniagent_core::runner::{ProgressEvent, Runner, RunnerConfig};
 use uniagent_core::telemetry::RunLabels;
 use uniagent_core::{ChatModel, Task};
@@ -109,7 +110,7 @@ pub fn prepare(
 
 /// Reads and checks the config (with `options`' overrides and concurrency) and builds the
 /// environment it names; reads no tasks.
-pub fn configure(
+pub(crate) fn configure(
     config: &Path,
     options: &RunOptions,
     registry: &EnvironmentRegistry,
@@ -137,7 +138,7 @@ pub fn configure(
 /// The tasks of the config's `tasks:` section (a dataset file, or tasks the environment
 /// generates), at most `limit`, checked against the environment; `None` when the section names
 /// neither.
-pub fn config_tasks(
+pub(crate) fn config_tasks(
     doc: &ConfigDoc,
     run: &RunConfig,
     environment: &dyn Environment,
@@ -163,18 +164,18 @@ pub fn config_tasks(
 
 /// Which rollouts still have to run.
 #[derive(Debug, Default, PartialEq)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// Tasks none of whose samples finished: run with every sample.
-    pub full: Vec<Task>,
+    pub(crate) full: Vec<Task>,
     /// Tasks with some samples finished: the missing sample indices.
-    pub partial: Vec<(Task, Vec<u32>)>,
+    pub(crate) partial: Vec<(Task, Vec<u32>)>,
     /// Rollouts already finished.
-    pub done: usize,
+    pub(crate) done: usize,
 }
 
 impl Plan {
     /// The plan for `tasks` × `samples` given the finished pairs.
-    pub fn new(tasks: &[Task], samples: u32, finished: &BTreeSet<(String, u32)>) -> Self {
+    pub(crate) fn new(tasks: &[Task], samples: u32, finished: &BTreeSet<(String, u32)>) -> Self {
         let mut plan = Plan::default();
         for task in tasks {
             let missing: Vec<u32> = (0..samples)
@@ -191,7 +192,7 @@ impl Plan {
     }
 
     /// Rollouts to run.
-    pub fn remaining(&self, samples: u32) -> usize {
+    pub(crate) fn remaining(&self, samples: u32) -> usize {
         self.full.len() * samples as usize
             + self.partial.iter().map(|(_, m)| m.len()).sum::<usize>()
     }
@@ -234,7 +235,7 @@ pub async fn execute(
 
     let mut parts = prepared.environment.parts()?;
     if let Some(recorder) = &recorder {
-        parts.tools = RecordTool::wrap_all(&parts.tools, recorder);
+        parts.tools = parts.tools.into_iter().map(|t| t.with(recorder)).collect();
     }
     let agent = parts
         .agent(Arc::clone(&model), prepared.loop_config())

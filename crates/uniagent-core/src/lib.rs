@@ -10,6 +10,7 @@ pub mod config;
 mod error;
 pub mod formats;
 mod generator;
+pub mod layer;
 mod message;
 mod model;
 pub mod openai;

@@ -15,10 +15,11 @@ use common::codec;
 use serde_json::{json, Value};
 use uniagent_core::agent::{CancellationToken, ExitReason, LoopConfig, TokenChatModel, Trajectory};
 use uniagent_core::cassette::{
-    replay, Cassette, Divergence, RecordGenerator, RecordTool, Recorder, ReplaySetup, Step,
-    ToolMode, ToolOutcome,
+    replay, Cassette, Divergence, RecordGenerator, Recorder, ReplaySetup, Step, ToolMode,
+    ToolOutcome,
 };
 use uniagent_core::codec::Codec;
+use uniagent_core::layer::With;
 use uniagent_core::runner::{Runner, RunnerConfig};
 use uniagent_core::testing::{cassette_violations, RecordingTool};
 use uniagent_core::{
@@ -98,7 +99,10 @@ async fn record(counting: bool) -> (HashMap<String, Cassette>, Vec<Trajectory>) 
     });
     let generator = RecordGenerator::new(policy, Arc::clone(&recorder));
     let model = TokenChatModel::new(Arc::new(generator), codec, LengthLimits::default());
-    let tools = RecordTool::wrap_all(&tools(counting), &recorder);
+    let tools = tools(counting)
+        .into_iter()
+        .map(|tool| tool.with(&recorder))
+        .collect();
     let agent = AgentInteraction::new(Arc::new(model), tools, loop_config()).unwrap();
     let specs = agent.tool_specs().to_vec();
     let runner = Runner::new(

@@ -16,14 +16,13 @@ use serde_json::json;
 use uniagent_core::agent::{
     AgentInteraction, ExitReason, LoopConfig, RolloutControl, TokenChatModel,
 };
-use uniagent_core::cassette::{
-    replay, Cassette, RecordGenerator, RecordTool, Recorder, ReplaySetup, ToolMode,
-};
+use uniagent_core::cassette::{replay, Cassette, RecordGenerator, Recorder, ReplaySetup, ToolMode};
 use uniagent_core::codec::{messages_to_json, tools_to_json, ChatInput, Codec};
+use uniagent_core::layer::With;
 use uniagent_core::testing::{
     RecordingTool, ScriptedTokenGenerator, ScriptedTurn, SCRIPTED_LOGPROB,
 };
-use uniagent_core::{LengthLimits, Message, Task, ToolCall, ToolOutput, ToolSpec};
+use uniagent_core::{LengthLimits, Message, Task, Tool, ToolCall, ToolOutput, ToolSpec};
 
 fn echo_spec() -> ToolSpec {
     ToolSpec::function(
@@ -96,7 +95,8 @@ async fn run_episode(
         format_error_budget: 100,
         ..LoopConfig::default()
     };
-    let tools = RecordTool::wrap_all(&[Arc::new(echo)], &recorder);
+    let echo: Arc<dyn Tool> = Arc::new(echo);
+    let tools = vec![echo.with(&recorder)];
     let agent = AgentInteraction::new(Arc::new(model), tools, cfg.clone()).unwrap();
     let mut messages = vec![Message::user("Echo some things.")];
     if with_system {

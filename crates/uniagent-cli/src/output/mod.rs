@@ -20,7 +20,10 @@ use uniagent_core::formats::trajectories;
 use uniagent_core::runner::TrajectorySink;
 
 pub use cassettes::{CassetteFile, CassetteRun};
-pub use summary::{count_by, summarize, RunSummary};
+#[cfg(feature = "tch")]
+pub(crate) use summary::count_by;
+pub(crate) use summary::summarize;
+pub use summary::RunSummary;
 
 use crate::error::{CliError, Result};
 use crate::model::VersionLog;

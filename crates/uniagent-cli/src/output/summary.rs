@@ -34,7 +34,7 @@ pub struct RunSummary {
 }
 
 /// Reads `trajectories` and counts (all zero when the file is not there yet).
-pub fn summarize(trajectories: &Path, tasks: usize, wall_time: f64) -> Result<RunSummary> {
+pub(crate) fn summarize(trajectories: &Path, tasks: usize, wall_time: f64) -> Result<RunSummary> {
     let rows = match read_rows(trajectories) {
         Ok(rows) => rows,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
@@ -67,7 +67,7 @@ pub fn summarize(trajectories: &Path, tasks: usize, wall_time: f64) -> Result<Ru
 }
 
 /// Rows per value of `key`.
-pub fn count_by<'a>(
+pub(crate) fn count_by<'a>(
     rows: &'a [TrajRow],
     key: impl Fn(&'a TrajRow) -> &'a str,
 ) -> BTreeMap<String, u64> {

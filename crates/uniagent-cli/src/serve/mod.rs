@@ -17,6 +17,7 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 use uniagent_core::agent::{CancellationToken, ExitReason, LoopConfig, TokenChatModel, Trajectory};
 use uniagent_core::codec::Codec;
+use uniagent_core::layer::With;
 use uniagent_core::runner::{RolloutPhase, RolloutSource, RunnerConfig};
 use uniagent_core::telemetry::RunLabels;
 use uniagent_core::{LengthLimits, RetryConfig, Task, TokenGenerator, ToolSpec};
@@ -30,7 +31,7 @@ pub use routes::router;
 use crate::config::{harness_gateway, RolloutSection};
 use crate::env::{Environment, EnvironmentRegistry, RolloutParts};
 use crate::error::{CliError, Result};
-use crate::model::{ModelConfig, VersionLog, Versioned};
+use crate::model::{LogVersions, ModelConfig, VersionLog};
 use crate::run::{config_tasks, configure, RunOptions};
 
 /// Settings of the service besides its config file.
@@ -352,10 +353,8 @@ impl RolloutService {
             .map_err(|e| BadRequest::new("bridge_url", e.to_string()))?,
         );
         let log = Arc::new(VersionLog::default());
-        let versioned: Arc<dyn TokenGenerator> = Arc::new(Versioned {
-            inner: Arc::clone(&generator) as Arc<dyn TokenGenerator>,
-            log: Arc::clone(&log),
-        });
+        let bridge: Arc<dyn TokenGenerator> = Arc::clone(&generator) as _;
+        let versioned = bridge.with(&LogVersions(Arc::clone(&log)));
         Ok(Bridge {
             generator,
             versioned,

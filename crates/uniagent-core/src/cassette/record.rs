@@ -11,6 +11,7 @@ use super::{Cassette, RecordedTrajectory, Step, ToolOutcome, CASSETTE_VERSION};
 use crate::agent::{LoopConfig, Trajectory};
 use crate::error::Result;
 use crate::generator::{GenerateOutput, GenerateRequest, TokenGenerator};
+use crate::layer::Layer;
 use crate::message::ToolSpec;
 use crate::task::Task;
 use crate::tool::{Tool, ToolContext, ToolOutput};
@@ -167,13 +168,20 @@ impl RecordTool {
     pub fn new(inner: Arc<dyn Tool>, recorder: Arc<Recorder>) -> Self {
         Self { inner, recorder }
     }
+}
 
-    /// Wraps every tool of `tools`.
-    pub fn wrap_all(tools: &[Arc<dyn Tool>], recorder: &Arc<Recorder>) -> Vec<Arc<dyn Tool>> {
-        tools
-            .iter()
-            .map(|t| Arc::new(Self::new(Arc::clone(t), Arc::clone(recorder))) as Arc<dyn Tool>)
-            .collect()
+/// A recorder is the recording [`Layer`]: a generator or a tool put under it
+/// (`generator.with(&recorder)`) is a [`RecordGenerator`] or a [`RecordTool`] recording into
+/// it.
+impl Layer<Arc<dyn TokenGenerator>> for Arc<Recorder> {
+    fn wrap(&self, inner: Arc<dyn TokenGenerator>) -> Arc<dyn TokenGenerator> {
+        Arc::new(RecordGenerator::new(inner, Arc::clone(self)))
+    }
+}
+
+impl Layer<Arc<dyn Tool>> for Arc<Recorder> {
+    fn wrap(&self, inner: Arc<dyn Tool>) -> Arc<dyn Tool> {
+        Arc::new(RecordTool::new(inner, Arc::clone(self)))
     }
 }
 

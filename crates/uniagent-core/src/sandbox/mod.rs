@@ -8,4 +8,4 @@ mod setup;
 pub use deployment::{Capabilities, Deployment, DeploymentExt};
 pub use protocol::*;
 pub use quote::shell_quote;
-pub use setup::SetupSandbox;
+pub use setup::{Setup, SetupSandbox};

@@ -1,4 +1,5 @@
-//! [`SetupSandbox`]: a sandbox whose start also prepares the task's workspace.
+//! [`SetupSandbox`]: a sandbox whose start also prepares the task's workspace, and [`Setup`],
+//! the layer that puts it on.
 
 use std::time::Duration;
 
@@ -7,6 +8,7 @@ use async_trait::async_trait;
 use super::deployment::{Capabilities, Deployment, DeploymentExt};
 use super::protocol::*;
 use crate::error::{Error, Result};
+use crate::layer::Layer;
 
 /// Bytes of a failed setup command's output kept in the error.
 const ERROR_DETAIL_BYTES: usize = 2000;
@@ -55,6 +57,56 @@ impl SetupSandbox {
             commands: commands.into_iter().map(Into::into).collect(),
             timeout,
         }
+    }
+}
+
+/// The [`Layer`] that prepares a sandbox with setup commands when it starts
+/// ([`SetupSandbox`]); without commands it leaves the sandbox as it is.
+///
+/// ```
+/// # #[cfg(feature = "test-utils")]
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> uniagent_core::Result<()> {
+/// use std::time::Duration;
+///
+/// use uniagent_core::layer::With;
+/// use uniagent_core::sandbox::{Deployment, Setup};
+/// use uniagent_core::testing::ScriptedDeployment;
+///
+/// let inner = ScriptedDeployment::new().on_command("make", "", 0);
+/// let setup = Setup::new(["make"], Duration::from_secs(60));
+/// let sandbox: Box<dyn Deployment> = Box::new(inner.clone());
+/// sandbox.with(&setup).start().await?;
+/// assert!(inner.log().contains(&"execute: make".to_owned()));
+/// # Ok(()) }
+/// # #[cfg(not(feature = "test-utils"))] fn main() {}
+/// ```
+#[derive(Debug, Clone)]
+pub struct Setup {
+    commands: Vec<String>,
+    timeout: Duration,
+}
+
+impl Setup {
+    /// `commands` (in order, each within `timeout`) when the sandbox starts.
+    pub fn new(commands: impl IntoIterator<Item = impl Into<String>>, timeout: Duration) -> Self {
+        Self {
+            commands: commands.into_iter().map(Into::into).collect(),
+            timeout,
+        }
+    }
+}
+
+impl Layer<Box<dyn Deployment>> for Setup {
+    fn wrap(&self, inner: Box<dyn Deployment>) -> Box<dyn Deployment> {
+        if self.commands.is_empty() {
+            return inner;
+        }
+        Box::new(SetupSandbox::new(
+            inner,
+            self.commands.clone(),
+            self.timeout,
+        ))
     }
 }
 

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use uniagent_core::layer::With;
 use uniagent_core::runner::SandboxFactory;
-use uniagent_core::sandbox::SetupSandbox;
+use uniagent_core::sandbox::Setup;
 use uniagent_core::{Deployment, Error, Task};
 use uniagent_sandboxes::{DeploymentConfig, SandboxLimits};
 
@@ -226,16 +227,8 @@ impl TemplatedSandboxes {
 impl SandboxFactory for TemplatedSandboxes {
     fn create(&self, task: &Task) -> uniagent_core::Result<Box<dyn Deployment>> {
         let config = self.config_for(task).map_err(Error::invalid_input)?;
-        let inner = config.build()?;
-        let setup = self.setup_for(task)?;
-        if setup.is_empty() {
-            return Ok(inner);
-        }
-        Ok(Box::new(SetupSandbox::new(
-            inner,
-            setup,
-            self.settings.setup_timeout,
-        )))
+        let setup = Setup::new(self.setup_for(task)?, self.settings.setup_timeout);
+        Ok(config.build()?.with(&setup))
     }
 }
 

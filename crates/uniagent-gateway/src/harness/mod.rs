@@ -33,6 +33,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use uniagent_core::agent::{ExitReason, Trajectory};
 use uniagent_core::codec::Codec;
+use uniagent_core::layer::{Layer, With};
 use uniagent_core::runner::{RolloutPhase, RolloutSource};
 use uniagent_core::{
     Error as CoreError, GenerateOutput, GenerateRequest, Result as CoreResult, TokenGenerator,
@@ -108,10 +109,7 @@ impl RolloutSource for HarnessRollouts {
             concurrency,
             ..
         } = phase;
-        let generator: Arc<dyn TokenGenerator> = Arc::new(PhaseSampling {
-            inner: generator,
-            temperature,
-        });
+        let generator = generator.with(&PhaseTemperature(temperature));
         let gateway = Arc::new(
             Gateway::with_shared_codec(self.codec.clone(), generator, self.gateway.clone())
                 .map_err(|e| CoreError::invalid_input(e.to_string()))?,
@@ -175,11 +173,23 @@ impl RolloutSource for HarnessRollouts {
     }
 }
 
-/// The phase's sampling in place of the harness's.
+/// The phase's sampling in place of the harness's (put on by [`PhaseTemperature`]).
 #[derive(Debug)]
 struct PhaseSampling {
     inner: Arc<dyn TokenGenerator>,
     temperature: f64,
+}
+
+/// The [`Layer`] that samples every request at the phase's temperature, untruncated.
+struct PhaseTemperature(f64);
+
+impl Layer<Arc<dyn TokenGenerator>> for PhaseTemperature {
+    fn wrap(&self, inner: Arc<dyn TokenGenerator>) -> Arc<dyn TokenGenerator> {
+        Arc::new(PhaseSampling {
+            inner,
+            temperature: self.0,
+        })
+    }
 }
 
 #[async_trait]

@@ -1,5 +1,6 @@
-//! [`EmulatedDevice`]: a generator layer that makes every generation call last as long as it
-//! would on a separate inference server, for measuring async RL on a machine where generation
+//! [`EmulatedDevice`]: a generator wrapper that makes every generation call last as long as it
+//! would on a separate inference server (put on by its settings, [`GenerationEmulation`], a
+//! [`Layer`]), for measuring async RL on a machine where generation
 //! and training share the same cores. An emulation for benchmarks, off by default
 //! (`generation_emulation` in [`PipelineConfig`](super::PipelineConfig)).
 //!
@@ -13,6 +14,9 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+use uniagent_core::layer::Layer;
 use uniagent_core::{Error, GenerateOutput, GenerateRequest, Result, TokenGenerator};
 
 /// How long a generation call takes on the emulated inference device.
@@ -52,6 +56,13 @@ impl GenerationEmulation {
             }
         }
         Ok(())
+    }
+}
+
+/// The emulated device is the [`Layer`] that puts it around a generator.
+impl Layer<Arc<dyn TokenGenerator>> for GenerationEmulation {
+    fn wrap(&self, inner: Arc<dyn TokenGenerator>) -> Arc<dyn TokenGenerator> {
+        Arc::new(EmulatedDevice::new(inner, *self))
     }
 }
 

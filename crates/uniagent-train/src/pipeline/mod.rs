@@ -90,7 +90,7 @@ pub use emulation::{EmulatedDevice, GenerationEmulation};
 pub use http_sync::{HttpSyncConfig, HttpWeightSync, ServerFlavour};
 pub use metrics::{ScheduledGroup, StepRecord, Summary};
 pub use plot::plot_learning_curve;
-pub use rollout::{Demonstrator, RolloutProgress, RolloutSpec, Script, Seeded};
+pub use rollout::{Demonstrator, RolloutProgress, RolloutSpec, Script, Seeded, Seeding};
 pub use run::{Evaluation, Pipeline, RlOutcome};
 pub use sft::SftOutcome;
 pub use tasks::{TaskCursor, TaskSource};

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use uniagent_core::agent::{CancellationToken, LoopConfig, TokenChatModel, Trajectory};
 use uniagent_core::codec::Codec;
+use uniagent_core::layer::Layer;
 use uniagent_core::runner::{
     ProgressEvent, RolloutParts, RolloutPhase, RolloutSource, RunnerConfig,
 };
@@ -101,7 +102,8 @@ impl RolloutSource for RolloutSpec {
 }
 
 /// Gives every request a seed derived from the run's seed, the rollout and its context
-/// length, so that a run is reproducible while the samples of one group differ.
+/// length, so that a run is reproducible while the samples of one group differ. Put on by the
+/// [`Seeding`] layer.
 #[derive(Debug)]
 pub struct Seeded<G> {
     inner: G,
@@ -112,6 +114,39 @@ impl<G> Seeded<G> {
     /// Wraps `inner`.
     pub fn new(inner: G, seed: u64) -> Self {
         Self { inner, seed }
+    }
+}
+
+/// The [`Layer`] that seeds a generator's requests from the run's seed ([`Seeded`]).
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use async_trait::async_trait;
+/// # use uniagent_core::{Error, GenerateOutput, GenerateRequest, Result, SamplingParams, TokenGenerator};
+/// # /// Fails with the seed it was asked to sample with.
+/// # #[derive(Debug)] struct SeedEcho;
+/// # #[async_trait] impl TokenGenerator for SeedEcho {
+/// #     fn name(&self) -> &str { "echo" }
+/// #     async fn generate(&self, r: GenerateRequest) -> Result<GenerateOutput> {
+/// #         Err(Error::internal(format!("seed {:?}", r.sampling.seed)))
+/// #     }
+/// # }
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use uniagent_core::layer::With;
+/// use uniagent_train::pipeline::Seeding;
+/// let engine: Arc<dyn TokenGenerator> = Arc::new(SeedEcho);
+/// let seeded = engine.with(&Seeding(7));
+/// let request = GenerateRequest::new(vec![1, 2], SamplingParams::default(), 4);
+/// let error = seeded.generate(request.with_session_id("r1")).await.unwrap_err();
+/// assert!(error.to_string().contains("seed Some("), "{error}");
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seeding(pub u64);
+
+impl Layer<Arc<dyn TokenGenerator>> for Seeding {
+    fn wrap(&self, inner: Arc<dyn TokenGenerator>) -> Arc<dyn TokenGenerator> {
+        Arc::new(Seeded::new(inner, self.0))
     }
 }
 

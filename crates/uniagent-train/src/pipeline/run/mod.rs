@@ -5,14 +5,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+use uniagent_core::layer::With;
 use uniagent_core::runner::RolloutSource;
 use uniagent_core::{Error, Result, Task, TokenGenerator};
 
 use super::checkpoint::{self, RunCheckpoint};
 use super::config::{parse_device, Mode, PipelineConfig};
-use super::emulation::EmulatedDevice;
 use super::metrics::{Records, Summary};
-use super::rollout::Seeded;
+use super::rollout::Seeding;
 use super::tasks::TaskSource;
 use super::weight_sync::WeightSync;
 use crate::generate::{EngineConfig, LogprobKind, TchEngine};
@@ -188,13 +188,11 @@ impl Pipeline {
         Ok(Self {
             records,
             out: out.to_path_buf(),
-            generator: match config.generation_emulation {
-                Some(device) => Arc::new(EmulatedDevice::new(
-                    Seeded::new(generator, config.seed),
-                    device,
-                )),
-                None => Arc::new(Seeded::new(generator, config.seed)),
-            },
+            // Requests seeded from the run's seed, then (benchmarks only) held to the emulated
+            // device's time.
+            generator: generator
+                .with(&Seeding(config.seed))
+                .with(&config.generation_emulation),
             config,
             spec: Arc::new(spec),
             policy: Some(policy),
