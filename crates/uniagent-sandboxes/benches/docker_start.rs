@@ -6,7 +6,10 @@
 //!
 //! Measures, on the sandbox image (`$UNIAGENT_DOCKER_IMAGE`, else
 //! `uniagent-sandbox-base:latest`):
-//! 1. `start()` to the first successful `execute`, 20 times one after another (median, p90);
+//! 1. `start()` to the first successful `execute`, 50 times one after another (median, p90);
+//!    next to Docker's own floor in the same run: a container of the same image that runs
+//!    `echo ok`, created, started and its output followed through the same daemon API
+//!    (what any backend pays before a command's output reaches the host);
 //! 2. 32 concurrent starts, each followed by an `execute` (wall time, per-sandbox median);
 //! 3. in the same run, as baselines: the `host` backend (the same server as a local process),
 //!    and SWE-ReX's own `DockerDeployment` (1.4.0) doing 1. and 2. on the same image, with the
@@ -31,7 +34,7 @@ mod common;
 
 use common::{block_on, start_to_first_command};
 
-const SEQUENTIAL: usize = 20;
+const SEQUENTIAL: usize = 50;
 const CONCURRENT: usize = 32;
 
 fn main() {
@@ -74,6 +77,82 @@ async fn sequential_docker(network: NetworkMode) -> (f64, f64) {
     stats(samples)
 }
 
+/// Docker's floor for one command in a fresh container: create a container of the image
+/// whose command is `echo ok`, start it and follow its output until the line arrives, through
+/// the same API client; removal is not timed (nor is `stop()` on our side).
+async fn sequential_floor(network: NetworkMode) -> (f64, f64) {
+    use bollard::models::{ContainerCreateBody, HostConfig as DockerHostConfig};
+    use bollard::query_parameters::{LogsOptionsBuilder, RemoveContainerOptionsBuilder};
+    use futures::StreamExt;
+
+    let docker = uniagent_sandboxes::docker::engine()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let image = config(network).image;
+    let network_mode = match network {
+        NetworkMode::None => "none",
+        _ => "bridge",
+    };
+    let mut samples = Vec::new();
+    for _ in 0..SEQUENTIAL {
+        let body = ContainerCreateBody {
+            image: Some(image.clone()),
+            cmd: Some(vec!["/bin/sh".into(), "-c".into(), "echo ok".into()]),
+            labels: Some(
+                [(
+                    uniagent_sandboxes::docker::LABEL_RUN_ID.to_owned(),
+                    run_id(),
+                )]
+                .into_iter()
+                .collect(),
+            ),
+            host_config: Some(DockerHostConfig {
+                network_mode: Some(network_mode.into()),
+                memory: Some(256 << 20),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let t0 = Instant::now();
+        let id = docker
+            .create_container(
+                None::<bollard::query_parameters::CreateContainerOptions>,
+                body,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("floor create: {e}"))
+            .id;
+        docker
+            .start_container(
+                &id,
+                None::<bollard::query_parameters::StartContainerOptions>,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("floor start: {e}"));
+        // Followed, not waited for: the output reaches the host before the container's exit
+        // (and, on a bridge, its network's teardown) is done.
+        let follow = LogsOptionsBuilder::new().follow(true).stdout(true).build();
+        let mut output = Vec::new();
+        let mut stream = std::pin::pin!(docker.logs(&id, Some(follow)));
+        while !output.ends_with(b"\n") {
+            let Some(chunk) = stream.next().await else {
+                break;
+            };
+            output.extend_from_slice(chunk.unwrap_or_else(|e| panic!("floor logs: {e}")).as_ref());
+        }
+        samples.push(t0.elapsed());
+        assert_eq!(output, b"ok\n", "the floor's container printed {output:?}");
+        docker
+            .remove_container(
+                &id,
+                Some(RemoveContainerOptionsBuilder::new().force(true).build()),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("floor remove: {e}"));
+    }
+    stats(samples)
+}
+
 async fn concurrent_docker() -> (f64, f64) {
     let sandboxes: Vec<DockerDeployment> = (0..CONCURRENT)
         .map(|_| DockerDeployment::new(config(NetworkMode::None)))
@@ -103,17 +182,19 @@ async fn run() {
         eprintln!("docker_start: no Docker daemon ({e}); nothing to measure");
         return;
     }
-    // Warm-up: the first start commits the payload image.
-    let warm = DockerDeployment::new(config(NetworkMode::None));
-    let first = start_to_first_command(&warm).await;
-    warm.stop().await.unwrap_or_else(|e| panic!("stop: {e}"));
-    println!(
-        "first start (commits the payload image): {:.0} ms",
-        first.as_secs_f64() * 1e3
-    );
+    // Warm-up: an image's first start in a process uploads the payload into its container, the
+    // second commits the payload image that every later start uses.
+    for what in ["uploads the payload", "commits the payload image"] {
+        let warm = DockerDeployment::new(config(NetworkMode::None));
+        let took = start_to_first_command(&warm).await;
+        warm.stop().await.unwrap_or_else(|e| panic!("stop: {e}"));
+        println!("warm-up start ({what}): {:.0} ms", took.as_secs_f64() * 1e3);
+    }
 
     let (iso_med, iso_p90) = sequential_docker(NetworkMode::None).await;
+    let (floor_iso_med, floor_iso_p90) = sequential_floor(NetworkMode::None).await;
     let (br_med, br_p90) = sequential_docker(NetworkMode::Bridge).await;
+    let (floor_br_med, floor_br_p90) = sequential_floor(NetworkMode::Bridge).await;
     let (host_med, host_p90) = sequential_host().await;
     let (wall, conc_med) = concurrent_docker().await;
     let swerex = tokio::task::spawn_blocking(swerex_baseline)
@@ -122,6 +203,8 @@ async fn run() {
     println!("start() -> first execute, {SEQUENTIAL} sequential starts:");
     println!("  docker network=none (exec relay) median {iso_med:7.1} ms  p90 {iso_p90:7.1} ms");
     println!("  docker network=bridge (published) median {br_med:7.1} ms  p90 {br_p90:7.1} ms");
+    println!("  Docker floor, network=none        median {floor_iso_med:7.1} ms  p90 {floor_iso_p90:7.1} ms  (ours/floor {:.2}x)", iso_med / floor_iso_med.max(f64::EPSILON));
+    println!("  Docker floor, network=bridge      median {floor_br_med:7.1} ms  p90 {floor_br_p90:7.1} ms  (ours/floor {:.2}x)", br_med / floor_br_med.max(f64::EPSILON));
     println!("  host backend (baseline)           median {host_med:7.1} ms  p90 {host_p90:7.1} ms");
     println!(
         "  docker/host ratio: {:.1}x",

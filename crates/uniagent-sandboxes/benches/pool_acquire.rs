@@ -35,7 +35,7 @@ mod common;
 
 use common::{block_on, start_to_first_command};
 
-const ROUNDS: usize = 15;
+const ROUNDS: usize = 50;
 const WARM: usize = 4;
 const CLIENTS: usize = 8;
 const WINDOW: Duration = Duration::from_secs(20);
