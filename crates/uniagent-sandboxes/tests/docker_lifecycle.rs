@@ -277,3 +277,94 @@ async fn relay_connections_share_one_multiplexer_and_the_relay_ends_with_the_dep
     )
     .await;
 }
+
+/// The payload images committed on top of `base_id`.
+async fn payload_images_of(base_id: &str) -> Vec<String> {
+    let docker = uniagent_sandboxes::docker::engine().await.unwrap();
+    let images = docker
+        .list_images(Some(bollard::query_parameters::ListImagesOptions {
+            filters: Some(std::collections::HashMap::from([(
+                "reference".to_owned(),
+                vec![format!("{}:*", uniagent_sandboxes::docker::PAYLOAD_REPO)],
+            )])),
+            ..Default::default()
+        }))
+        .await
+        .unwrap();
+    images
+        .into_iter()
+        .filter(|i| i.parent_id == base_id)
+        .map(|i| i.id)
+        .collect()
+}
+
+/// The first start of an image in a process uploads the payload into its own container (an
+/// image started once, as each SWE-bench instance's when grading, never pays for a commit);
+/// the second commits the payload image. A sandbox without a lifetime started from that image
+/// has no deadline: the image carries its build container's, which would make the sandbox look
+/// stale to a sweep ten minutes later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_start_of_an_image_uploads_the_payload_and_the_second_commits_it() {
+    deadline(
+        "the_first_start_of_an_image_uploads_the_payload_and_the_second_commits_it",
+        DEFAULT,
+        async {
+            let Some(mut config) = config_or_skip("payload").await else {
+                return;
+            };
+            // An image no other test starts: its own id, from a label.
+            let tag = format!("uniagent-test-payload:{:x}", fastrand::u64(..));
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(
+                dir.path().join("Dockerfile"),
+                format!(
+                    "FROM {}\nLABEL dev.uniagent.test-image={tag}\n",
+                    config.image
+                ),
+            )
+            .unwrap();
+            let built = std::process::Command::new("docker")
+                .args(["build", "-q", "-t", &tag])
+                .arg(dir.path())
+                .output()
+                .unwrap();
+            assert!(built.status.success(), "{built:?}");
+            let docker = uniagent_sandboxes::docker::engine().await.unwrap();
+            let base_id = docker.inspect_image(&tag).await.unwrap().id.unwrap();
+            config.image = tag.clone();
+
+            let first = DockerDeployment::new(config.clone());
+            first.start().await.unwrap();
+            let out = first.sh("echo ok", Duration::from_secs(10)).await.unwrap();
+            assert_eq!(out.stdout, "ok\n");
+            assert_eq!(
+                payload_images_of(&base_id).await.len(),
+                0,
+                "committed at once"
+            );
+            first.stop().await.unwrap();
+
+            config.lifetime = None;
+            let run = config.run_id.clone().unwrap();
+            let second = DockerDeployment::new(config.clone());
+            second.start().await.unwrap();
+            let out = second.sh("echo ok", Duration::from_secs(10)).await.unwrap();
+            assert_eq!(out.stdout, "ok\n");
+            let committed = payload_images_of(&base_id).await;
+            assert_eq!(committed.len(), 1, "the second start commits");
+            let managed = uniagent_sandboxes::docker::list_managed(&docker, Some(&run))
+                .await
+                .unwrap();
+            assert_eq!(managed.len(), 1);
+            assert_eq!(managed[0].deadline, None, "{:?}", managed[0]);
+            second.stop().await.unwrap();
+
+            for image in committed.iter().chain([&tag]) {
+                let _ = std::process::Command::new("docker")
+                    .args(["rmi", "-f", image])
+                    .output();
+            }
+        },
+    )
+    .await;
+}

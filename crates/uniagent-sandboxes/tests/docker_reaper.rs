@@ -178,15 +178,26 @@ async fn payload_images_of_rebuilt_or_deleted_binaries_are_pruned() {
             config.server_binary = Some(server.clone());
             config.toolbox_binary = None;
 
-            let first = DockerDeployment::new(config.clone());
-            first.start().await.unwrap();
-            first.stop().await.unwrap();
+            // A payload's first start uploads it into its container; the second commits it.
+            for _ in 0..2 {
+                let sandbox = DockerDeployment::new(config.clone());
+                sandbox.start().await.unwrap();
+                sandbox.stop().await.unwrap();
+            }
             let old = payload_images_of(&server).await;
             assert_eq!(old.len(), 1, "{old:?}");
 
             let mut bytes = std::fs::read(&server).unwrap();
             bytes.extend_from_slice(b"rebuilt");
             std::fs::write(&server, bytes).unwrap();
+            let first = DockerDeployment::new(config.clone());
+            first.start().await.unwrap();
+            first.stop().await.unwrap();
+            assert_eq!(
+                payload_images_of(&server).await,
+                old,
+                "the rebuilt payload's first start commits and prunes nothing"
+            );
             let second = DockerDeployment::new(config);
             second.start().await.unwrap();
             let now = payload_images_of(&server).await;

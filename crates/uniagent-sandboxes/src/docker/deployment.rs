@@ -21,6 +21,7 @@ use crate::lifecycle::{close_sessions, not_running, Phase};
 /// images are large, but a daemon that stops answering does not hang a start for ever.
 const PULL_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 use super::guard::ContainerGuard;
+use super::image::PayloadSource;
 use super::relay::Relay;
 use super::spec::{Reach, SERVER_PORT};
 use super::startup::{free_loopback_port, server_url, start_slots, wait_ready};
@@ -92,11 +93,13 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Creates the container `name` from `body` and starts it; returns its id.
+/// Creates the container `name` from `body`, copies `upload` into it when given, and starts
+/// it; returns its id.
 async fn create_and_start(
     docker: &Docker,
     name: &str,
     body: bollard::models::ContainerCreateBody,
+    upload: Option<&Payload>,
     image: &str,
 ) -> Result<String> {
     engine::count_call();
@@ -110,6 +113,9 @@ async fn create_and_start(
         )
         .await
         .map_err(|e| docker_error(&format!("creating a container from `{image}`"), e))?;
+    if let Some(payload) = upload {
+        image::upload_payload(docker, &created.id, payload).await?;
+    }
     engine::count_call();
     docker
         .start_container(
@@ -213,13 +219,18 @@ impl DockerDeployment {
             config.server_binary.as_deref(),
             config.toolbox_binary.as_deref(),
         )?;
-        let image = image::payload_image(
+        let source = image::payload_source(
             &docker,
             &base_id,
             &payload,
+            config.read_only_root,
             labels::container_labels(&run_id, Some(reaper::now_unix() + 600)),
         )
         .await?;
+        let image = match &source {
+            PayloadSource::Image(tag) => tag.clone(),
+            PayloadSource::Upload => base_id.clone(),
+        };
         let reach = spec::reach_for(config.network, free_loopback_port);
         if let Reach::HostPort(0) = reach {
             return Err(sandbox_error("cannot find a free loopback port"));
@@ -246,7 +257,8 @@ impl DockerDeployment {
         });
         // Armed before the request: a cancelled or failed start removes whatever was created.
         let container = ContainerGuard::new(name.clone());
-        let created = create_and_start(&docker, &name, body, &config.image).await?;
+        let upload = (source == PayloadSource::Upload).then_some(&payload);
+        let created = create_and_start(&docker, &name, body, upload, &config.image).await?;
         let (url, relay) = match reach {
             Reach::Relay => {
                 let relay = Relay::start(docker.clone(), created.clone(), SERVER_PORT).await?;

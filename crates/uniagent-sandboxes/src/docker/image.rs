@@ -1,12 +1,15 @@
 //! The image a sandbox starts from: the configured image with the payload (server, toolbox)
 //! added as one committed layer.
 //!
-//! The payload is uploaded through the Docker API (a tar archive, no bind mounts) into a
+//! The payload is uploaded through the Docker API (a tar archive, no bind mounts). The first
+//! sandbox a process starts from an image gets it uploaded into its own container before it
+//! starts (tens of milliseconds): an image used once, as each SWE-bench instance's is when
+//! grading, never pays for a commit. From the second start on, the payload goes into a
 //! created, never started container, which is committed as `uniagent-sandbox-payload:<key>`,
 //! the key hashing the base image id and the payload files' paths, sizes and modification
 //! times. Every later sandbox of that image starts from the committed image, so 64 starts copy
-//! the binaries once instead of 64 times, and a read-only root needs no writable place for
-//! them.
+//! the binaries twice instead of 64 times. A read-only root cannot be uploaded into: it always
+//! starts from the committed image.
 //!
 //! Each payload image records which files it was built from (labels [`LABEL_PAYLOAD_FILES`] and
 //! [`LABEL_PAYLOAD_STAMP`]). Once those files change (a rebuilt binary) or disappear, nobody can
@@ -41,6 +44,66 @@ pub const LABEL_PAYLOAD_STAMP: &str = "dev.uniagent.payload-stamp";
 /// Serializes commits in this process.
 static BUILDING: Mutex<()> = Mutex::const_new(());
 
+/// Payload keys this process has started a container for without a committed image.
+static UPLOADED_ONCE: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+
+/// Where a new container gets the payload from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PayloadSource {
+    /// A committed payload image: the container starts from it.
+    Image(String),
+    /// Nothing committed yet: the container starts from the base image and the payload is
+    /// uploaded into it before it starts.
+    Upload,
+}
+
+/// Where a container of `base_id` gets `payload` from: the committed image when it exists;
+/// else, the first time this process starts that image (and the root is writable), an upload
+/// into the container; else the image, committed now.
+///
+/// Committing costs seconds, worth it only for an image that starts again: the sandboxes of a
+/// rollout run share a few images, while grading SWE-bench starts each instance's image once.
+/// So the first start uploads (tens of milliseconds) and the second commits.
+pub(crate) async fn payload_source(
+    docker: &Docker,
+    base_id: &str,
+    payload: &Payload,
+    read_only_root: bool,
+    labels: HashMap<String, String>,
+) -> Result<PayloadSource> {
+    let key = cache_key(base_id, payload)?;
+    if !read_only_root && !image_exists(docker, &payload_tag(key)).await? {
+        let mut uploaded = UPLOADED_ONCE.lock().unwrap_or_else(|e| e.into_inner());
+        if !uploaded.contains(&key) {
+            uploaded.push(key);
+            return Ok(PayloadSource::Upload);
+        }
+    }
+    payload_image(docker, base_id, payload, labels)
+        .await
+        .map(PayloadSource::Image)
+}
+
+/// Copies `payload` into the created, not yet started container `name`.
+pub(crate) async fn upload_payload(docker: &Docker, name: &str, payload: &Payload) -> Result<()> {
+    super::engine::count_call();
+    docker
+        .upload_to_container(
+            name,
+            Some(UploadToContainerOptions {
+                path: "/".into(),
+                ..Default::default()
+            }),
+            bollard::body_full(payload.archive()?.into()),
+        )
+        .await
+        .map_err(|e| docker_error("copying the sandbox server into the container", e))
+}
+
+fn payload_tag(key: u64) -> String {
+    format!("{PAYLOAD_REPO}:{key:016x}")
+}
+
 /// The tag of `base_id` + `payload`, committed when missing.
 ///
 /// The tag is looked up on every start rather than remembered: another process may have pruned
@@ -52,8 +115,7 @@ pub(crate) async fn payload_image(
     payload: &Payload,
     labels: HashMap<String, String>,
 ) -> Result<String> {
-    let key = cache_key(base_id, payload)?;
-    let tag = format!("{PAYLOAD_REPO}:{key:016x}");
+    let tag = payload_tag(cache_key(base_id, payload)?);
     if image_exists(docker, &tag).await? {
         return Ok(tag);
     }
@@ -124,18 +186,7 @@ async fn commit(
         )
         .await
         .map_err(|e| docker_error("creating the payload build container", e))?;
-    super::engine::count_call();
-    docker
-        .upload_to_container(
-            &name,
-            Some(UploadToContainerOptions {
-                path: "/".into(),
-                ..Default::default()
-            }),
-            bollard::body_full(payload.archive()?.into()),
-        )
-        .await
-        .map_err(|e| docker_error("copying the sandbox server into the image", e))?;
+    upload_payload(docker, &name, payload).await?;
     let (repo, tag_part) = tag.split_once(':').unwrap_or((tag, "latest"));
     super::engine::count_call();
     docker

@@ -15,17 +15,22 @@ pub(crate) use crate::owner::random_hex;
 pub use crate::owner::{run_id, Owner, RUN_ID_ENV};
 
 /// The labels of a new container.
+///
+/// Without a deadline the label is still set, empty (no deadline to a sweep): a container
+/// inherits its image's labels, and a committed payload image carries the deadline of the
+/// short-lived container it was built in, which would make a live sandbox without a lifetime
+/// look stale ten minutes after that build.
 pub(crate) fn container_labels(
     run_id: &str,
     deadline_unix: Option<u64>,
 ) -> HashMap<String, String> {
-    let mut labels = HashMap::from([
+    HashMap::from([
         (LABEL_MANAGED.to_owned(), "true".to_owned()),
         (LABEL_RUN_ID.to_owned(), run_id.to_owned()),
         (LABEL_OWNER.to_owned(), Owner::current().label()),
-    ]);
-    if let Some(deadline) = deadline_unix {
-        labels.insert(LABEL_DEADLINE.to_owned(), deadline.to_string());
-    }
-    labels
+        (
+            LABEL_DEADLINE.to_owned(),
+            deadline_unix.map(|d| d.to_string()).unwrap_or_default(),
+        ),
+    ])
 }

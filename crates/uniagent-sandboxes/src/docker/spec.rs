@@ -34,7 +34,8 @@ pub(crate) enum Reach {
 /// Everything [`container_body`] needs besides the configuration.
 pub(crate) struct Launch<'a> {
     pub config: &'a DockerConfig,
-    /// The image to start (the configured one with the payload committed in).
+    /// The image to start: the configured one with the payload committed in, or the configured
+    /// one itself when the payload is uploaded into the container before it starts.
     pub image: String,
     pub token: &'a str,
     pub labels: HashMap<String, String>,
