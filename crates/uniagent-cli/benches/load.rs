@@ -156,6 +156,51 @@ fn watch_sandboxes(mark: String, stop: Arc<Mutex<bool>>) -> std::thread::JoinHan
     })
 }
 
+/// How the CLI run's rollouts ended, and where their time went (each line's `timings`, in
+/// seconds: median, p90 and max over the rollouts); the sandboxes' peak RSS per rollout.
+fn where_the_time_goes(trajectories: &std::path::Path, sandbox_rss_kib: u64, n: usize) {
+    let text = std::fs::read_to_string(trajectories).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut endings = std::collections::BTreeMap::<String, usize>::new();
+    for line in &lines {
+        let reason = line["exit_reason"].as_str().unwrap_or("?").to_owned();
+        *endings.entry(reason).or_default() += 1;
+    }
+    println!("  endings: {endings:?}");
+    println!("  where a rollout's time goes (s): median / p90 / max");
+    for key in [
+        "sandbox_start",
+        "model",
+        "tools",
+        "reward",
+        "sandbox_stop",
+        "total",
+    ] {
+        let mut values: Vec<f64> = lines
+            .iter()
+            .filter_map(|l| l["timings"][key].as_f64())
+            .collect();
+        if values.is_empty() {
+            continue;
+        }
+        values.sort_by(f64::total_cmp);
+        let at = |q: f64| values[((values.len() - 1) as f64 * q).round() as usize];
+        println!(
+            "    {key:<13} {:>8.2} {:>8.2} {:>8.2}",
+            at(0.5),
+            at(0.9),
+            at(1.0)
+        );
+    }
+    println!(
+        "  sandbox RSS at the peak per rollout: {:.1} MiB",
+        sandbox_rss_kib as f64 / 1024.0 / n as f64
+    );
+}
+
 fn raise_fd_limit() {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
@@ -267,6 +312,7 @@ runner:\n  max_concurrent_rollouts: {n}\n  max_concurrent_model_calls: {n}\n  ma
         kib_of(&status, "VmHWM:") as f64 / 1024.0,
         kib_of(&status, "VmRSS:") as f64 / 1024.0
     );
+    where_the_time_goes(&dir.path().join("out/trajectories.jsonl"), cli_rss, n);
     assert_eq!(summary.rollouts as usize, n);
     assert_eq!(cli_peak, n, "not every rollout was in the loop at once");
     let left = uniagent_sandboxes::host::marked_processes(&format!("UNIAGENT_LOAD_MARK={mark}"));
