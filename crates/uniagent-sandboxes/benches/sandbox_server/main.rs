@@ -4,7 +4,7 @@
 //!   request as SWE-ReX's `RemoteRuntime` does;
 //! - **against the floor** ([`floor`]): our server driven over keep-alive connections, as our
 //!   `RemoteRuntime` does, against the same commands with no server at all (a bare `bash` over
-//!   pipes, a plain spawn of `/bin/sh -c`).
+//!   pipes, and over a pty; a plain spawn of `/bin/sh -c`).
 //!
 //! ```text
 //! cargo bench -p uniagent-sandboxes --features server --bench sandbox_server -- [--quick] [--ours PATH] [--swerex PATH] [--no-swerex]
@@ -411,6 +411,25 @@ fn print_floor(ours: &Figures, floor: &Figures, quick: bool) {
     println!("(ratio: the server's figure over the floor's; same machine, same run)");
 }
 
+/// The session rows against the same floor over a pty: what of the server's cost the pty
+/// explains.
+fn print_pty_floor(ours: &Figures, pty: &Figures, quick: bool) {
+    let (_, sessions, per) = sizes(quick);
+    println!("the same bash on a pty instead of pipes (no echo, as the server's sessions):");
+    println!(
+        "  run_in_session `echo hi` median / p95: {:.3} / {:.3} ms (uniagent {:.2}x / {:.2}x)",
+        pty.session_echo.0,
+        pty.session_echo.1,
+        ours.session_echo.0 / pty.session_echo.0,
+        ours.session_echo.1 / pty.session_echo.1
+    );
+    println!(
+        "  throughput {sessions} sessions x {per} cmds: {:.0} cmd/s (uniagent {:.2}x)",
+        pty.throughput,
+        ours.throughput / pty.throughput
+    );
+}
+
 async fn run(args: Args) -> Result<(), String> {
     let ours_path = match args.ours {
         Some(p) => p,
@@ -435,7 +454,8 @@ async fn run(args: Args) -> Result<(), String> {
     let ours_kept_alive = measure(&ours_server, &kept_alive, args.quick).await?;
     drop(ours_server);
     let (n, sessions, per) = sizes(args.quick);
-    let floor = floor::measure(n, sessions, per).await?;
+    let floor = floor::measure(floor::Attach::Pipes, n, sessions, per).await?;
+    let pty_floor = floor::measure(floor::Attach::Pty, n, sessions, per).await?;
     let theirs = match (args.no_swerex, swerex_path) {
         (true, _) => None,
         (false, None) => {
@@ -450,6 +470,7 @@ async fn run(args: Args) -> Result<(), String> {
     };
     print_report(&ours, theirs.as_ref(), args.quick);
     print_floor(&ours_kept_alive, &floor, args.quick);
+    print_pty_floor(&ours_kept_alive, &pty_floor, args.quick);
     Ok(())
 }
 
