@@ -72,13 +72,19 @@ pub(crate) async fn payload_source(
     labels: HashMap<String, String>,
 ) -> Result<PayloadSource> {
     let key = cache_key(base_id, payload)?;
-    if !read_only_root && !image_exists(docker, &payload_tag(key)).await? {
+    let tag = payload_tag(key);
+    if image_exists(docker, &tag).await? {
+        return Ok(PayloadSource::Image(tag));
+    }
+    if !read_only_root {
         let mut uploaded = UPLOADED_ONCE.lock().unwrap_or_else(|e| e.into_inner());
         if !uploaded.contains(&key) {
             uploaded.push(key);
             return Ok(PayloadSource::Upload);
         }
     }
+    // Committing: `payload_image` looks again under its lock (a concurrent start may have
+    // committed it meanwhile).
     payload_image(docker, base_id, payload, labels)
         .await
         .map(PayloadSource::Image)
