@@ -37,13 +37,14 @@ async fn tools_pass_the_scenarios_on_the_host_sandbox() {
     deployment.stop().await.unwrap();
 }
 
-/// A server that never reads exit codes, as SWE-ReX's does when its prompt comes back late
-/// (it waits 0.1 s for it, then reports `exit_code: None`): everything else is the real sandbox.
+/// A server whose prompt always comes back late, as SWE-ReX's does on a loaded machine: it waits
+/// 0.1 s for the prompt after reading the exit code, then answers `exit_code: None` with the
+/// prompt of the line it sent first still in the output. Everything else is the real sandbox.
 #[derive(Debug)]
-struct NoExitCodes(Arc<dyn Deployment>);
+struct LatePrompts(Arc<dyn Deployment>);
 
 #[async_trait::async_trait]
-impl Deployment for NoExitCodes {
+impl Deployment for LatePrompts {
     fn backend(&self) -> &str {
         self.0.backend()
     }
@@ -65,6 +66,7 @@ impl Deployment for NoExitCodes {
     async fn run_in_session(&self, a: Action) -> Result<BashObservation> {
         let mut observation = self.0.run_in_session(a).await?;
         observation.exit_code = None;
+        observation.output.push_str("\nSHELLPS1PREFIX");
         Ok(observation)
     }
     async fn close_session(&self, r: CloseSessionRequest) -> Result<CloseSessionResponse> {
@@ -96,7 +98,7 @@ async fn script_tools_install_themselves_when_the_server_reports_no_exit_code() 
         ..HostConfig::default()
     }));
     host.start().await.unwrap();
-    let deployment: Arc<dyn Deployment> = Arc::new(NoExitCodes(host.clone()));
+    let deployment: Arc<dyn Deployment> = Arc::new(LatePrompts(host.clone()));
     deployment
         .create_session(CreateSessionRequest::new(scenarios::SESSION))
         .await
@@ -123,5 +125,22 @@ async fn script_tools_install_themselves_when_the_server_reports_no_exit_code() 
     let out = failing.call(json!({}), &ctx).await.unwrap();
     assert!(out.content.ends_with("/failing failed"), "{}", out.content);
     assert_eq!(std::fs::read_to_string(&runs).unwrap(), "ran\n");
+    host.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_editor_and_script_tools_pass_their_scenarios_when_every_prompt_comes_back_late() {
+    let Ok(server) = uniagent_sandboxes::host::find_server_binary(None) else {
+        eprintln!("SKIPPED: no uniagent-sandbox binary (see the first test)");
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let host: Arc<dyn Deployment> = Arc::new(HostDeployment::new(HostConfig {
+        server_binary: Some(server),
+        ..HostConfig::default()
+    }));
+    host.start().await.unwrap();
+    let deployment: Arc<dyn Deployment> = Arc::new(LatePrompts(host.clone()));
+    scenarios::run_own_command_tools(deployment, work.path()).await;
     host.stop().await.unwrap();
 }

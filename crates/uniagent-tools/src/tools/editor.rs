@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 use uniagent_core::sandbox::UploadRequest;
 use uniagent_core::{Result, Tool, ToolContext, ToolOutput, ToolSpec};
 
-use super::session::{run_in_session, shell_quote, SessionOutcome};
+use super::session::{run_reporting_status, shell_quote, SessionOutcome};
 use crate::install::{install_toolbox_with, ToolboxConfig};
 use crate::toolbox::args::{encode_base64, EditorArgs};
 
@@ -114,11 +114,12 @@ impl Tool for StrReplaceEditor {
             };
             deployment.upload(upload).await?;
         }
-        let mut outcome = run_in_session(deployment, &ctx.session, &command, ctx.timeout).await?;
+        let mut outcome =
+            run_reporting_status(deployment, &ctx.session, &command, ctx.timeout).await?;
         if self.toolbox_missing(&outcome) {
             // The toolbox never ran, so an arguments file is still there for the retry.
             install_toolbox_with(deployment, &self.toolbox).await?;
-            outcome = run_in_session(deployment, &ctx.session, &command, ctx.timeout).await?;
+            outcome = run_reporting_status(deployment, &ctx.session, &command, ctx.timeout).await?;
         }
         Ok(match outcome {
             SessionOutcome::Completed {

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use uniagent_core::sandbox::{Command, UploadRequest};
 use uniagent_core::{Deployment, Error, Result, Tool, ToolContext, ToolOutput, ToolSpec};
 
-use super::session::{run_in_session, shell_quote, SessionOutcome};
+use super::session::{run_reporting_status, shell_quote, SessionOutcome};
 use crate::toolbox::args::encode_base64;
 use crate::toolbox::truncate::truncate_middle;
 
@@ -16,7 +16,9 @@ use crate::toolbox::truncate::truncate_middle;
 /// The script is uploaded on first use to `<install_dir>/<tool name>` and run in the
 /// trajectory's session as `<path> <base64 of the JSON arguments>`: one argument, never
 /// needing quoting; decode it with `printf %s "$1" | base64 -d`. What the script prints is the
-/// tool's output; exit code 0 means success, anything else failure.
+/// tool's output; exit code 0 means success, anything else failure. The exit code is printed
+/// in-band after the output ([`report_status`](super::session::report_status)), so a server
+/// that cannot read it does not turn a success into a failure.
 ///
 /// ```no_run
 /// # async fn demo(ctx: uniagent_core::ToolContext) -> uniagent_core::Result<()> {
@@ -105,10 +107,10 @@ impl ScriptTool {
 
     /// Whether a run failed because the script is not (yet) installed.
     ///
-    /// The shell says so with exit code 126 or 127 and the script's path. A server that could
-    /// not read the exit code (SWE-ReX gives up on it when its prompt comes back later than
-    /// 0.1 s, as on a loaded machine) leaves only the path: then the file system decides, so a
-    /// script that ran is never run twice.
+    /// The shell says so with exit code 126 or 127 and the script's path. The status is printed
+    /// in-band ([`run_reporting_status`]); where even that is missing (the server lost the
+    /// output) only the path is left: then the file system decides, so a script that ran is
+    /// never run twice.
     async fn needs_install(
         &self,
         deployment: &dyn Deployment,
@@ -138,7 +140,7 @@ impl ScriptTool {
         ctx: &ToolContext,
         command: &str,
     ) -> Result<SessionOutcome> {
-        run_in_session(
+        run_reporting_status(
             deployment,
             &ctx.session,
             command,

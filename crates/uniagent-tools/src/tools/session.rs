@@ -86,6 +86,65 @@ pub async fn run_in_session(
     }
 }
 
+/// What [`run_reporting_status`] prints after a command's output, followed by its exit status.
+const STATUS_MARKER: &str = "__uniagent_exit_status=";
+
+/// Runs one command of a tool's own making (never a user's free-form bash) with its exit status
+/// printed after its output, so the tool knows it even when the server does not.
+///
+/// SWE-ReX reads the exit code with a second command and gives up when the prompt after it comes
+/// back later than 0.1 s, as on a loaded machine: it then answers `exit_code: None` and leaves
+/// that prompt (`SHELLPS1PREFIX`) in the output. The status printed in-band survives that, and
+/// whatever the server appended after it is dropped. Where the marker is missing (the command
+/// was killed, or the server lost the output) the server's exit code stands.
+pub async fn run_reporting_status(
+    deployment: &dyn Deployment,
+    session: &str,
+    command: &str,
+    timeout: Duration,
+) -> Result<SessionOutcome> {
+    Ok(
+        match run_in_session(deployment, session, &report_status(command), timeout).await? {
+            SessionOutcome::Completed { output, exit_code } => match split_status(&output) {
+                Some((output, status)) => SessionOutcome::Completed {
+                    output: output.to_owned(),
+                    exit_code: Some(status),
+                },
+                None => SessionOutcome::Completed { output, exit_code },
+            },
+            other => other,
+        },
+    )
+}
+
+/// `command` followed by printing its exit status after a marker, on a line of its own: what
+/// [`run_reporting_status`] sends to the session.
+///
+/// ```
+/// use uniagent_tools::tools::session::report_status;
+///
+/// assert_eq!(
+///     report_status("ls /testbed"),
+///     r#"ls /testbed; printf '\n__uniagent_exit_status=%s\n' "$?""#
+/// );
+/// ```
+pub fn report_status(command: &str) -> String {
+    format!("{command}; printf '\\n{STATUS_MARKER}%s\\n' \"$?\"")
+}
+
+/// The output before the last status marker (without the newline printed before it) and the
+/// status after it; `None` when there is no marker followed by a number.
+fn split_status(output: &str) -> Option<(&str, i32)> {
+    let at = output.rfind(STATUS_MARKER)?;
+    let digits: String = output[at + STATUS_MARKER.len()..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    let status = digits.parse().ok()?;
+    let before = &output[..at];
+    Some((before.strip_suffix('\n').unwrap_or(before), status))
+}
+
 /// Brings `session` back after a timed-out command and checks the shell answers again.
 ///
 /// Some servers (ours) stop a timed-out command themselves, others (SWE-ReX) leave it running.
@@ -150,3 +209,27 @@ async fn probe(
 
 /// Quotes `text` as one word for a POSIX shell (re-exported from `uniagent_core`).
 pub use uniagent_core::sandbox::shell_quote;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_status_is_read_after_the_output_and_what_follows_it_is_dropped() {
+        let marker = STATUS_MARKER;
+        // As SWE-ReX answers when its last prompt came late: its prompt left at the end.
+        let late = format!("line 1\nline 2\n{marker}0\n\nSHELLPS1PREFIX");
+        assert_eq!(split_status(&late), Some(("line 1\nline 2", 0)));
+        // Output without a final newline keeps it missing; the tool's own text may mention
+        // the marker, the last one counts.
+        let spoof = format!("{marker}0 no newline{marker}127\n");
+        assert_eq!(
+            split_status(&format!("{spoof}\n{marker}3")),
+            Some((spoof.as_str(), 3))
+        );
+        // No output at all: run_in_session already trimmed the leading newline.
+        assert_eq!(split_status(&format!("{marker}1\n")), Some(("", 1)));
+        assert_eq!(split_status("killed before the status"), None);
+        assert_eq!(split_status(&format!("cut {marker}")), None);
+    }
+}

@@ -193,6 +193,18 @@ async fn run_all_with(deployment: Arc<dyn Deployment>, work: &Path, files: Files
     );
 }
 
+/// The scenarios of the tools that run commands of their own making (the editor, script
+/// tools): these must pass even where the server cannot read exit codes.
+pub async fn run_own_command_tools(deployment: Arc<dyn Deployment>, work: &Path) {
+    deployment
+        .create_session(CreateSessionRequest::new(SESSION))
+        .await
+        .unwrap();
+    let ctx = context(deployment.clone(), Duration::from_secs(30));
+    editor_scenario(&ctx, work, &Files::Local).await;
+    script_scenario(&ctx, work).await;
+}
+
 async fn editor_scenario(ctx: &ToolContext, work: &Path, files: &Files) {
     // A fresh install dir: the first call finds no toolbox and installs it.
     let editor = StrReplaceEditor::new(toolbox_config(&work.join("toolbox")));
