@@ -69,6 +69,30 @@ async fn commands_outputs_and_state() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pagers_print_instead_of_waiting_for_a_key() {
+    let s = TestServer::start().await;
+    s.create("p").await;
+    assert_eq!(
+        s.ok("p", "echo \"$PAGER $GIT_PAGER $MANPAGER\"").await.0,
+        "cat cat cat\n"
+    );
+    // On the session's terminal git starts its pager (here `more`, as in images without
+    // `less`), which waits for a key until the command times out.
+    let repo = tempfile::tempdir().unwrap();
+    let git = "git -c user.name=u -c user.email=u@example.com -c core.pager=more";
+    let command = format!(
+        "cd {} && git init -q && {git} commit -q --allow-empty -m first && {git} log --format=%s",
+        repo.path().display()
+    );
+    let (status, body) = s.run("p", &command, Some(10.0)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (body["output"].as_str(), body["exit_code"].as_i64()),
+        (Some("first\n"), Some(0))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn check_modes_and_errors() {
     let s = TestServer::start().await;
     s.create("c").await;

@@ -38,6 +38,12 @@ use crate::server::pyfmt::{py_float, py_repr};
 /// What SWE-ReX reports in `expect_string` when the normal prompt ended the wait.
 pub(crate) const PROMPT_EXPECT_STRING: &str = "SHELLPS1PREFIX";
 
+/// Pagers print straight through: on a session's terminal `git log`, `git diff` or `man` would
+/// otherwise start `less` or `more`, which waits for a key that no one presses until the
+/// command times out. A command or `startup_source` may still set them otherwise.
+const SESSION_ENV: [(&str, &str); 3] =
+    [("PAGER", "cat"), ("GIT_PAGER", "cat"), ("MANPAGER", "cat")];
+
 /// Settings shared by all sessions of a server.
 #[derive(Debug, Clone)]
 pub struct ShellOptions {
@@ -117,7 +123,7 @@ fn internal(what: &str, e: impl std::fmt::Display) -> ServerError {
 }
 
 impl BashSession {
-    /// Starts bash on a new pty (24×80, echo off, `TERM=dumb`, no line editing), sources
+    /// Starts bash on a new pty (24×80, echo off, `TERM=dumb`, pagers `cat`, no line editing), sources
     /// `startup_source`, installs the prompt marker and waits for the first prompt. Returns the
     /// session and what the shell printed before that prompt.
     pub async fn start(
@@ -154,6 +160,7 @@ impl BashSession {
         let child = pty_process::Command::new(&options.bash)
             .args(["--noediting", "-i"])
             .env("TERM", "dumb")
+            .envs(SESSION_ENV)
             .spawn(pts)
             .map_err(|e| match e {
                 pty_process::Error::Io(io) => ServerError::os_error(&io, &options.bash),
