@@ -531,16 +531,14 @@ fn main() {
             return;
         }
     }
-    let n: usize = std::env::var("UNIAGENT_PEER_ROLLOUTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(192)
-        / scripts.len()
-        * scripts.len();
-    let in_flight: usize = std::env::var("UNIAGENT_PEER_IN_FLIGHT")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(64);
+    let setting = |name: &str, default: usize| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let n = setting("UNIAGENT_PEER_ROLLOUTS", 192) / scripts.len() * scripts.len();
+    let in_flight = setting("UNIAGENT_PEER_IN_FLIGHT", 64);
     if let Err(e) = uniagent_sandboxes::docker::Payload::locate(None, None) {
         panic!("{e} (the bench's header says how to build both binaries)");
     }

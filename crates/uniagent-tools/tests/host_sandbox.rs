@@ -86,19 +86,28 @@ impl Deployment for LatePrompts {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn script_tools_install_themselves_when_the_server_reports_no_exit_code() {
+/// A started host sandbox (`None`, skipping, without a server binary) and the same sandbox
+/// behind [`LatePrompts`].
+async fn late_prompting_host() -> Option<(Arc<dyn Deployment>, Arc<dyn Deployment>)> {
     let Ok(server) = uniagent_sandboxes::host::find_server_binary(None) else {
-        eprintln!("SKIPPED: no uniagent-sandbox binary (see the test above)");
-        return;
+        eprintln!("SKIPPED: no uniagent-sandbox binary (see the first test)");
+        return None;
     };
-    let work = tempfile::tempdir().unwrap();
     let host: Arc<dyn Deployment> = Arc::new(HostDeployment::new(HostConfig {
         server_binary: Some(server),
         ..HostConfig::default()
     }));
     host.start().await.unwrap();
-    let deployment: Arc<dyn Deployment> = Arc::new(LatePrompts(host.clone()));
+    let late: Arc<dyn Deployment> = Arc::new(LatePrompts(host.clone()));
+    Some((host, late))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_tools_install_themselves_when_the_server_reports_no_exit_code() {
+    let Some((host, deployment)) = late_prompting_host().await else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
     deployment
         .create_session(CreateSessionRequest::new(scenarios::SESSION))
         .await
@@ -130,17 +139,10 @@ async fn script_tools_install_themselves_when_the_server_reports_no_exit_code() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_editor_and_script_tools_pass_their_scenarios_when_every_prompt_comes_back_late() {
-    let Ok(server) = uniagent_sandboxes::host::find_server_binary(None) else {
-        eprintln!("SKIPPED: no uniagent-sandbox binary (see the first test)");
+    let Some((host, deployment)) = late_prompting_host().await else {
         return;
     };
     let work = tempfile::tempdir().unwrap();
-    let host: Arc<dyn Deployment> = Arc::new(HostDeployment::new(HostConfig {
-        server_binary: Some(server),
-        ..HostConfig::default()
-    }));
-    host.start().await.unwrap();
-    let deployment: Arc<dyn Deployment> = Arc::new(LatePrompts(host.clone()));
     scenarios::run_own_command_tools(deployment, work.path()).await;
     host.stop().await.unwrap();
 }
